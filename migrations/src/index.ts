@@ -1,0 +1,2 @@
+export { authorizationModel, authorizationModelDsl, writeAuthorizationModel } from './authorization-model.js';
+export { migrateToLatest, migrations } from './migrate.js';
