@@ -1,0 +1,305 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { sql, type Kysely } from 'kysely';
+import { OutboxConfigError, tableNames, verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
+import { backoffDelayMs, type BackoffOptions } from './backoff.js';
+import { claimBatch } from './claim.js';
+import { applyOrdering, deliverBatch } from './deliver.js';
+import { DrainerStoppedError, FlushPoisonedError, FlushTimeoutError } from './errors.js';
+import type { DrainerEvent, Logger } from './events.js';
+import { NotificationListener } from './listener.js';
+import { recordOutcomes } from './record-outcomes.js';
+import { SinkHaltError, type Sink } from './sink.js';
+
+/** What `createDrainer` takes. */
+export interface DrainerConfig {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly db: Kysely<any>;
+  /** The outbox spec shared with the writer and reconciler. */
+  readonly spec: OutboxSpec;
+  readonly sink: Sink;
+  /**
+   * Most intents claimed and delivered per transaction. Default 100: OpenFGA's per-request limit is
+   * 100 tuples, and a batch holds its row locks for one delivery round trip.
+   */
+  readonly batchSize?: number;
+  /**
+   * Milliseconds between scheduled passes (`start()`). Default 1000: the schedule is what guarantees
+   * progress when notifications are lost; LISTEN cuts latency below it.
+   */
+  readonly interval?: number;
+  /** Retry spacing for transient failures. Defaults: base 1 s, cap 5 min, full jitter. */
+  readonly backoff?: BackoffOptions;
+  /**
+   * LISTEN on the spec's channel through a dedicated connection (Kysely's pool cannot hold one).
+   * Default off: pass `{ connectionString }` to wake on commits within milliseconds.
+   */
+  readonly listen?: false | { readonly connectionString: string };
+  /**
+   * Deadline for one sink call, in ms. Default 30000: longer than any sane OpenFGA write, shorter
+   * than the time a stuck batch may hold its row locks. Past it the batch is transient.
+   */
+  readonly deliveryTimeoutMs?: number;
+  /** Where the drainer logs. Default: console (warn and error only). */
+  readonly logger?: Logger;
+  /** Called for every batch and outcome, with timings (metrics hook). Exceptions are ignored. */
+  readonly onEvent?: (event: DrainerEvent) => void;
+}
+
+/** Counts of one `drainOnce()` pass. */
+export interface DrainResult {
+  readonly batches: number;
+  readonly claimed: number;
+  readonly delivered: number;
+  readonly retried: number;
+  readonly poisoned: number;
+  readonly released: number;
+  /** True when the pass stopped early because the sink halted (e.g. credentials refused). */
+  readonly halted: boolean;
+}
+
+/** A running (or runnable) drainer for one outbox table. */
+export interface Drainer {
+  /** Verifies the table, starts the timer and (if configured) LISTEN, and kicks a first pass. */
+  start(): Promise<void>;
+  /** Stops the timer and listener and waits for the in-flight batch. Waiting flushes reject. */
+  stop(): Promise<void>;
+  /** One pass: batches until nothing is claimable (waits for an in-flight pass first). */
+  drainOnce(): Promise<DrainResult>;
+  /** Asks for a pass soon; coalesces with a running one (at most one more pass is scheduled). */
+  kick(): void;
+  /**
+   * Resolves when every intent of `partitionKey` committed before the call (and deliverable then)
+   * is delivered; rejects with {@link FlushPoisonedError} or {@link FlushTimeoutError}.
+   */
+  flush(options: { partitionKey: string; timeoutMs?: number }): Promise<void>;
+}
+
+const consoleLogger: Logger = {
+  info: () => undefined,
+  warn: (message, fields) => console.warn(`[outbox-drainer] ${message}`, fields ?? ''),
+  error: (message, fields) => console.error(`[outbox-drainer] ${message}`, fields ?? ''),
+};
+
+function positiveInteger(field: string, value: number | undefined, fallback: number): number {
+  const result = value ?? fallback;
+  if (!Number.isInteger(result) || result < 1) throw new OutboxConfigError(field, `expected a positive integer, got ${String(value)}`);
+  return result;
+}
+
+/**
+ * Creates a drainer: claims deliverable intents in per-partition order, delivers them through the
+ * sink while holding their row locks, and records one outcome per intent. Run it on a timer
+ * (`start()`), wake it with LISTEN, or `flush()` one partition for read-your-writes.
+ *
+ * @example
+ * const drainer = createDrainer({ db, spec: vpcOutbox, sink, listen: { connectionString } });
+ * await drainer.start();
+ * // in an API handler, after the transaction that enqueued:
+ * await drainer.flush({ partitionKey: `vpc:${id}`, timeoutMs: 5_000 });
+ * // on shutdown:
+ * await drainer.stop();
+ */
+export function createDrainer(config: DrainerConfig): Drainer {
+  if (!config || typeof config !== 'object') throw new OutboxConfigError('config', 'expected { db, spec, sink }');
+  if (!config.db) throw new OutboxConfigError('db', 'a Kysely instance is required');
+  if (!config.spec || typeof config.spec.partitionColumn !== 'string') {
+    throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
+  }
+  if (!config.sink || typeof config.sink.deliver !== 'function') throw new OutboxConfigError('sink', 'expected an object with deliver(intents, context)');
+  const { db, spec, sink } = config;
+  const batchSize = positiveInteger('batchSize', config.batchSize, 100);
+  const interval = positiveInteger('interval', config.interval, 1_000);
+  const deliveryTimeoutMs = positiveInteger('deliveryTimeoutMs', config.deliveryTimeoutMs, 30_000);
+  const logger = config.logger ?? consoleLogger;
+  const emit = (event: DrainerEvent) => {
+    try {
+      config.onEvent?.(event);
+    } catch {
+      // a metrics hook must not break delivery
+    }
+  };
+  if (config.listen && !config.listen.connectionString) {
+    throw new OutboxConfigError('listen', 'expected { connectionString } for the LISTEN connection, or false');
+  }
+
+  let verified: Promise<void> | undefined;
+  const verify = () => (verified ??= verifyOutboxTable(db, spec).catch((error: unknown) => {
+    verified = undefined;
+    throw error;
+  }));
+
+  /** One batch in one transaction. Returns undefined when nothing was claimable. */
+  async function runBatch(): Promise<{ claimed: number; delivered: number; retried: number; poisoned: number; released: number } | undefined> {
+    return db.transaction().execute(async (trx) => {
+      const claimStarted = performance.now();
+      const batch = await claimBatch(trx, spec, batchSize);
+      if (batch.intents.length === 0) return undefined;
+      emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
+      const deliverStarted = performance.now();
+      const outcomes = await deliverBatch(sink, batch.intents, deliveryTimeoutMs);
+      const deliverMs = performance.now() - deliverStarted;
+      const recorded = await recordOutcomes(trx, spec, applyOrdering(batch.intents, outcomes), (intent) =>
+        backoffDelayMs(intent.attemptCount, config.backoff),
+      );
+      queueMicrotask(() => {
+        if (recorded.delivered.length > 0) emit({ type: 'delivered', table: spec.table, ids: recorded.delivered.map((i) => i.id), deliverMs });
+        if (recorded.retried.length > 0) {
+          emit({ type: 'retried', table: spec.table, ids: recorded.retried.map((r) => r.intent.id), errors: recorded.retried.map((r) => r.error) });
+        }
+        if (recorded.poisoned.length > 0) {
+          const keys = recorded.poisoned.map((r) => r.intent.partitionKey);
+          logger.warn(`poisoned ${recorded.poisoned.length} intent(s) of ${spec.table}`, { ids: recorded.poisoned.map((r) => r.intent.id), partitionKeys: keys });
+          emit({ type: 'poisoned', table: spec.table, ids: recorded.poisoned.map((r) => r.intent.id), partitionKeys: keys, errors: recorded.poisoned.map((r) => r.error) });
+        }
+      });
+      return {
+        claimed: batch.intents.length,
+        delivered: recorded.delivered.length,
+        retried: recorded.retried.length,
+        poisoned: recorded.poisoned.length,
+        released: recorded.released.length,
+      };
+    });
+  }
+
+  let stopping = false;
+  async function pass(): Promise<DrainResult> {
+    await verify();
+    const totals = { batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false };
+    while (!stopping) {
+      let batch;
+      try {
+        batch = await runBatch();
+      } catch (error) {
+        const halted = error instanceof SinkHaltError;
+        const err = error instanceof Error ? error : new Error(String(error));
+        logger.error(halted ? `delivery halted, nothing counted against the intents: ${err.message}` : `drain pass failed: ${err.message}`, { table: spec.table });
+        emit({ type: 'pass-failed', table: spec.table, error: err, halted });
+        if (halted) return { ...totals, halted: true };
+        throw err;
+      }
+      if (batch === undefined) break;
+      totals.batches += 1;
+      totals.claimed += batch.claimed;
+      totals.delivered += batch.delivered;
+      totals.retried += batch.retried;
+      totals.poisoned += batch.poisoned;
+      totals.released += batch.released;
+      // A batch where nothing moved forward (all retried/released) would spin: leave it to the timer.
+      if (batch.delivered + batch.poisoned === 0) break;
+    }
+    return totals;
+  }
+
+  // Single flight: one pass at a time in this process; a kick during a pass schedules one more.
+  let running: Promise<DrainResult> | undefined;
+  let again = false;
+  const passListeners = new Set<() => void>();
+  function runPass(): Promise<DrainResult> {
+    if (running) {
+      again = true;
+      return running;
+    }
+    const current = pass().finally(() => {
+      running = undefined;
+      for (const listener of passListeners) listener();
+      if (again && !stopping) {
+        again = false;
+        runPass().catch(() => undefined);
+      }
+    });
+    running = current;
+    return current;
+  }
+
+  function kick(): void {
+    if (stopping) return;
+    runPass().catch(() => undefined); // failures are logged and emitted inside the pass
+  }
+
+  let timer: NodeJS.Timeout | undefined;
+  let listener: NotificationListener | undefined;
+  const flushWaiters = new Set<(error: Error) => void>();
+
+  function schedule(): void {
+    timer = setTimeout(() => {
+      kick();
+      if (!stopping) schedule();
+    }, interval);
+  }
+
+  async function flush(options: { partitionKey: string; timeoutMs?: number }): Promise<void> {
+    if (stopping) throw new DrainerStoppedError();
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    const n = tableNames(spec);
+    // The intents this call waits for: committed now, and deliverable now (already-poisoned rows
+    // are the reconciler's, and do not block their successors either).
+    const target = await sql<{ id: string }>`
+      select id from ${sql.raw(n.table)}
+      where ${sql.raw(n.partition)} = ${options.partitionKey}
+        and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}`.execute(db);
+    let waiting = target.rows.map((r) => String(r.id));
+    if (waiting.length === 0) return;
+    const deadline = Date.now() + timeoutMs;
+    let stoppedError: Error | undefined;
+    const onStop = (error: Error) => (stoppedError = error);
+    flushWaiters.add(onStop);
+    try {
+      for (let round = 0; ; round += 1) {
+        kick();
+        await Promise.race([
+          new Promise<void>((resolve) => {
+            const done = () => {
+              passListeners.delete(done);
+              resolve();
+            };
+            passListeners.add(done);
+          }),
+          sleep(Math.min(25 * 2 ** Math.min(round, 3), 200)),
+        ]);
+        if (stoppedError) throw stoppedError;
+        const state = await sql<{ id: string; sent: boolean; poisoned: boolean; last_error: string | null }>`
+          select id, sent_at is not null as sent, attempt_count >= ${spec.maxAttempts} or retired_at is not null as poisoned, last_error
+          from ${sql.raw(n.table)} where id = any(${waiting}::bigint[]) order by id`.execute(db);
+        const poisoned = state.rows.find((r) => !r.sent && r.poisoned);
+        if (poisoned) throw new FlushPoisonedError(options.partitionKey, String(poisoned.id), poisoned.last_error);
+        waiting = state.rows.filter((r) => !r.sent).map((r) => String(r.id));
+        if (waiting.length === 0) return;
+        if (Date.now() >= deadline) throw new FlushTimeoutError(options.partitionKey, timeoutMs, waiting);
+      }
+    } finally {
+      flushWaiters.delete(onStop);
+    }
+  }
+
+  return {
+    async start() {
+      await verify();
+      stopping = false;
+      if (config.listen) {
+        listener = new NotificationListener({ connectionString: config.listen.connectionString, channel: spec.channel, onNotify: kick, logger });
+        await listener.start();
+      }
+      schedule();
+      kick();
+    },
+    async stop() {
+      stopping = true;
+      clearTimeout(timer);
+      timer = undefined;
+      for (const reject of flushWaiters) reject(new DrainerStoppedError());
+      await listener?.stop();
+      listener = undefined;
+      await running?.catch(() => undefined);
+    },
+    async drainOnce() {
+      if (stopping) throw new DrainerStoppedError();
+      // A pass already running may have started before the caller's commit: let it finish, then
+      // run one that starts now.
+      await running?.catch(() => undefined);
+      return runPass();
+    },
+    kick,
+    flush,
+  };
+}

@@ -1,0 +1,74 @@
+import { SinkHaltError, type Intent, type Outcome, type Sink } from './sink.js';
+import { sanitizeLastError } from './last-error.js';
+
+/** What became of a batch, per row, after the per-partition ordering rule is applied. */
+export interface BatchOutcomes {
+  readonly delivered: readonly Intent[];
+  readonly transient: ReadonlyArray<{ intent: Intent; error: string }>;
+  readonly permanent: ReadonlyArray<{ intent: Intent; error: string }>;
+  /** Not attempted, or after a failure in their partition: released untouched. */
+  readonly released: readonly Intent[];
+}
+
+/**
+ * Calls the sink with a deadline and turns whatever it does into outcomes. A sink that throws,
+ * returns the wrong number of outcomes or something that is not an outcome, or is still running
+ * at the deadline, fails the whole batch as transient. A {@link SinkHaltError} is rethrown: the
+ * caller releases the batch without counting attempts.
+ */
+export async function deliverBatch(sink: Sink, intents: readonly Intent[], deadlineMs: number): Promise<readonly Outcome[]> {
+  const controller = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      controller.abort(new Error(`sink deadline of ${deadlineMs} ms passed`));
+      reject(new Error(`sink did not answer within ${deadlineMs} ms`));
+    }, deadlineMs);
+  });
+  try {
+    const outcomes = await Promise.race([sink.deliver(intents, { signal: controller.signal }), deadline]);
+    if (!Array.isArray(outcomes) || outcomes.length !== intents.length) {
+      throw new Error(`sink returned ${Array.isArray(outcomes) ? outcomes.length : typeof outcomes} outcomes for ${intents.length} intents`);
+    }
+    for (const outcome of outcomes as Outcome[]) {
+      if (!outcome || !['delivered', 'transient', 'permanent', 'skipped'].includes(outcome.kind)) {
+        throw new Error(`sink returned an invalid outcome: ${JSON.stringify(outcome)}`);
+      }
+    }
+    return outcomes;
+  } catch (error) {
+    if (error instanceof SinkHaltError) throw error;
+    const message = `sink failed: ${sanitizeLastError(error)}`;
+    return intents.map(() => ({ kind: 'transient', error: message }) as const);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Applies the run rule: within each partition, in id order, intents count as delivered up to the
+ * first one that is not; that one takes its outcome; the rest are released untouched.
+ */
+export function applyOrdering(intents: readonly Intent[], outcomes: readonly Outcome[]): BatchOutcomes {
+  const delivered: Intent[] = [];
+  const transient: Array<{ intent: Intent; error: string }> = [];
+  const permanent: Array<{ intent: Intent; error: string }> = [];
+  const released: Intent[] = [];
+  const stopped = new Set<string>();
+  intents.forEach((intent, index) => {
+    const outcome = outcomes[index] as Outcome;
+    if (stopped.has(intent.partitionKey)) {
+      released.push(intent);
+      return;
+    }
+    if (outcome.kind === 'delivered') {
+      delivered.push(intent);
+      return;
+    }
+    stopped.add(intent.partitionKey);
+    if (outcome.kind === 'transient') transient.push({ intent, error: sanitizeLastError(outcome.error) });
+    else if (outcome.kind === 'permanent') permanent.push({ intent, error: sanitizeLastError(outcome.error) });
+    else released.push(intent);
+  });
+  return { delivered, transient, permanent, released };
+}

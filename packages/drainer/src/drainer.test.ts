@@ -1,0 +1,239 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec } from '@outbox/outbox';
+import { useTestDatabase } from '@outbox/test-stack';
+import { sql, type Kysely } from 'kysely';
+import { describe, expect, test } from 'vitest';
+import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError, type Intent, type Outcome } from './index.js';
+
+const t = useTestDatabase();
+let tables = 0;
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function freshOutbox(db: Kysely<any>, options: { maxAttempts?: number } = {}): Promise<OutboxSpec> {
+  tables += 1;
+  const spec = defineOutbox({ table: `drain.outbox_${tables}`, partitionColumn: 'resource_id', maxAttempts: options.maxAttempts ?? 10 });
+  await createOutboxTable(db, spec);
+  return spec;
+}
+
+const payload = (n: number) => ({ writes: [{ user: 'user:alice', relation: 'owner', object: `vpc:${n}` }] });
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function enqueueRows(db: Kysely<any>, spec: OutboxSpec, keys: string[]): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < keys.length; i += 1_000) {
+    const chunk = keys.slice(i, i + 1_000);
+    ids.push(...(await db.transaction().execute((trx) => enqueueMany(trx, spec, chunk.map((partitionKey, j) => ({ partitionKey, payload: payload(i + j) }))))));
+  }
+  return ids;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function rows(db: Kysely<any>, spec: OutboxSpec) {
+  const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null; is_head: boolean }>`
+    select id::text, resource_id, sent_at is not null as sent, attempt_count, last_error, is_head
+    from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} order by id`.execute(db);
+  return result.rows;
+}
+
+describe('ordering under concurrency', () => {
+  test('4 drainers on separate pools, 20k intents in 200 partitions, random transient failures: all delivered once, in id order per partition', async () => {
+    const spec = await freshOutbox(t.db, { maxAttempts: 1_000 });
+    const keys = Array.from({ length: 20_000 }, (_, i) => `vpc:${i % 200}`);
+    await enqueueRows(t.db, spec, keys);
+
+    const deliveries: Intent[] = [];
+    const failures = new Map<string, number>();
+    const sink = createRecordingSink({
+      outcome: (intent): Outcome | undefined => {
+        if (Math.random() < 0.05) {
+          failures.set(intent.id, (failures.get(intent.id) ?? 0) + 1);
+          return { kind: 'transient', error: 'flaky' };
+        }
+        deliveries.push(intent);
+        return undefined;
+      },
+    });
+    const drainers = Array.from({ length: 4 }, () =>
+      createDrainer({ db: t.kysely({ max: 2 }), spec, sink, batchSize: 100, backoff: { baseMs: 1, maxMs: 5 }, logger: quiet }),
+    );
+    const deadline = Date.now() + 90_000;
+    for (;;) {
+      await Promise.all(drainers.map((d) => d.drainOnce()));
+      const left = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where sent_at is null`.execute(t.db);
+      if (left.rows[0]?.n === 0 || Date.now() > deadline) break;
+      await sleep(5);
+    }
+    const all = await rows(t.db, spec);
+    expect(all.filter((r) => !r.sent)).toEqual([]);
+    expect(failures.size).toBeGreaterThan(0);
+
+    // Exactly once each (transient failures were not recorded as deliveries).
+    expect(deliveries).toHaveLength(20_000);
+    expect(new Set(deliveries.map((d) => d.id)).size).toBe(20_000);
+    // Per partition, delivery order is id order.
+    const byKey = new Map<string, bigint[]>();
+    for (const d of deliveries) byKey.set(d.partitionKey, [...(byKey.get(d.partitionKey) ?? []), BigInt(d.id)]);
+    expect(byKey.size).toBe(200);
+    for (const ids of byKey.values()) expect(ids).toEqual([...ids].sort((a, b) => (a < b ? -1 : 1)));
+    // A retried intent carries its attempts.
+    const retried = all.filter((r) => failures.has(r.id));
+    for (const r of retried) expect(r.attempt_count).toBe(failures.get(r.id));
+    // No heads are left behind once everything is delivered.
+    expect(all.filter((r) => r.is_head)).toEqual([]);
+  }, 120_000);
+});
+
+const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+
+describe('the claim rule', () => {
+  test('a predecessor locked by another drainer blocks its successor; other partitions flow', async () => {
+    const spec = await freshOutbox(t.db);
+    const [a1, a2, b1] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:b']);
+    const other = t.kysely({ max: 1 });
+    await other.transaction().execute(async (trx) => {
+      await sql`select id from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where id = ${a1} for update`.execute(trx);
+      const sink = createRecordingSink();
+      const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
+      expect(sink.delivered.map((i) => i.id)).toEqual([b1]);
+      expect(result.delivered).toBe(1);
+    });
+    const sink = createRecordingSink();
+    await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
+    expect(sink.delivered.map((i) => i.id)).toEqual([a1, a2]);
+    await other.destroy();
+  });
+
+  test('a predecessor backing off blocks its successor until it is delivered', async () => {
+    const spec = await freshOutbox(t.db);
+    const [a1, a2] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a']);
+    let fail = true;
+    const sink = createRecordingSink({ outcome: (i) => (i.id === a1 && fail ? { kind: 'transient', error: 'down' } : undefined) });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000, maxMs: 60_000 } });
+    await drainer.drainOnce();
+    // a1 failed and is backing off (next_attempt_at in the future); a2 must not overtake it.
+    await drainer.drainOnce();
+    expect(sink.delivered).toEqual([]);
+    const [first, second] = await rows(t.db, spec);
+    expect(first).toMatchObject({ id: a1, attempt_count: 1, last_error: 'down', is_head: true });
+    expect(second).toMatchObject({ id: a2, attempt_count: 0, is_head: false });
+    fail = false;
+    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() where id = ${a1}`.execute(t.db);
+    await drainer.drainOnce();
+    expect(sink.delivered.map((i) => i.id)).toEqual([a1, a2]);
+  });
+
+  test('a poisoned predecessor does not block its successor', async () => {
+    const spec = await freshOutbox(t.db);
+    const [a1, a2, a3] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:a']);
+    const sink = createRecordingSink({ outcome: (i) => (i.id === a1 ? { kind: 'permanent', error: 'unknown type' } : undefined) });
+    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
+    expect(result.poisoned).toBe(1);
+    expect(sink.delivered.map((i) => i.id)).toEqual([a2, a3]);
+    const [first] = await rows(t.db, spec);
+    expect(first).toMatchObject({ id: a1, sent: false, attempt_count: 10, last_error: 'unknown type', is_head: false });
+  });
+
+  test('rows with an empty partition key group together', async () => {
+    const spec = await freshOutbox(t.db);
+    const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
+    // enqueue refuses an empty key; a table may still hold such rows (written by hand or by older code).
+    await sql`insert into ${table} (resource_id, payload, is_head) values
+      ('', ${JSON.stringify(payload(1))}, true), ('', ${JSON.stringify(payload(2))}, false), ('', ${JSON.stringify(payload(3))}, false)`.execute(t.db);
+    const [e1, e2, e3] = (await rows(t.db, spec)).map((r) => r.id);
+    const sink = createRecordingSink({ outcome: (i) => (i.id === e1 ? { kind: 'transient', error: 'later' } : undefined) });
+    await createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    expect(sink.delivered).toEqual([]); // e2, e3 wait behind e1 like any partition
+    await sql`update ${table} set next_attempt_at = now()`.execute(t.db);
+    const ok = createRecordingSink();
+    await createDrainer({ db: t.db, spec, sink: ok, logger: quiet }).drainOnce();
+    expect(ok.delivered.map((i) => i.id)).toEqual([e1, e2, e3]);
+  });
+
+  test('a run: a head and its followers are claimed together; a failure in the run releases the rest untouched', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['vpc:hot', 'vpc:hot', 'vpc:hot', 'vpc:hot', 'vpc:hot']);
+    const sink = createRecordingSink({ outcome: (i) => (i.id === ids[2] ? { kind: 'transient', error: 'blip' } : undefined) });
+    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    expect(sink.calls[0]?.map((i) => i.id)).toEqual(ids); // one batch carried the whole run
+    expect(result).toMatchObject({ delivered: 2, retried: 1, released: 2 });
+    const after = await rows(t.db, spec);
+    expect(after.map((r) => [r.sent, r.attempt_count, r.is_head])).toEqual([
+      [true, 0, false],
+      [true, 0, false],
+      [false, 1, true], // the failed row is the partition's head now, backing off
+      [false, 0, false],
+      [false, 0, false],
+    ]);
+  });
+});
+
+describe('a sink that misbehaves', () => {
+  const cases: Array<[string, (intents: readonly Intent[], signal: AbortSignal) => Promise<readonly Outcome[]>, RegExp]> = [
+    ['throws', async () => {
+      throw new Error('boom with Bearer s3cr3t');
+    }, /sink failed: Error: boom with Bearer \[redacted\]/],
+    ['hangs past its deadline', (_i, signal) => new Promise((_, reject) => signal.addEventListener('abort', () => setTimeout(() => reject(new Error('late')), 5_000))), /did not answer within 200 ms/],
+    ['returns the wrong number of outcomes', async () => [{ kind: 'delivered' }], /returned 1 outcomes for 2 intents/],
+  ];
+  for (const [name, deliver, error] of cases) {
+    test(`${name}: the batch is retried and the drainer lives on`, async () => {
+      const spec = await freshOutbox(t.db);
+      await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
+      const drainer = createDrainer({ db: t.db, spec, sink: { deliver: (i, c) => deliver(i, c.signal) }, deliveryTimeoutMs: 200, logger: quiet });
+      const result = await drainer.drainOnce();
+      expect(result).toMatchObject({ claimed: 2, retried: 2, delivered: 0 });
+      for (const row of await rows(t.db, spec)) {
+        expect(row.attempt_count).toBe(1);
+        expect(row.last_error).toMatch(error);
+      }
+      await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now()`.execute(t.db);
+      const sink = createRecordingSink();
+      await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
+      expect(sink.delivered).toHaveLength(2);
+    });
+  }
+});
+
+describe('flush', () => {
+  test('resolves once the partition’s intents are delivered', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:x', 'vpc:x', 'vpc:y']);
+    const sink = createRecordingSink();
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 3_600_000 });
+    await drainer.flush({ partitionKey: 'vpc:x', timeoutMs: 5_000 });
+    const state = await rows(t.db, spec);
+    expect(state.filter((r) => r.resource_id === 'vpc:x').every((r) => r.sent)).toBe(true);
+    await drainer.stop();
+  });
+
+  test('rejects with the reason when an intent is poisoned', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:p']);
+    const sink = createRecordingSink({ outcome: () => ({ kind: 'permanent', error: 'validation_error: type "vpcx" not found' }) });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet });
+    const error = await drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 5_000 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(FlushPoisonedError);
+    expect((error as FlushPoisonedError).lastError).toBe('validation_error: type "vpcx" not found');
+    await drainer.stop();
+  });
+
+  test('times out cleanly when delivery cannot happen in time', async () => {
+    const spec = await freshOutbox(t.db);
+    const [id] = await enqueueRows(t.db, spec, ['vpc:slow']);
+    const sink = createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'down' }) });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } });
+    const started = Date.now();
+    const error = await drainer.flush({ partitionKey: 'vpc:slow', timeoutMs: 300 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(FlushTimeoutError);
+    expect((error as FlushTimeoutError).pendingIds).toEqual([id]);
+    expect(Date.now() - started).toBeLessThan(2_000);
+    await drainer.stop();
+  });
+
+  test('resolves at once when nothing is pending for the partition', async () => {
+    const spec = await freshOutbox(t.db);
+    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });
+    await expect(drainer.flush({ partitionKey: 'vpc:none', timeoutMs: 100 })).resolves.toBeUndefined();
+  });
+});

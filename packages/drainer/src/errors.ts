@@ -1,0 +1,34 @@
+/** `flush` gave up: the partition's intents were not all delivered within `timeoutMs`. */
+export class FlushTimeoutError extends Error {
+  override readonly name = 'FlushTimeoutError';
+  readonly partitionKey: string;
+  /** Ids still pending when the time ran out. */
+  readonly pendingIds: readonly string[];
+  constructor(partitionKey: string, timeoutMs: number, pendingIds: readonly string[]) {
+    super(`flush(${JSON.stringify(partitionKey)}): ${pendingIds.length} intent(s) not delivered within ${timeoutMs} ms (ids ${pendingIds.join(', ')})`);
+    this.partitionKey = partitionKey;
+    this.pendingIds = pendingIds;
+  }
+}
+
+/** `flush` failed: an intent of the partition was poisoned; `lastError` says why. */
+export class FlushPoisonedError extends Error {
+  override readonly name = 'FlushPoisonedError';
+  readonly partitionKey: string;
+  readonly id: string;
+  readonly lastError: string | null;
+  constructor(partitionKey: string, id: string, lastError: string | null) {
+    super(`flush(${JSON.stringify(partitionKey)}): intent ${id} was poisoned: ${lastError ?? 'no error recorded'}`);
+    this.partitionKey = partitionKey;
+    this.id = id;
+    this.lastError = lastError;
+  }
+}
+
+/** The drainer was stopped while a `flush` was waiting. */
+export class DrainerStoppedError extends Error {
+  override readonly name = 'DrainerStoppedError';
+  constructor(message = 'the drainer was stopped') {
+    super(message);
+  }
+}

@@ -1,0 +1,86 @@
+import pg from 'pg';
+import { backoffDelayMs } from './backoff.js';
+import type { Logger } from './events.js';
+
+export interface ListenerOptions {
+  readonly connectionString: string;
+  readonly channel: string;
+  readonly onNotify: () => void;
+  readonly logger: Logger;
+}
+
+/**
+ * Holds one connection in `LISTEN channel` and calls `onNotify` for each notification. When the
+ * connection drops it reconnects with capped, jittered backoff; meanwhile the drainer's timer still
+ * guarantees delivery (notifications only cut latency, and may be lost).
+ */
+export class NotificationListener {
+  private client: pg.Client | undefined;
+  private stopped = false;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private failures = 0;
+  private connecting: Promise<void> | undefined;
+
+  constructor(private readonly options: ListenerOptions) {}
+
+  /** Connects and listens; resolves after the first attempt (successful or not: it keeps retrying). */
+  start(): Promise<void> {
+    this.stopped = false;
+    this.connecting = this.connect();
+    return this.connecting;
+  }
+
+  /** True while LISTEN is active. */
+  get listening(): boolean {
+    return this.client !== undefined;
+  }
+
+  private async connect(): Promise<void> {
+    if (this.stopped) return;
+    const client = new pg.Client({ connectionString: this.options.connectionString });
+    client.on('notification', () => this.options.onNotify());
+    client.on('error', (error) => this.lost(client, error));
+    client.on('end', () => this.lost(client, new Error('connection ended')));
+    try {
+      await client.connect();
+      if (this.stopped) {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      await client.query(`listen "${this.options.channel}"`);
+      this.client = client;
+      this.failures = 0;
+      // Whatever was committed while we were not listening: one pass picks it up.
+      this.options.onNotify();
+    } catch (error) {
+      await client.end().catch(() => undefined);
+      this.lost(client, error);
+    }
+  }
+
+  private lost(client: pg.Client, error: unknown): void {
+    if (this.client === client) this.client = undefined;
+    if (this.stopped || this.retryTimer !== undefined) return;
+    this.failures += 1;
+    const delay = Math.max(50, backoffDelayMs(this.failures, { baseMs: 100, maxMs: 30_000 }));
+    this.options.logger.warn(`LISTEN ${this.options.channel} lost; reconnecting in ${delay} ms`, {
+      error: error instanceof Error ? error.message : String(error),
+    });
+    client.end().catch(() => undefined);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.connecting = this.connect();
+    }, delay);
+  }
+
+  /** Stops listening and closes the connection. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    await this.connecting?.catch(() => undefined);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => undefined);
+  }
+}

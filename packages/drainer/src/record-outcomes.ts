@@ -1,0 +1,71 @@
+import { sql, type Transaction } from 'kysely';
+import { promoteHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
+import type { BatchOutcomes } from './deliver.js';
+import type { Intent } from './sink.js';
+
+/** What the outcome updates did, for events and pass counts. */
+export interface RecordedOutcomes {
+  readonly delivered: readonly Intent[];
+  readonly retried: ReadonlyArray<{ intent: Intent; error: string }>;
+  readonly poisoned: ReadonlyArray<{ intent: Intent; error: string }>;
+  readonly released: readonly Intent[];
+}
+
+/**
+ * Writes a batch's outcomes, one set-based statement per outcome class (DESIGN §5), then gives
+ * every partition whose head was delivered or poisoned its next head:
+ * - delivered: `sent_at = now()`;
+ * - transient: `attempt_count + 1`, `last_error`, `next_attempt_at = now() + delay` — poisoned when
+ *   that was the last attempt;
+ * - permanent: `attempt_count = maxAttempts` (poisoned at once), `last_error`.
+ * Released rows are not touched.
+ */
+export async function recordOutcomes(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  trx: Transaction<any>,
+  spec: OutboxSpec,
+  outcomes: BatchOutcomes,
+  delayMs: (intent: Intent) => number,
+): Promise<RecordedOutcomes> {
+  const table = sql.raw(tableNames(spec).table);
+  const moved = new Set<string>();
+
+  if (outcomes.delivered.length > 0) {
+    await sql`update ${table} set sent_at = now(), is_head = false
+      where id = any(${outcomes.delivered.map((i) => i.id)}::bigint[])`.execute(trx);
+    for (const intent of outcomes.delivered) moved.add(intent.partitionKey);
+  }
+
+  const retried: Array<{ intent: Intent; error: string }> = [];
+  const poisoned: Array<{ intent: Intent; error: string }> = [...outcomes.permanent];
+  if (outcomes.transient.length > 0) {
+    const rows = outcomes.transient;
+    const result = await sql<{ id: string; exhausted: boolean }>`
+      update ${table} t set
+        attempt_count = t.attempt_count + 1,
+        last_error = x.error,
+        next_attempt_at = now() + x.delay_ms * interval '1 millisecond',
+        is_head = t.is_head and t.attempt_count + 1 < ${spec.maxAttempts}
+      from unnest(${rows.map((r) => r.intent.id)}::bigint[], ${rows.map((r) => r.error)}::text[],
+                  ${rows.map((r) => delayMs(r.intent))}::float8[]) as x(id, error, delay_ms)
+      where t.id = x.id
+      returning t.id, t.attempt_count >= ${spec.maxAttempts} as exhausted`.execute(trx);
+    const exhausted = new Set(result.rows.filter((r) => r.exhausted).map((r) => String(r.id)));
+    for (const row of rows) {
+      if (exhausted.has(row.intent.id)) poisoned.push(row);
+      else retried.push(row);
+    }
+  }
+  if (outcomes.permanent.length > 0) {
+    const rows = outcomes.permanent;
+    await sql`
+      update ${table} t set attempt_count = greatest(t.attempt_count, ${spec.maxAttempts}), last_error = x.error, is_head = false
+      from unnest(${rows.map((r) => r.intent.id)}::bigint[], ${rows.map((r) => r.error)}::text[]) as x(id, error)
+      where t.id = x.id`.execute(trx);
+  }
+  for (const { intent } of poisoned) moved.add(intent.partitionKey);
+  // Partitions whose head moved (delivered or poisoned): the earliest deliverable row takes over —
+  // a released run row, a row that just failed transiently, or one inserted meanwhile.
+  await promoteHeads(trx, spec, [...moved]);
+  return { delivered: outcomes.delivered, retried, poisoned, released: outcomes.released };
+}

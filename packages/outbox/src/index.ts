@@ -1,0 +1,18 @@
+export {
+  defineOutbox,
+  REGISTER_OUTBOX_PARTITION,
+  TUPLE_OUTBOX_PARTITION,
+  type OutboxSpec,
+  type OutboxSpecInput,
+} from './define-outbox.js';
+export { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
+export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
+export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, type OutboxTableOptions } from './migration.js';
+export { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type IntentPayload, type TupleKey } from './payload.js';
+export { lockPartitions, partitionLockKey } from './partition-lock.js';
+export { promoteHeads, resetHeads } from './heads.js';
+export { outboxStats, outboxStatsQuery, type OutboxStats } from './stats.js';
+export { SQLSTATE, sqlState } from './sqlstate.js';
+export { tableNames } from './table-names.js';
+export type { OutboxRow, RegisterOutboxTable, TupleOutboxTable } from './types.js';
+export { verifyOutboxTable } from './verify.js';

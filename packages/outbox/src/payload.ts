@@ -1,0 +1,118 @@
+import { PayloadError } from './errors.js';
+
+/** An OpenFGA relationship tuple key, as the Write API takes it. */
+export interface TupleKey {
+  /** `type:id`, `type:id#relation` (a userset) or `type:*` (a wildcard). */
+  readonly user: string;
+  readonly relation: string;
+  /** `type:id`. */
+  readonly object: string;
+  /** A condition declared in the model, with the part of its context known at write time. */
+  readonly condition?: { readonly name: string; readonly context?: Record<string, unknown> };
+}
+
+/**
+ * What one intent asks of OpenFGA, applied as one transaction (deletes first). Extra fields are
+ * kept in the row (e.g. iam's `relations` summary for its coverage SQL) and ignored by the sink.
+ */
+export interface IntentPayload {
+  readonly writes?: readonly TupleKey[];
+  readonly deletes?: readonly TupleKey[];
+  readonly [extra: string]: unknown;
+}
+
+/** OpenFGA accepts at most this many tuple operations (writes + deletes) in one Write request. */
+export const MAX_TUPLES_PER_INTENT = 100;
+
+// OpenFGA's own forms: a type or relation has no ':', '#', '@' or whitespace; an id no ':', '#' or
+// whitespace (OpenFGA refuses an object or user with a second ':'). No NUL anywhere: Postgres
+// cannot store it, so it would fail the caller's transaction with a driver error, not a PayloadError.
+const TYPE = '[^:#@\\s\\0]{1,254}';
+const ID = '[^:#\\s\\0]{1,256}';
+const RELATION_NAME = '[^:#@\\s\\0]{1,50}';
+const RELATION = new RegExp(`^${RELATION_NAME}$`);
+const OBJECT = new RegExp(`^${TYPE}:${ID}$`);
+// `type:*`, `type:id` or `type:id#relation`; never a wildcard userset (`type:*#relation`).
+const USER = new RegExp(`^${TYPE}:(\\*|(?!\\*#)${ID}(#${RELATION_NAME})?)$`);
+const CONDITION_NAME = /^[^\s\0]{1,50}$/;
+
+function tupleKey(path: string, value: unknown): TupleKey {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new PayloadError(path, 'expected a tuple key { user, relation, object, condition? }');
+  }
+  const { user, relation, object, condition } = value as Record<string, unknown>;
+  if (typeof user !== 'string' || !USER.test(user) || user.length > 512) {
+    throw new PayloadError(`${path}.user`, `expected "type:id", "type:id#relation" or "type:*", got ${JSON.stringify(user)}`);
+  }
+  if (typeof relation !== 'string' || !RELATION.test(relation)) {
+    throw new PayloadError(`${path}.relation`, `expected a relation name (no ':', '#', '@' or spaces), got ${JSON.stringify(relation)}`);
+  }
+  if (typeof object !== 'string' || !OBJECT.test(object) || object.length > 256) {
+    throw new PayloadError(`${path}.object`, `expected "type:id", got ${JSON.stringify(object)}`);
+  }
+  if (object.endsWith(':*')) throw new PayloadError(`${path}.object`, 'an object cannot be a wildcard');
+  if (condition !== undefined) {
+    if (condition === null || typeof condition !== 'object' || Array.isArray(condition)) {
+      throw new PayloadError(`${path}.condition`, 'expected { name, context? }');
+    }
+    const { name, context } = condition as Record<string, unknown>;
+    if (typeof name !== 'string' || !CONDITION_NAME.test(name)) {
+      throw new PayloadError(`${path}.condition.name`, `expected a condition name, got ${JSON.stringify(name)}`);
+    }
+    if (context !== undefined && (context === null || typeof context !== 'object' || Array.isArray(context))) {
+      throw new PayloadError(`${path}.condition.context`, 'expected an object');
+    }
+  }
+  return value as TupleKey;
+}
+
+function tupleList(path: string, value: unknown): readonly TupleKey[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw new PayloadError(path, 'expected an array of tuple keys');
+  return value.map((item, index) => tupleKey(`${path}[${index}]`, item));
+}
+
+/**
+ * Checks an intent payload against DESIGN §4: writes/deletes of well-formed tuple keys, 1 to 100
+ * operations, no tuple key twice (OpenFGA refuses a request that names one twice, even once as a
+ * write and once as a delete). Throws a {@link PayloadError} naming the offending path.
+ */
+export function validatePayload(payload: unknown, path = 'payload'): IntentPayload {
+  if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
+    throw new PayloadError(path, 'expected { writes?: TupleKey[], deletes?: TupleKey[] }');
+  }
+  const record = payload as Record<string, unknown>;
+  const writes = tupleList(`${path}.writes`, record.writes);
+  const deletes = tupleList(`${path}.deletes`, record.deletes);
+  const total = writes.length + deletes.length;
+  if (total === 0) throw new PayloadError(path, 'needs at least one write or delete');
+  if (total > MAX_TUPLES_PER_INTENT) {
+    throw new PayloadError(path, `has ${total} operations; OpenFGA takes at most ${MAX_TUPLES_PER_INTENT} in one request: split the intent`);
+  }
+  const seen = new Map<string, string>();
+  const check = (list: readonly TupleKey[], kind: string) =>
+    list.forEach((key, index) => {
+      const id = `${key.user} ${key.relation} ${key.object}`;
+      const first = seen.get(id);
+      if (first !== undefined) {
+        throw new PayloadError(`${path}.${kind}[${index}]`, `repeats the tuple key of ${first} (${key.user}, ${key.relation}, ${key.object})`);
+      }
+      seen.set(id, `${path}.${kind}[${index}]`);
+    });
+  check(writes, 'writes');
+  check(deletes, 'deletes');
+  return record as IntentPayload;
+}
+
+/**
+ * Checks a partition key: a non-empty string of at most 1024 UTF-8 bytes (it is indexed, and a
+ * btree entry holds at most ~2.7 kB) without NUL characters (Postgres text cannot hold them).
+ */
+export function validatePartitionKey(key: unknown, path = 'partitionKey'): string {
+  if (typeof key !== 'string' || key.length === 0) {
+    throw new PayloadError(path, `expected a non-empty string (the resource id or tuple key), got ${JSON.stringify(key)}`);
+  }
+  if (Buffer.byteLength(key, 'utf8') > 1_024) throw new PayloadError(path, 'is longer than 1024 bytes (UTF-8)');
+  if (key.includes('\0')) throw new PayloadError(path, 'contains a NUL character, which Postgres cannot store');
+  return key;
+}
