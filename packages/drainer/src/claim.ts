@@ -45,14 +45,18 @@ export async function claimBatch(
   const n = tableNames(spec);
   const table = sql.raw(n.table);
   const key = sql.raw(n.partition);
-  const heads = await sql<ClaimedRow>`
-    select id, ${key} as key, payload, attempt_count from ${table}
+  // Only `is_head` and due in the WHERE clause: with more predicates the planner may AND in the
+  // pending index and sort every head, where this reads the claim index in order and stops at the
+  // batch. A head is pending and deliverable by invariant; `deliverable` double-checks it.
+  const heads = await sql<ClaimedRow & { deliverable: boolean }>`
+    select id, ${key} as key, payload, attempt_count,
+           sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts} as deliverable
+    from ${table}
     where is_head and next_attempt_at <= now()
-      and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}
     order by next_attempt_at, id
     limit ${batchSize}
     for update skip locked`.execute(trx);
-  const claimed = heads.rows.map(toIntent);
+  const claimed = heads.rows.filter((row) => row.deliverable).map(toIntent);
   const room = batchSize - claimed.length;
   if (room <= 0 || claimed.length === 0) return { intents: claimed, heads: claimed.length };
 

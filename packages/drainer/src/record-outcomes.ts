@@ -12,8 +12,8 @@ export interface RecordedOutcomes {
 }
 
 /**
- * Writes a batch's outcomes, one set-based statement per outcome class (DESIGN §5), then gives
- * every partition whose head was delivered or poisoned its next head:
+ * Writes a batch's outcomes, one set-based statement per outcome class (DESIGN §5); the last one
+ * also gives every partition whose head was delivered or poisoned its next head:
  * - delivered: `sent_at = now()`;
  * - transient: `attempt_count + 1`, `last_error`, `next_attempt_at = now() + delay` — poisoned when
  *   that was the last attempt;
@@ -30,11 +30,7 @@ export async function recordOutcomes(
   const table = sql.raw(tableNames(spec).table);
   const moved = new Set<string>();
 
-  if (outcomes.delivered.length > 0) {
-    await sql`update ${table} set sent_at = now(), is_head = false
-      where id = any(${outcomes.delivered.map((i) => i.id)}::bigint[])`.execute(trx);
-    for (const intent of outcomes.delivered) moved.add(intent.partitionKey);
-  }
+  for (const intent of outcomes.delivered) moved.add(intent.partitionKey);
 
   const retried: Array<{ intent: Intent; error: string }> = [];
   const poisoned: Array<{ intent: Intent; error: string }> = [...outcomes.permanent];
@@ -66,6 +62,7 @@ export async function recordOutcomes(
   for (const { intent } of poisoned) moved.add(intent.partitionKey);
   // Partitions whose head moved (delivered or poisoned): the earliest deliverable row takes over —
   // a released run row, a row that just failed transiently, or one inserted meanwhile.
-  await promoteHeads(trx, spec, [...moved]);
+  // Failures are written first so that this statement, which also marks the delivered rows, sees them.
+  await promoteHeads(trx, spec, [...moved], { markDelivered: outcomes.delivered.map((i) => i.id) });
   return { delivered: outcomes.delivered, retried, poisoned, released: outcomes.released };
 }

@@ -3,16 +3,29 @@ import type { OutboxSpec } from './define-outbox.js';
 import { lockPartitions } from './partition-lock.js';
 import { tableNames } from './table-names.js';
 
-/** The earliest deliverable row of each key (null when none is visible), promoted if not yet head. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function promoteStatement(trx: Kysely<any>, spec: OutboxSpec, keys: readonly string[]): Promise<string[]> {
+/**
+ * The earliest deliverable row of each key (null when none is visible), promoted if not yet head.
+ * With `delivered`, the same statement first marks those rows delivered (and excludes them: the
+ * statement's snapshot predates its own updates) — one round trip per batch instead of two.
+ */
+async function promoteStatement(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  trx: Kysely<any>,
+  spec: OutboxSpec,
+  keys: readonly string[],
+  delivered: readonly string[] = [],
+): Promise<string[]> {
   const n = tableNames(spec);
   const result = await sql<{ key: string }>`
-    with want as (
+    with delivered as (
+      update ${sql.raw(n.table)} set sent_at = now(), is_head = false
+      where id = any(${[...delivered]}::bigint[])
+      returning id
+    ), want as (
       select k.key, (
         select x.id from ${sql.raw(n.table)} x
         where x.${sql.raw(n.partition)} = k.key and x.sent_at is null and x.retired_at is null
-          and x.attempt_count < ${spec.maxAttempts}
+          and x.attempt_count < ${spec.maxAttempts} and x.id <> all(${[...delivered]}::bigint[])
         order by x.id limit 1
       ) as head_id
       from (select distinct unnest(${[...keys]}::text[]) as key) k
@@ -32,14 +45,20 @@ async function promoteStatement(trx: Kysely<any>, spec: OutboxSpec, keys: readon
  * When a key shows no deliverable row, an enqueue for it may be in flight (it saw the old head and
  * inserted a non-head row). So the key's advisory lock is taken (waiting for that enqueue to
  * commit) and the key looked at again in a new statement. Must run in a READ COMMITTED transaction
- * that holds the row locks of the demoted heads.
+ * that holds the row locks of the demoted heads. `markDelivered` folds the drainer's "delivered"
+ * update into the same statement.
  *
  * @internal shared by @outbox/drainer and @outbox/reconciler; not for application code.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function promoteHeads(trx: Kysely<any>, spec: OutboxSpec, keys: readonly string[]): Promise<void> {
-  if (keys.length === 0) return;
-  const headless = await promoteStatement(trx, spec, keys);
+export async function promoteHeads(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  trx: Kysely<any>,
+  spec: OutboxSpec,
+  keys: readonly string[],
+  options: { readonly markDelivered?: readonly string[] } = {},
+): Promise<void> {
+  if (keys.length === 0 && !options.markDelivered?.length) return;
+  const headless = await promoteStatement(trx, spec, keys, options.markDelivered);
   if (headless.length === 0) return;
   await lockPartitions(spec, headless).execute(trx);
   await promoteStatement(trx, spec, headless);

@@ -1,0 +1,162 @@
+import { createDrainer, type Sink } from '@outbox/drainer';
+import { createOutboxTable, defineOutbox, type OutboxSpec } from '@outbox/outbox';
+import { createDatabase, startStack } from '@outbox/test-stack';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import { claimBatch } from '../packages/drainer/src/claim.js';
+
+const ROWS = 100_000;
+const BATCH = 100;
+const WORKERS = 2;
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Db = Kysely<any>;
+const kysely = (url: string, max = 4): Db => new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
+const noopSink: Sink = { deliver: async (intents) => intents.map(() => ({ kind: 'delivered' as const })) };
+const payload = `'{"writes":[{"user":"user:a","relation":"owner","object":"vpc:1"}]}'::jsonb`;
+
+/** The backlog shapes of DESIGN §5: key expression over the row number i (1-based). */
+const SHAPES: ReadonlyArray<{ name: string; key: string }> = [
+  { name: '1000 keys interleaved', key: `'k' || (i % 1000)` },
+  { name: '10 keys', key: `'k' || (i % 10)` },
+  { name: 'one 50k-row key, then 1000 keys', key: `case when i <= 50000 then 'hot' else 'k' || (i % 1000) end` },
+  { name: '100k distinct keys', key: `'k' || i` },
+];
+
+async function fill(db: Db, spec: OutboxSpec, key: string, rows: number, delivered = false): Promise<void> {
+  const table = `"${spec.schema}"."${spec.tableName}"`;
+  // is_head: the first row of each key, exactly as enqueue would have set it.
+  await sql.raw(`
+    insert into ${table} (resource_id, payload, is_head, sent_at)
+    select k, ${payload}, ${delivered ? 'false' : 'row_number() over (partition by k order by i) = 1'}, ${delivered ? 'now()' : 'null'}
+    from (select i, ${key} as k from generate_series(1, ${rows}) i) s order by i`).execute(db);
+  await sql.raw(`vacuum analyze ${table}`).execute(db);
+}
+
+async function rawLoop(url: string, table: string): Promise<number> {
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: WORKERS }, async () => {
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      for (;;) {
+        await client.query('begin');
+        const { rows } = await client.query<{ id: string }>(
+          `select id from ${table} where sent_at is null and retired_at is null order by id limit ${BATCH} for update skip locked`,
+        );
+        if (rows.length > 0) await client.query(`update ${table} set sent_at = now() where id = any($1::bigint[])`, [rows.map((r) => r.id)]);
+        await client.query('commit');
+        if (rows.length === 0) break;
+      }
+      await client.end();
+    }),
+  );
+  return performance.now() - started;
+}
+
+async function orderedDrain(url: string, spec: OutboxSpec): Promise<number> {
+  const dbs = Array.from({ length: WORKERS }, () => kysely(url, 2));
+  const started = performance.now();
+  await Promise.all(
+    dbs.map(async (db) => {
+      const drainer = createDrainer({ db, spec, sink: noopSink, batchSize: BATCH });
+      for (;;) {
+        const result = await drainer.drainOnce();
+        if (result.claimed === 0) break;
+      }
+    }),
+  );
+  const elapsed = performance.now() - started;
+  await Promise.all(dbs.map((db) => db.destroy()));
+  return elapsed;
+}
+
+async function claimMs(db: Db, spec: OutboxSpec, rounds = 200): Promise<number> {
+  const times: number[] = [];
+  for (let i = 0; i < rounds; i += 1) {
+    await db
+      .transaction()
+      .execute(async (trx) => {
+        const started = performance.now();
+        await claimBatch(trx, spec, BATCH);
+        times.push(performance.now() - started);
+        throw new Error('rollback');
+      })
+      .catch(() => undefined);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)] as number;
+}
+
+const rate = (rows: number, ms: number) => Math.round(rows / (ms / 1000));
+
+/** The drain benchmark (issue 4): ordered drain vs raw SKIP LOCKED per backlog shape, and claim cost vs delivered rows. */
+export async function benchDrain(): Promise<string> {
+  const stack = await startStack({ fastPostgres: false });
+  const lines: string[] = [];
+  try {
+    const url = await createDatabase(stack.postgresUrl, 'bench_drain');
+    const db = kysely(url);
+    lines.push(
+      `### Drain throughput: ${ROWS / 1000}k intents, no-op sink, batch ${BATCH}, ${WORKERS} workers`,
+      '',
+      '| backlog shape | raw unordered SKIP LOCKED | @outbox/drainer (ordered) | ratio |',
+      '| --- | --- | --- | --- |',
+    );
+    let n = 0;
+    for (const shape of SHAPES) {
+      n += 1;
+      const raw = defineOutbox({ table: `bench.raw_${n}`, partitionColumn: 'resource_id' });
+      const ours = defineOutbox({ table: `bench.ordered_${n}`, partitionColumn: 'resource_id' });
+      await createOutboxTable(db, raw);
+      await createOutboxTable(db, ours);
+      await fill(db, raw, shape.key, ROWS);
+      await fill(db, ours, shape.key, ROWS);
+      const rawMs = await rawLoop(url, `"bench"."raw_${n}"`);
+      const oursMs = await orderedDrain(url, ours);
+      const left = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(`"bench"."ordered_${n}"`)} where sent_at is null`.execute(db);
+      if (left.rows[0]?.n !== 0) throw new Error(`ordered drain left ${left.rows[0]?.n} rows undelivered`);
+      lines.push(`| ${shape.name} | ${rate(ROWS, rawMs).toLocaleString('en')} rows/s | ${rate(ROWS, oursMs).toLocaleString('en')} rows/s | ${(rawMs / oursMs).toFixed(2)}× |`);
+      console.error(lines.at(-1));
+    }
+
+    // Claim cost against delivered rows: 1,000 pending heads, with 0 and with 1M delivered rows.
+    const empty = defineOutbox({ table: 'bench.claim_empty', partitionColumn: 'resource_id' });
+    const full = defineOutbox({ table: 'bench.claim_full', partitionColumn: 'resource_id' });
+    await createOutboxTable(db, empty);
+    await createOutboxTable(db, full);
+    await fill(db, full, `'d' || i`, 1_000_000, true);
+    await fill(db, empty, `'k' || (i % 1000)`, 10_000);
+    await fill(db, full, `'k' || (i % 1000)`, 10_000);
+    const emptyMs = await claimMs(db, empty);
+    const fullMs = await claimMs(db, full);
+
+    // And what un-vacuumed delivered heads cost: drain 100k single-row keys, claim before and after VACUUM.
+    const churn = defineOutbox({ table: 'bench.claim_churn', partitionColumn: 'resource_id' });
+    await createOutboxTable(db, churn);
+    await sql.raw(`alter table "bench"."claim_churn" set (autovacuum_enabled = false)`).execute(db);
+    await fill(db, churn, `'c' || i`, 100_000);
+    await orderedDrain(url, churn);
+    await fill(db, churn, `'k' || (i % 1000)`, 10_000);
+    await sql.raw(`analyze "bench"."claim_churn"`).execute(db);
+    const dirtyMs = await claimMs(db, churn, 50);
+    await sql.raw(`vacuum "bench"."claim_churn"`).execute(db);
+    const cleanMs = await claimMs(db, churn, 50);
+
+    lines.push(
+      '',
+      `### Claim cost (median of 200 claims of ${BATCH}, rolled back; 1,000 pending keys of 10 rows)`,
+      '',
+      '| table | claim |',
+      '| --- | --- |',
+      `| no delivered rows | ${emptyMs.toFixed(2)} ms |`,
+      `| 1M delivered rows (vacuumed) | ${fullMs.toFixed(2)} ms (${(fullMs / emptyMs).toFixed(2)}× empty) |`,
+      `| 100k heads just delivered, not vacuumed | ${dirtyMs.toFixed(2)} ms |`,
+      `| the same after VACUUM | ${cleanMs.toFixed(2)} ms |`,
+    );
+    await db.destroy();
+  } finally {
+    await stack.stop();
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,29 @@
+import { describe, expect, test } from 'vitest';
+import { backoffDelayMs } from './backoff.js';
+import { MAX_LAST_ERROR_LENGTH, sanitizeLastError } from './last-error.js';
+
+describe('backoff', () => {
+  test('grows exponentially under full jitter and stops at the cap', () => {
+    const top = () => 0.999_999;
+    expect(backoffDelayMs(0, { baseMs: 100, maxMs: 10_000 }, top)).toBe(99);
+    expect(backoffDelayMs(3, { baseMs: 100, maxMs: 10_000 }, top)).toBe(799);
+    expect(backoffDelayMs(20, { baseMs: 100, maxMs: 10_000 }, top)).toBe(9_999);
+    expect(backoffDelayMs(5, { baseMs: 100, maxMs: 10_000 }, () => 0)).toBe(0);
+  });
+  test('defaults: 1 s base, 5 min cap', () => {
+    expect(backoffDelayMs(0, {}, () => 0.5)).toBe(500);
+    expect(backoffDelayMs(50, {}, () => 0.5)).toBe(150_000);
+  });
+});
+
+describe('last_error', () => {
+  test('carries no credentials', () => {
+    const raw = 'POST failed: Authorization: Bearer abc.def.ghi token=xyz password: hunter2 at postgres://app:pw@db:5432/x';
+    const clean = sanitizeLastError(new Error(raw));
+    for (const secret of ['abc.def.ghi', 'xyz', 'hunter2', 'app:pw']) expect(clean).not.toContain(secret);
+    expect(clean).toContain('POST failed');
+  });
+  test('is truncated', () => {
+    expect(sanitizeLastError('x'.repeat(10_000))).toHaveLength(MAX_LAST_ERROR_LENGTH);
+  });
+});
