@@ -28,8 +28,9 @@ export interface OutboxSpecInput {
   readonly maxAttempts?: number;
   /**
    * For set-valued rows: SQL that is true when the delivered successor `s` re-determined everything
-   * the poisoned row `t` named, e.g. `s.payload->'relations' @> t.payload->'relations'`. Coverage
-   * only, never direction (the reconciler adds `s.id > t.id`). Unset: any delivered successor covers.
+   * the poisoned row `t` named, e.g. `(s.payload->'relations') @> (t.payload->'relations')` (the
+   * parentheses matter: `->` and `@>` bind equally, left to right). Coverage only, never direction
+   * (the reconciler adds `s.id > t.id`). Unset: any delivered successor covers.
    */
   readonly supersededCoverageSql?: string;
 }

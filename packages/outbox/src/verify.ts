@@ -62,7 +62,9 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
     from pg_index i where i.indrelid = ${oid}`.execute(db);
   const hasIndex = (cols: string[], predicate: (p: string) => boolean) =>
     indexes.rows.some((i) => i.columns.join(',') === cols.join(',') && predicate(normalise(i.predicate)));
-  const isPending = (p: string) => p.includes('sent_at is null') && p.includes('retired_at is null');
+  // Exactly the pending predicate: a narrower (or an OR-ed) index does not serve every pending row.
+  const isPending = (p: string) =>
+    p === 'sent_at is null and retired_at is null' || p === 'retired_at is null and sent_at is null';
   if (!hasIndex([spec.partitionColumn, 'id'], isPending)) {
     missing.push(`partial index (${spec.partitionColumn}, id) where sent_at is null and retired_at is null (partition head)`);
   }

@@ -55,13 +55,15 @@ export function useTestDatabase(): TestDatabase {
     const stack = provided();
     const name = `t_${randomBytes(6).toString('hex')}`;
     const url = await createDatabase(stack.postgresUrl, name, stack.templateDatabase);
+    // An idle client whose connection is cut (the drop at the end) must not crash the worker.
+    const newPool = (config?: pg.PoolConfig) => new pg.Pool({ connectionString: url, ...config }).on('error', () => undefined);
     const pool = (config?: pg.PoolConfig) => {
-      const p = new pg.Pool({ connectionString: url, ...config });
+      const p = newPool(config);
       pools.push(p);
       return p;
     };
     const kysely = (config?: pg.PoolConfig) => {
-      const k = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, ...config }) }) });
+      const k = new Kysely({ dialect: new PostgresDialect({ pool: newPool(config) }) });
       kyselys.push(k);
       return k;
     };
@@ -70,10 +72,33 @@ export function useTestDatabase(): TestDatabase {
   afterAll(async () => {
     for (const k of kyselys) await k.destroy();
     for (const p of pools) if (!p.ended) await p.end();
-    if (current) await dropDatabase(provided().postgresUrl, current.name);
+    if (current) {
+      // pool.end() resolves before the server has seen every connection go: wait for that, so the
+      // forced drop below does not cut a connection that is still closing.
+      await waitForNoSessions(provided().postgresUrl, current.name);
+      await dropDatabase(provided().postgresUrl, current.name);
+    }
     current = undefined;
   });
   return late('useTestDatabase()', () => current);
+}
+
+async function waitForNoSessions(serverUrl: string, database: string, timeoutMs = 3_000): Promise<void> {
+  const client = new pg.Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      const { rows } = await client.query<{ n: number }>(
+        'select count(*)::int as n from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()',
+        [database],
+      );
+      if (rows[0]?.n === 0) return;
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+  } finally {
+    await client.end();
+  }
 }
 
 /** An OpenFGA store of the test file's own, with the project's authorization model loaded. */

@@ -1,0 +1,149 @@
+import { describe, expect, test } from 'vitest';
+import { defineOutbox, REGISTER_OUTBOX_PARTITION, TUPLE_OUTBOX_PARTITION, type OutboxSpecInput } from './define-outbox.js';
+import { OutboxConfigError } from './errors.js';
+
+const valid: OutboxSpecInput = { table: 'vpc.fga_register_outbox', partitionColumn: REGISTER_OUTBOX_PARTITION };
+
+/** The OutboxConfigError that `defineOutbox(input)` throws (fails the test when it does not throw). */
+function refusal(input: unknown): OutboxConfigError {
+  try {
+    defineOutbox(input as OutboxSpecInput);
+  } catch (error) {
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    return error as OutboxConfigError;
+  }
+  throw new Error(`defineOutbox accepted ${JSON.stringify(input)}`);
+}
+
+describe('defineOutbox', () => {
+  test('builds a frozen spec with the documented defaults', () => {
+    const spec = defineOutbox(valid);
+    expect(spec).toEqual({
+      table: 'vpc.fga_register_outbox',
+      schema: 'vpc',
+      tableName: 'fga_register_outbox',
+      partitionColumn: 'resource_id',
+      channel: 'vpc_fga_register_outbox',
+      maxAttempts: 10,
+      supersededCoverageSql: undefined,
+    });
+    expect(Object.isFrozen(spec)).toBe(true);
+  });
+
+  test('keeps an explicit channel, maxAttempts and (trimmed) coverage SQL', () => {
+    const spec = defineOutbox({
+      table: 'iam.fga_outbox',
+      partitionColumn: TUPLE_OUTBOX_PARTITION,
+      channel: 'iam_outbox',
+      maxAttempts: 3,
+      supersededCoverageSql: "  (s.payload->'relations') @> (t.payload->'relations')  ",
+    });
+    expect(spec.partitionColumn).toBe('tuple_key');
+    expect(spec.channel).toBe('iam_outbox');
+    expect(spec.maxAttempts).toBe(3);
+    expect(spec.supersededCoverageSql).toBe("(s.payload->'relations') @> (t.payload->'relations')");
+  });
+
+  test('refuses a missing spec object', () => {
+    expect(refusal(undefined).field).toBe('spec');
+    expect(refusal(null).field).toBe('spec');
+    expect(refusal('vpc.outbox').field).toBe('spec');
+  });
+
+  test('partitionColumn is required and has no default', () => {
+    for (const partitionColumn of [undefined, null, '']) {
+      const error = refusal({ table: 'vpc.outbox', partitionColumn });
+      expect(error.field).toBe('partitionColumn');
+      expect(error.message).toContain('resource_id');
+      expect(error.message).toContain('tuple_key');
+    }
+  });
+
+  test.each([
+    ['no schema', 'fga_register_outbox'],
+    ['three parts', 'db.vpc.outbox'],
+    ['an empty schema', '.outbox'],
+    ['an empty table name', 'vpc.'],
+    ['upper case', 'VPC.Outbox'],
+    ['a quoted name', 'vpc."outbox"'],
+    ['a space', 'vpc.fga outbox'],
+    ['a leading digit', 'vpc.1outbox'],
+    ['a statement injected with ";"', 'x; drop table y'],
+    ['a statement injected into the table name', 'vpc.x; drop table y'],
+    ['a statement injected into the schema', 'x; drop table y.outbox'],
+    ['a comment', 'vpc.outbox--'],
+    ['a table name over 40 characters (no room for its index names)', `vpc.${'t'.repeat(41)}`],
+    ['a schema over 63 characters', `${'s'.repeat(64)}.outbox`],
+    ['not a string', 42],
+  ])('refuses a table with %s', (_what, table) => {
+    expect(refusal({ table, partitionColumn: 'resource_id' }).field).toBe('table');
+  });
+
+  test('names the part of the table that is wrong', () => {
+    expect(refusal({ table: 'Vpc.outbox', partitionColumn: 'resource_id' }).message).toContain('the schema');
+    expect(refusal({ table: 'vpc.Outbox', partitionColumn: 'resource_id' }).message).toContain('the table name');
+  });
+
+  test('accepts a 40-character table name (its derived index names fit in 63 bytes)', () => {
+    expect(defineOutbox({ table: `vpc.${'t'.repeat(40)}`, partitionColumn: 'resource_id' }).tableName).toHaveLength(40);
+  });
+
+  test.each([
+    'resource_id; drop table y',
+    'resource_id"; drop table y; --',
+    'Resource_Id',
+    'resource id',
+    'resource-id',
+    '1resource',
+    'r'.repeat(64),
+    7,
+  ])('refuses partitionColumn %j', (partitionColumn) => {
+    expect(refusal({ table: 'vpc.outbox', partitionColumn }).field).toBe('partitionColumn');
+  });
+
+  test.each([
+    "vpc'); select pg_sleep(10); --",
+    'vpc"outbox',
+    "vpc'outbox",
+    'vpc outbox',
+    'Vpc_Outbox',
+    '',
+    'c'.repeat(64),
+  ])('refuses channel %j', (channel) => {
+    expect(refusal({ ...valid, channel }).field).toBe('channel');
+  });
+
+  test('refuses a default channel that would be longer than an identifier', () => {
+    expect(refusal({ table: `${'s'.repeat(40)}.${'t'.repeat(30)}`, partitionColumn: 'resource_id' }).field).toBe('channel');
+  });
+
+  test.each([0, -1, 1.5, 1_001, Number.NaN, '10'])('refuses maxAttempts %j', (maxAttempts) => {
+    expect(refusal({ ...valid, maxAttempts }).field).toBe('maxAttempts');
+  });
+
+  test('accepts maxAttempts from 1 to 1000', () => {
+    expect(defineOutbox({ ...valid, maxAttempts: 1 }).maxAttempts).toBe(1);
+    expect(defineOutbox({ ...valid, maxAttempts: 1_000 }).maxAttempts).toBe(1_000);
+  });
+
+  test.each([
+    ['a second statement', "s.payload @> t.payload; delete from vpc.outbox"],
+    ['a trailing ";"', 's.id > 0;'],
+    ['a line comment', 's.id > 0 -- and t.id > 0'],
+    ['a block comment', 's.id > 0 /* x */'],
+    ['a ")" that escapes its group', 'true) or (true'],
+    ['an unclosed "("', '(s.id > t.id'],
+    ['blank text', '   '],
+    ['not a string', 1],
+  ])('refuses coverage SQL with %s', (_what, supersededCoverageSql) => {
+    expect(refusal({ ...valid, supersededCoverageSql }).field).toBe('supersededCoverageSql');
+  });
+
+  test('every refusal is an Error that names its field in the message', () => {
+    const error = refusal({ table: 'x; drop table y', partitionColumn: 'resource_id' });
+    expect(error).toBeInstanceOf(Error);
+    expect(error.name).toBe('OutboxConfigError');
+    expect(error.message).toMatch(/^table: /);
+    expect(error.message).toContain('x; drop table y');
+  });
+});

@@ -1,0 +1,186 @@
+import { useTestDatabase } from '@outbox/test-stack';
+import { sql } from 'kysely';
+import { describe, expect, test } from 'vitest';
+import { defineOutbox, type OutboxSpec } from './define-outbox.js';
+import { createOutboxTable } from './migration.js';
+import { outboxStats, outboxStatsQuery } from './stats.js';
+
+const t = useTestDatabase();
+
+/** The states of DESIGN §2, written as direct SQL. */
+type State = 'deliverable' | 'backing-off' | 'delivered' | 'poisoned' | 'retired';
+
+interface Seed {
+  readonly key: string;
+  readonly state: State;
+  readonly relations?: readonly string[];
+  readonly ageSeconds?: number;
+}
+
+/** Inserts `seeds` in order (so ids follow the array) and sets each one's state. */
+async function seed(spec: OutboxSpec, seeds: readonly Seed[]): Promise<void> {
+  const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
+  const column = sql.raw(`"${spec.partitionColumn}"`);
+  for (const row of seeds) {
+    const payload = JSON.stringify({
+      writes: [{ user: 'project:p1', relation: 'project', object: 'vpc:v1' }],
+      relations: row.relations ?? [],
+    });
+    const max = spec.maxAttempts;
+    await sql`
+      insert into ${table} (${column}, payload, created_at, attempt_count, next_attempt_at, sent_at, retired_at, retired_reason)
+      values (
+        ${row.key}, ${payload}::jsonb, now() - make_interval(secs => ${row.ageSeconds ?? 0}),
+        ${row.state === 'poisoned' || row.state === 'retired' ? max : row.state === 'backing-off' ? 2 : 0},
+        now() + ${row.state === 'backing-off' ? sql`interval '1 hour'` : sql`interval '0'`},
+        ${row.state === 'delivered' ? sql`now()` : null},
+        ${row.state === 'retired' ? sql`now()` : null},
+        ${row.state === 'retired' ? 'superseded by a later delivery' : null}
+      )`.execute(t.db);
+  }
+}
+
+describe('outboxStats', () => {
+  test('an empty outbox counts nothing and has no oldest pending age', async () => {
+    const spec = defineOutbox({ table: 'stats.empty_outbox', partitionColumn: 'resource_id' });
+    await createOutboxTable(t.db, spec);
+    expect(await outboxStats(t.db, spec)).toEqual({
+      pending: 0,
+      deliverable: 0,
+      poisoned: 0,
+      superseded: 0,
+      retired: 0,
+      oldestPendingAgeSeconds: null,
+    });
+  });
+
+  test('counts delivered, pending, poisoned, superseded and retired rows by DESIGN §2', async () => {
+    const spec = defineOutbox({ table: 'stats.register_outbox', partitionColumn: 'resource_id', maxAttempts: 5 });
+    await createOutboxTable(t.db, spec);
+    await seed(spec, [
+      // a: poisoned, then a later row of its partition was delivered: superseded.
+      { key: 'vpc:a', state: 'poisoned', ageSeconds: 300 },
+      { key: 'vpc:a', state: 'delivered' },
+      // b: the delivered row came BEFORE the poisoned one: poisoned, not superseded.
+      { key: 'vpc:b', state: 'delivered' },
+      { key: 'vpc:b', state: 'poisoned', ageSeconds: 90 },
+      // c: poisoned; the later delivered row is of another partition: not superseded.
+      { key: 'vpc:c', state: 'poisoned' },
+      { key: 'vpc:other', state: 'delivered' },
+      // d: a superseded row a human retired: retired only, not pending, poisoned or superseded.
+      { key: 'vpc:d', state: 'retired', ageSeconds: 3_600 },
+      { key: 'vpc:d', state: 'delivered' },
+      // e: deliverable now, and deliverable but backing off (after a transient failure).
+      { key: 'vpc:e', state: 'deliverable', ageSeconds: 120 },
+      { key: 'vpc:f', state: 'backing-off', ageSeconds: 60 },
+      // g: poisoned behind a still-pending later row: nothing delivered after it.
+      { key: 'vpc:g', state: 'poisoned' },
+      { key: 'vpc:g', state: 'deliverable' },
+      // Delivered rows, however many, are no state of their own in the stats.
+      { key: 'vpc:h', state: 'delivered', ageSeconds: 7_200 },
+    ]);
+    // An attempt count past maxAttempts is poisoned too.
+    await sql`update stats.register_outbox set attempt_count = 9 where resource_id = 'vpc:c'`.execute(t.db);
+
+    const stats = await outboxStats(t.db, spec);
+    expect(stats).toEqual({
+      pending: 7, // a, b, c, e, f, g×2
+      deliverable: 3, // e, f, g's second row
+      poisoned: 4, // a, b, c, g's first row
+      superseded: 1, // a
+      retired: 1, // d
+      oldestPendingAgeSeconds: expect.any(Number),
+    });
+    // The oldest pending row is a's (300 s); d's (3600 s) is retired and h's (7200 s) delivered.
+    expect(stats.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(300);
+    expect(stats.oldestPendingAgeSeconds).toBeLessThan(330);
+  });
+
+  test('follows the spec’s maxAttempts: attempt_count 3 is deliverable at 10 and poisoned at 3', async () => {
+    const lenient = defineOutbox({ table: 'stats.threshold_outbox', partitionColumn: 'resource_id' });
+    const strict = defineOutbox({ table: 'stats.threshold_outbox', partitionColumn: 'resource_id', maxAttempts: 3 });
+    await createOutboxTable(t.db, lenient);
+    await seed(lenient, [{ key: 'vpc:a', state: 'deliverable' }]);
+    await sql`update stats.threshold_outbox set attempt_count = 3`.execute(t.db);
+    expect(await outboxStats(t.db, lenient)).toMatchObject({ pending: 1, deliverable: 1, poisoned: 0 });
+    expect(await outboxStats(t.db, strict)).toMatchObject({ pending: 1, deliverable: 0, poisoned: 1 });
+  });
+
+  test('with coverage SQL, only a successor that covers the poisoned row supersedes it', async () => {
+    const spec = defineOutbox({
+      table: 'stats.tuple_outbox',
+      partitionColumn: 'tuple_key',
+      supersededCoverageSql: "(s.payload->'relations') @> (t.payload->'relations')",
+    });
+    await createOutboxTable(t.db, spec);
+    await seed(spec, [
+      // Covered: the later delivery re-determined viewer and editor (and more).
+      { key: 'user:anne|vpc:v1', state: 'poisoned', relations: ['viewer', 'editor'] },
+      { key: 'user:anne|vpc:v1', state: 'delivered', relations: ['viewer', 'editor', 'owner'] },
+      // Not covered: the later delivery said nothing about editor.
+      { key: 'user:bob|vpc:v1', state: 'poisoned', relations: ['viewer', 'editor'] },
+      { key: 'user:bob|vpc:v1', state: 'delivered', relations: ['viewer'] },
+    ]);
+    expect(await outboxStats(t.db, spec)).toMatchObject({ poisoned: 2, superseded: 1 });
+
+    const plain = defineOutbox({ table: 'stats.tuple_outbox', partitionColumn: 'tuple_key' });
+    expect(await outboxStats(t.db, plain)).toMatchObject({ poisoned: 2, superseded: 2 });
+  });
+
+  test('empty-key rows group together: a delivered empty-key row supersedes an earlier poisoned one', async () => {
+    const spec = defineOutbox({ table: 'stats.empty_key_outbox', partitionColumn: 'resource_id' });
+    await createOutboxTable(t.db, spec);
+    await seed(spec, [
+      { key: '', state: 'poisoned' },
+      { key: '', state: 'delivered' },
+    ]);
+    expect(await outboxStats(t.db, spec)).toMatchObject({ poisoned: 1, superseded: 1 });
+  });
+});
+
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+  Plans?: PlanNode[];
+}
+
+function planNodes(node: PlanNode): PlanNode[] {
+  return [node, ...(node.Plans ?? []).flatMap(planNodes)];
+}
+
+describe('the outboxStats plan on a large table', () => {
+  test('reads pending rows through the partial pending index and never scans the 200k delivered rows', async () => {
+    const spec = defineOutbox({ table: 'stats.big_outbox', partitionColumn: 'resource_id' });
+    await createOutboxTable(t.db, spec);
+    await sql`
+      insert into stats.big_outbox (resource_id, payload, sent_at)
+      select 'vpc:' || (g % 20000), '{"writes":[{"user":"project:p1","relation":"project","object":"vpc:v1"}]}', now()
+      from generate_series(1, 200000) g`.execute(t.db);
+    await seed(spec, [
+      { key: 'vpc:1', state: 'poisoned' },
+      { key: 'vpc:2', state: 'poisoned' },
+      { key: 'vpc:2', state: 'delivered' },
+      { key: 'vpc:3', state: 'deliverable' },
+      { key: 'vpc:4', state: 'backing-off' },
+      { key: 'vpc:5', state: 'retired' },
+    ]);
+    await sql`analyze stats.big_outbox`.execute(t.db);
+
+    const query = outboxStatsQuery(spec).compile(t.db);
+    const pool = t.pool({ max: 1 });
+    const explained = await pool.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`explain (format json) ${query.sql}`, [
+      ...query.parameters,
+    ]);
+    const nodes = planNodes(explained.rows[0]!['QUERY PLAN'][0].Plan);
+    const described = nodes.map((n) => `${n['Node Type']} ${n['Index Name'] ?? n['Relation Name'] ?? ''}`).join('\n');
+
+    expect(nodes.some((n) => n['Index Name'] === 'big_outbox_pending_idx'), described).toBe(true);
+    expect(
+      nodes.filter((n) => n['Node Type'] === 'Seq Scan' && n['Relation Name'] === 'big_outbox'),
+      described,
+    ).toEqual([]);
+    // And the numbers are right on the big table too.
+    expect(await outboxStats(t.db, spec)).toMatchObject({ pending: 4, deliverable: 2, poisoned: 2, superseded: 1, retired: 1 });
+  });
+});

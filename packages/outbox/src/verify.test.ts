@@ -1,0 +1,192 @@
+import { useTestDatabase } from '@outbox/test-stack';
+import { sql } from 'kysely';
+import { describe, expect, test } from 'vitest';
+import { defineOutbox, type OutboxSpec } from './define-outbox.js';
+import { OutboxTableError } from './errors.js';
+import { createOutboxTable } from './migration.js';
+import { tableNames } from './table-names.js';
+import { verifyOutboxTable } from './verify.js';
+
+const t = useTestDatabase();
+
+let tables = 0;
+/** A fresh, migrated outbox table of its own (register-outbox shape unless told). */
+async function freshOutbox(partitionColumn = 'resource_id', channel?: string): Promise<OutboxSpec> {
+  tables += 1;
+  const spec = defineOutbox({ table: `verify.outbox_${tables}`, partitionColumn, ...(channel ? { channel } : {}) });
+  await createOutboxTable(t.db, spec);
+  return spec;
+}
+
+/** The gaps verifyOutboxTable reports for `spec` (fails the test when it passes). */
+async function missing(spec: OutboxSpec): Promise<readonly string[]> {
+  const error = await verifyOutboxTable(t.db, spec).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(OutboxTableError);
+  expect((error as OutboxTableError).table).toBe(spec.table);
+  return (error as OutboxTableError).missing;
+}
+
+const run = (text: string) => sql.raw(text).execute(t.db);
+const triggerGap = (spec: OutboxSpec) => `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`;
+
+describe('verifyOutboxTable', () => {
+  test('passes on a table made by createOutboxTable, for both outbox shapes', async () => {
+    await expect(verifyOutboxTable(t.db, await freshOutbox('resource_id'))).resolves.toBeUndefined();
+    await expect(verifyOutboxTable(t.db, await freshOutbox('tuple_key'))).resolves.toBeUndefined();
+  });
+
+  test('a spec pointing at a table that does not exist fails clearly', async () => {
+    for (const table of ['verify.no_such_outbox', 'no_such_schema.outbox']) {
+      const spec = defineOutbox({ table, partitionColumn: 'resource_id' });
+      const error = await verifyOutboxTable(t.db, spec).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OutboxTableError);
+      expect((error as OutboxTableError).missing).toEqual([`the table ${table} itself (it does not exist)`]);
+      expect((error as Error).message).toContain('createOutboxTable');
+    }
+  });
+
+  test('a spec with the wrong partition column names the column and its partition-head index', async () => {
+    const registerOutbox = await freshOutbox('resource_id');
+    const wrong = defineOutbox({ table: registerOutbox.table, partitionColumn: 'tuple_key' });
+    expect(await missing(wrong)).toEqual([
+      "column tuple_key text (the spec's partitionColumn)",
+      'partial index (tuple_key, id) where sent_at is null and retired_at is null (partition head)',
+    ]);
+  });
+
+  test('a spec with another channel than the trigger notifies is refused', async () => {
+    const spec = await freshOutbox('resource_id', 'first_channel');
+    const other = defineOutbox({ table: spec.table, partitionColumn: 'resource_id', channel: 'second_channel' });
+    expect(await missing(other)).toEqual([triggerGap(other)]);
+  });
+
+  test.each([
+    ['partitionHeadIndex', 'partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)'],
+    ['pendingIndex', 'partial index (id) where sent_at is null and retired_at is null (pending)'],
+    ['claimIndex', "partial index (next_attempt_at, id) where is_head (the drainer's claim)"],
+  ] as const)('names a dropped %s', async (index, gap) => {
+    const spec = await freshOutbox();
+    await run(`drop index "${spec.schema}"."${tableNames(spec)[index]}"`);
+    expect(await missing(spec)).toEqual([gap]);
+  });
+
+  test.each([
+    ['without the retired_at condition', 'pendingIndex', '(id) where sent_at is null'],
+    ['narrower than pending', 'pendingIndex', '(id) where sent_at is null and retired_at is null and attempt_count < 10'],
+    ['or-ed instead of and-ed', 'pendingIndex', '(id) where sent_at is null or retired_at is null'],
+    ['not partial', 'partitionHeadIndex', '(resource_id, id)'],
+    ['on the columns in the other order', 'partitionHeadIndex', '(id, resource_id) where sent_at is null and retired_at is null'],
+    ['over every row, not only heads', 'claimIndex', '(next_attempt_at, id)'],
+  ] as const)('names an index that is %s', async (_what, index, definition) => {
+    const spec = await freshOutbox();
+    const n = tableNames(spec);
+    await run(`drop index "${spec.schema}"."${n[index]}"`);
+    await run(`create index "${n[index]}" on ${n.table} ${definition}`);
+    const gaps = await missing(spec);
+    expect(gaps).toHaveLength(1);
+    expect(gaps[0]).toMatch(/^partial index/);
+  });
+
+  test('accepts the pending predicate written in the other order', async () => {
+    const spec = await freshOutbox();
+    const n = tableNames(spec);
+    await run(`drop index "${spec.schema}"."${n.pendingIndex}"`);
+    await run(`create index "${n.pendingIndex}" on ${n.table} (id) where retired_at is null and sent_at is null`);
+    await expect(verifyOutboxTable(t.db, spec)).resolves.toBeUndefined();
+  });
+
+  describe('the NOTIFY trigger', () => {
+    test('names a dropped trigger', async () => {
+      const spec = await freshOutbox();
+      const n = tableNames(spec);
+      await run(`drop trigger "${n.notifyTrigger}" on ${n.table}`);
+      expect(await missing(spec)).toEqual([triggerGap(spec)]);
+    });
+
+    test('names a disabled trigger', async () => {
+      const spec = await freshOutbox();
+      const n = tableNames(spec);
+      await run(`alter table ${n.table} disable trigger "${n.notifyTrigger}"`);
+      expect(await missing(spec)).toEqual([triggerGap(spec)]);
+    });
+
+    test.each([
+      ['row-level (one notification per row)', 'after insert', 'for each row'],
+      ['BEFORE insert', 'before insert', 'for each statement'],
+      ['on UPDATE, not INSERT', 'after update', 'for each statement'],
+    ])('names a trigger that is %s', async (_what, when, level) => {
+      const spec = await freshOutbox();
+      const n = tableNames(spec);
+      await run(`drop trigger "${n.notifyTrigger}" on ${n.table}`);
+      await run(`create trigger "${n.notifyTrigger}" ${when} on ${n.table} ${level} execute function ${n.notifyFunction}()`);
+      expect(await missing(spec)).toEqual([triggerGap(spec)]);
+    });
+  });
+
+  describe('columns', () => {
+    test.each([
+      'id',
+      'resource_id',
+      'payload',
+      'created_at',
+      'next_attempt_at',
+      'attempt_count',
+      'last_error',
+      'sent_at',
+      'retired_at',
+      'retired_reason',
+      'is_head',
+    ])('names a dropped column %s', async (column) => {
+      const spec = await freshOutbox();
+      await run(`alter table ${tableNames(spec).table} drop column "${column}" cascade`);
+      const gaps = await missing(spec);
+      expect(gaps.some((g) => g.startsWith(`column ${column} `))).toBe(true);
+    });
+
+    test('lists every gap at once', async () => {
+      const spec = await freshOutbox();
+      const n = tableNames(spec);
+      await run(`alter table ${n.table} drop column is_head, drop column last_error`);
+      await run(`drop trigger "${n.notifyTrigger}" on ${n.table}`);
+      const gaps = await missing(spec);
+      expect(gaps).toEqual([
+        'column last_error text',
+        'column is_head boolean',
+        "partial index (next_attempt_at, id) where is_head (the drainer's claim)",
+        triggerGap(spec),
+      ]);
+      const message = new OutboxTableError(spec.table, gaps).message;
+      for (const g of gaps) expect(message).toContain(g);
+    });
+
+    test.each([
+      ['attempt_count', 'bigint', 'integer'],
+      ['payload', 'json', 'jsonb'],
+      ['sent_at', 'timestamp without time zone', 'timestamp with time zone'],
+      ['resource_id', 'character varying(100)', 'text'],
+    ])('names column %s of type %s', async (column, wrongType, rightType) => {
+      const spec = await freshOutbox();
+      await run(`alter table ${tableNames(spec).table} alter column "${column}" type ${wrongType}`);
+      expect(await missing(spec)).toEqual([`column ${column} should be ${rightType}, is ${wrongType}`]);
+    });
+  });
+
+  test('a hand-made table lacking the drainer’s pieces is refused with each of them', async () => {
+    await run(`create table verify.hand_made (
+      id bigint generated always as identity primary key, resource_id text not null, payload jsonb not null,
+      created_at timestamptz not null default now(), next_attempt_at timestamptz not null default now(),
+      attempt_count integer not null default 0, last_error text, sent_at timestamptz,
+      retired_at timestamptz, retired_reason text)`);
+    const spec = defineOutbox({ table: 'verify.hand_made', partitionColumn: 'resource_id' });
+    expect(await missing(spec)).toEqual([
+      'column is_head boolean',
+      'partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)',
+      'partial index (id) where sent_at is null and retired_at is null (pending)',
+      "partial index (next_attempt_at, id) where is_head (the drainer's claim)",
+      "statement-level AFTER INSERT trigger calling pg_notify('verify_hand_made', '')",
+    ]);
+  });
+});
