@@ -1,24 +1,51 @@
 import type { Kysely } from 'kysely';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
+import { iamMigration, registerServiceMigration } from './service-migrations.js';
+import { computeOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
+import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
 /**
  * Every migration of the project, in order. Compiled into the code (not read from a folder at run
- * time) so a bundled service migrates the same way as the repo.
+ * time) so a bundled service migrates the same way as the repo. A shipped migration never changes:
+ * a change is a new entry.
  */
-export const migrations: Readonly<Record<string, Migration>> = Object.freeze({});
+export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
+  '0001_iam': iamMigration,
+  '0002_vpc': registerServiceMigration(vpcTable, vpcOutbox),
+  '0003_compute': registerServiceMigration(instanceTable, computeOutbox),
+  '0004_nlb': registerServiceMigration(loadBalancerTable, nlbOutbox),
+  '0005_storage': registerServiceMigration(bucketTable, storageOutbox),
+  '0006_registry': registerServiceMigration(repositoryTable, registryOutbox),
+});
 
 const provider: MigrationProvider = { getMigrations: async () => ({ ...migrations }) };
 
+/** Thrown by {@link migrateToLatest} when a migration fails; `cause` is the database's error. */
+export class MigrationError extends Error {
+  override readonly name = 'MigrationError';
+  /** The migration that failed, or undefined when the migrator itself could not start. */
+  readonly migrationName: string | undefined;
+  constructor(migrationName: string | undefined, options: { cause?: unknown }) {
+    const reason = options.cause instanceof Error ? `: ${options.cause.message}` : '';
+    super(`migration ${migrationName ?? '(setup)'} failed${reason}; nothing of it was applied (each migration is one transaction)`, options);
+    this.migrationName = migrationName;
+  }
+}
+
 /**
- * Applies every pending migration. Safe when two processes run it at once: Kysely's migrator
- * serialises them on a lock row, and the second finds nothing left to do.
+ * Applies every pending migration and returns the names it applied. Safe when two processes run it
+ * at once: Kysely's migrator serialises them on a session advisory lock, and the second finds
+ * nothing left to do.
+ *
+ * @example
+ * const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString }) }) });
+ * await migrateToLatest(db);
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function migrateToLatest(db: Kysely<any>): Promise<void> {
+export async function migrateToLatest(db: Kysely<any>): Promise<string[]> {
   const migrator = new Migrator({ db, provider, migrationTableSchema: 'public' });
   const { error, results } = await migrator.migrateToLatest();
   const failed = results?.find((r) => r.status === 'Error');
-  if (error !== undefined || failed !== undefined) {
-    throw new Error(`migration ${failed?.migrationName ?? '(setup)'} failed`, { cause: error });
-  }
+  if (error !== undefined || failed !== undefined) throw new MigrationError(failed?.migrationName, { cause: error });
+  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
 }

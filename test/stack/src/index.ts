@@ -7,3 +7,4 @@ export { freePort } from './free-port.js';
 export { createDatabase, dropDatabase, withDatabase } from './databases.js';
 export { useTestDatabase, useOpenFgaStore, openFgaClientConfig, stackInfo, type TestDatabase, type TestStore } from './test-context.js';
 export type { ProvidedStack } from './provided.js';
+export { createOpenFgaStore } from './openfga-store.js';

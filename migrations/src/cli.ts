@@ -1,0 +1,95 @@
+/**
+ * `pnpm migrate`: applies every migration to DATABASE_URL, then loads the authorization model
+ * (`migrations/fga/model.fga`) into the OpenFGA store, and prints the ids the services need.
+ *
+ *   DATABASE_URL        required
+ *   OPENFGA_API_URL     required unless --sql-only
+ *   OPENFGA_STORE_ID    optional: a new store named "outbox" is created when unset
+ *   OPENFGA_API_TOKEN   optional: preshared key of the OpenFGA server
+ *
+ * The model is written only when it differs from the store's latest one (OpenFGA models are
+ * immutable: every write is a new id, and services pin the id they were given).
+ */
+import { CredentialsMethod, OpenFgaClient, type AuthorizationModel } from '@openfga/sdk';
+import { transformer } from '@openfga/syntax-transformer';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import { authorizationModel, writeAuthorizationModel } from './authorization-model.js';
+import { migrateToLatest } from './migrate.js';
+
+function required(name: string): string {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set: export it (see "pnpm migrate" in services/README.md)`);
+  return value;
+}
+
+/** `record` with its keys sorted (OpenFGA returns relation and condition maps in its own order). */
+function sorted<T>(record: Record<string, T> | undefined): Record<string, T> | undefined {
+  return record && Object.fromEntries(Object.entries(record).sort(([a], [b]) => a.localeCompare(b)));
+}
+
+/** The model rendered as DSL with its maps in one order: equal text, equal model (ids and metadata aside). */
+function canonicalDsl(model: Omit<AuthorizationModel, 'id'>): string {
+  return transformer.transformJSONToDSL({
+    ...model,
+    type_definitions: model.type_definitions.map((t) => ({
+      ...t,
+      relations: sorted(t.relations),
+      ...(t.metadata ? { metadata: { ...t.metadata, relations: sorted(t.metadata.relations) } } : {}),
+    })),
+    conditions: sorted(model.conditions),
+  });
+}
+
+function sameModel(a: Omit<AuthorizationModel, 'id'>, b: Omit<AuthorizationModel, 'id'>): boolean {
+  try {
+    return canonicalDsl(a) === canonicalDsl(b);
+  } catch {
+    return false; // unreadable: write ours, a new id is harmless
+  }
+}
+
+async function migrateSql(databaseUrl: string): Promise<void> {
+  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl, max: 1 }) }) });
+  try {
+    const applied = await migrateToLatest(db);
+    console.log(applied.length > 0 ? `applied ${applied.join(', ')}` : 'database already up to date');
+  } finally {
+    await db.destroy();
+  }
+}
+
+async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: string }> {
+  const token = process.env.OPENFGA_API_TOKEN;
+  const credentials = token ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token } } } : {};
+  let storeId = process.env.OPENFGA_STORE_ID;
+  if (!storeId) {
+    const admin = new OpenFgaClient({ apiUrl, ...credentials });
+    storeId = (await admin.createStore({ name: 'outbox' })).id;
+    console.log(`created store ${storeId}`);
+  }
+  const client = new OpenFgaClient({ apiUrl, storeId, ...credentials });
+  const wanted = authorizationModel() as unknown as Omit<AuthorizationModel, 'id'>;
+  const latest = (await client.readLatestAuthorizationModel()).authorization_model;
+  if (latest && sameModel(latest, wanted)) {
+    console.log(`authorization model unchanged (${latest.id})`);
+    return { storeId, modelId: latest.id };
+  }
+  const modelId = await writeAuthorizationModel(client);
+  console.log(`wrote authorization model ${modelId}${latest ? ` (was ${latest.id}: run iam's onModelChanged / send it SIGHUP)` : ''}`);
+  return { storeId, modelId };
+}
+
+async function main(): Promise<void> {
+  const sqlOnly = process.argv.includes('--sql-only');
+  await migrateSql(required('DATABASE_URL'));
+  if (sqlOnly) return;
+  const { storeId, modelId } = await loadModel(required('OPENFGA_API_URL'));
+  console.log(`\nexport OPENFGA_STORE_ID=${storeId}\nexport OPENFGA_MODEL_ID=${modelId}`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error instanceof Error ? `migrate failed: ${error.message}` : error);
+  if (error instanceof Error && error.cause) console.error('cause:', error.cause);
+  process.exitCode = 1;
+});

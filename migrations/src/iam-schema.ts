@@ -1,0 +1,80 @@
+import { sql, type ColumnType, type Kysely } from 'kysely';
+import type { TupleOutboxTable } from '@outbox/outbox';
+
+/** `iam.organizations`. */
+export interface OrganizationTable {
+  id: string;
+  name: string;
+  created_by: string;
+  created_at: ColumnType<Date, never, never>;
+}
+
+/** `iam.projects`: every project belongs to one organization. */
+export interface ProjectTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  created_by: string;
+  created_at: ColumnType<Date, never, never>;
+}
+
+/**
+ * `iam.project_grants`: the relation set each user holds DIRECTLY on a project (inherited access,
+ * e.g. an organization admin's ownership, is OpenFGA's business). It is the source of truth the
+ * grant diff is computed against, inside the transaction that enqueues the diff.
+ */
+export interface ProjectGrantTable {
+  project_id: string;
+  user_id: string;
+  relations: string[];
+  updated_at: ColumnType<Date, never, never>;
+}
+
+/** The iam schema as Kysely sees it. */
+export interface IamDatabase {
+  'iam.organizations': OrganizationTable;
+  'iam.projects': ProjectTable;
+  'iam.project_grants': ProjectGrantTable;
+  'iam.fga_outbox': TupleOutboxTable;
+}
+
+/** Creates the iam schema's own tables (the outbox is created from its spec, beside them). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function createIamTables(db: Kysely<any>): Promise<void> {
+  await db.schema.createSchema('iam').ifNotExists().execute();
+  await db.schema
+    .withSchema('iam')
+    .createTable('organizations')
+    .addColumn('id', 'text', (c) => c.primaryKey())
+    .addColumn('name', 'text', (c) => c.notNull())
+    .addColumn('created_by', 'text', (c) => c.notNull())
+    .addColumn('created_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
+    .execute();
+  await db.schema
+    .withSchema('iam')
+    .createTable('projects')
+    .addColumn('id', 'text', (c) => c.primaryKey())
+    .addColumn('organization_id', 'text', (c) => c.notNull().references('organizations.id'))
+    .addColumn('name', 'text', (c) => c.notNull())
+    .addColumn('created_by', 'text', (c) => c.notNull())
+    .addColumn('created_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
+    .addUniqueConstraint('projects_organization_name_key', ['organization_id', 'name'])
+    .execute();
+  await db.schema
+    .withSchema('iam')
+    .createTable('project_grants')
+    .addColumn('project_id', 'text', (c) => c.notNull().references('projects.id').onDelete('cascade'))
+    .addColumn('user_id', 'text', (c) => c.notNull())
+    .addColumn('relations', sql`text[]`, (c) => c.notNull())
+    .addColumn('updated_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
+    .addPrimaryKeyConstraint('project_grants_pkey', ['project_id', 'user_id'])
+    .execute();
+}
+
+/** Drops the iam schema's own tables. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function dropIamTables(db: Kysely<any>): Promise<void> {
+  for (const table of ['project_grants', 'projects', 'organizations']) {
+    await db.schema.withSchema('iam').dropTable(table).ifExists().execute();
+  }
+}

@@ -1,0 +1,65 @@
+import { SinkHaltError, type Outcome } from '@outbox/drainer';
+import type { Classification } from './classify.js';
+import type { PreparedIntent } from './pack.js';
+import type { WriteResult } from './write-request.js';
+
+/** Outcomes of one `deliver` call, filled in as requests finish. */
+export interface DeliveryState {
+  readonly outcomes: Array<Outcome | undefined>;
+  /** Partitions with an intent that was not delivered in this call: their later intents are skipped. */
+  readonly stopped: Set<string>;
+}
+
+/** Records a failure for every intent in `items`. */
+export function fail(state: DeliveryState, items: readonly PreparedIntent[], kind: 'transient' | 'permanent', error: string): void {
+  for (const item of items) {
+    state.outcomes[item.index] = { kind, error };
+    state.stopped.add(item.partitionKey);
+  }
+}
+
+/** Thrown inside a delivery when the sink must halt; carries the classification. */
+export function haltError(failure: Classification): SinkHaltError {
+  const what =
+    failure.rule === 'credentials'
+      ? 'OpenFGA refused the sink\'s credentials; fix them (apiUrl, token or client credentials). The batch is released, no attempt counted'
+      : 'OpenFGA cannot take writes as configured; no intent is at fault, the batch is released, no attempt counted';
+  return new SinkHaltError(`${what}: ${failure.message}`, { cause: failure.error });
+}
+
+/**
+ * Delivers `items` (batch order; a partition's intents in id order) in one Write request. When it
+ * fails permanently because of some intent in it, splits it in halves and delivers each, the first
+ * half first, until every bad intent stands alone: only those are permanent, the others land in the
+ * same call. An intent whose partition stopped in an earlier half is skipped, never applied after
+ * its failed predecessor. Throws {@link SinkHaltError} when the failure is nobody's intent's fault.
+ *
+ * @example
+ * await deliverBisecting(request, (items) => sendWrite(items, context), state);
+ */
+export async function deliverBisecting(
+  items: readonly PreparedIntent[],
+  send: (items: readonly PreparedIntent[]) => Promise<WriteResult>,
+  state: DeliveryState,
+): Promise<void> {
+  const live = items.filter((item) => {
+    if (!state.stopped.has(item.partitionKey)) return true;
+    state.outcomes[item.index] = { kind: 'skipped' };
+    return false;
+  });
+  if (live.length === 0) return;
+  const result = await send(live);
+  if (result.ok) {
+    for (const item of live) state.outcomes[item.index] = { kind: 'delivered' };
+    return;
+  }
+  const { failure } = result;
+  if (failure.verdict === 'halt') throw haltError(failure);
+  if (failure.verdict === 'transient' || failure.scope === 'request' || live.length === 1) {
+    fail(state, live, failure.verdict === 'transient' ? 'transient' : 'permanent', failure.message);
+    return;
+  }
+  const middle = Math.ceil(live.length / 2);
+  await deliverBisecting(live.slice(0, middle), send, state);
+  await deliverBisecting(live.slice(middle), send, state);
+}

@@ -1,0 +1,179 @@
+import { OpenFgaWriteError } from './errors.js';
+
+/**
+ * What a failed Write request means for the intents in it:
+ * - `transient`: may succeed later; every intent in the request is retried with backoff;
+ * - `permanent`: will never succeed as written; see {@link Classification.scope};
+ * - `halt`: no intent is at fault and none should pay an attempt (credentials, wrong endpoint):
+ *   the sink throws `SinkHaltError` and the drainer releases the whole batch.
+ */
+export type Verdict = 'transient' | 'permanent' | 'halt';
+
+/** Why the sink itself cut a request short. */
+export type AbortCause = 'deadline' | 'timeout';
+
+/** What one failed Write request was, in terms the sink acts on. */
+export interface Classification {
+  readonly verdict: Verdict;
+  /**
+   * For `permanent`: `intent` when some intent in the request is at fault (bisect to find it, the
+   * others are delivered); `request` when any subset would fail the same way (no point bisecting).
+   */
+  readonly scope: 'intent' | 'request';
+  /** The rule that matched, for tests and logs. */
+  readonly rule: string;
+  /** A one-line, credential-free description that carries OpenFGA's own message. */
+  readonly message: string;
+  readonly error: OpenFgaWriteError;
+}
+
+/** What the classification looks at: where the failure came from, and what OpenFGA said. */
+interface Facts {
+  readonly source: 'http' | 'network' | 'sdk' | 'deadline' | 'timeout' | 'unknown';
+  readonly status: number | undefined;
+  readonly code: string | undefined;
+  readonly message: string;
+}
+
+interface Rule {
+  readonly rule: string;
+  readonly when: (facts: Facts) => boolean;
+  readonly verdict: Verdict;
+  readonly scope: 'intent' | 'request';
+}
+
+const is5xx = (status: number | undefined) => status !== undefined && status >= 500 && status <= 599;
+
+/**
+ * THE table: every failure of a Write request is classified here, first match wins. Each status
+ * and code below was observed from a real OpenFGA v1.18 (see classify.test.ts) unless noted.
+ */
+const RULES: readonly Rule[] = [
+  // The drainer's deadline passed, or our per-request timeout: the server may be slow, not wrong.
+  { rule: 'deadline', when: (f) => f.source === 'deadline', verdict: 'transient', scope: 'request' },
+  { rule: 'timeout', when: (f) => f.source === 'timeout', verdict: 'transient', scope: 'request' },
+  // The SDK refused to build the request (a missing store id, a malformed model id): configuration.
+  { rule: 'sdk-refused', when: (f) => f.source === 'sdk', verdict: 'halt', scope: 'request' },
+  // No HTTP answer at all: connection refused or reset, DNS. OpenFGA down or restarting.
+  { rule: 'network', when: (f) => f.source === 'network', verdict: 'transient', scope: 'request' },
+  // 401 unauthenticated / bearer_token_missing, 403: our credentials, not any intent.
+  { rule: 'credentials', when: (f) => f.status === 401 || f.status === 403, verdict: 'halt', scope: 'request' },
+  // 409 Aborted "…already exists with a different condition": that intent can never apply as written.
+  {
+    rule: 'different-condition',
+    when: (f) => f.status === 409 && /different condition/i.test(f.message),
+    verdict: 'permanent',
+    scope: 'intent',
+  },
+  // 409 Aborted "…inserted/deleted by another transaction": a race between concurrent first inserts
+  // (openfga#3201, even with on_duplicate "ignore"); the retry finds the tuple and ignores it.
+  { rule: 'conflict-race', when: (f) => f.status === 409, verdict: 'transient', scope: 'request' },
+  // 400 authorization_model_not_found / latest_authorization_model_not_found (also what an unknown
+  // store id yields): every intent fails alike, bisecting would only multiply requests.
+  {
+    rule: 'model-not-found',
+    when: (f) => f.status === 400 && (f.code === 'authorization_model_not_found' || f.code === 'latest_authorization_model_not_found'),
+    verdict: 'permanent',
+    scope: 'request',
+  },
+  // 400 validation_error (unknown type/relation/condition, type restriction), invalid formats,
+  // write_failed_due_to_invalid_input, exceeded_entity_limit: some intent in the request is at fault.
+  { rule: 'invalid-input', when: (f) => f.status === 400, verdict: 'permanent', scope: 'intent' },
+  // 404: the Write route itself was not found (a wrong apiUrl or proxy): no intent is at fault.
+  { rule: 'endpoint-not-found', when: (f) => f.status === 404, verdict: 'halt', scope: 'request' },
+  // 422 throttled, 429 rate limited, 408 and every 5xx: the server is busy or ill (not observed here).
+  {
+    rule: 'server-busy',
+    when: (f) => f.status === 408 || f.status === 422 || f.status === 429 || is5xx(f.status),
+    verdict: 'transient',
+    scope: 'request',
+  },
+  // Any other 4xx (e.g. 413 from a proxy): the request as built is refused; bisect isolates the cause.
+  { rule: 'other-4xx', when: (f) => f.status !== undefined && f.status >= 400 && f.status < 500, verdict: 'permanent', scope: 'intent' },
+  // Anything not understood is retried, never poisoned.
+  { rule: 'unknown', when: () => true, verdict: 'transient', scope: 'request' },
+];
+
+const SECRETS: ReadonlyArray<[RegExp, string]> = [
+  [/(\bbearer\s+)[^\s"',;]+/gi, '$1[redacted]'],
+  [/(\b[a-z][a-z0-9+.-]*:\/\/)[^/\s:@]+:[^/\s@]+@/gi, '$1[redacted]@'],
+];
+
+function scrub(text: string): string {
+  let out = text;
+  for (const [pattern, replacement] of SECRETS) out = out.replace(pattern, replacement);
+  return out;
+}
+
+/** The fields of the SDK's errors we read. Matched by name, not `instanceof`: a client built by
+ * another copy of @openfga/sdk throws classes that are not ours. */
+interface SdkErrorShape {
+  readonly name?: unknown;
+  readonly message?: unknown;
+  readonly statusCode?: unknown;
+  readonly statusText?: unknown;
+  readonly apiErrorMessage?: unknown;
+  readonly responseData?: { readonly code?: unknown; readonly message?: unknown } | null;
+}
+
+const text = (value: unknown): string | undefined => (typeof value === 'string' && value !== '' ? value : undefined);
+
+function facts(error: unknown, abortCause: AbortCause | undefined): Facts {
+  if (abortCause !== undefined) return { source: abortCause, status: undefined, code: undefined, message: '' };
+  const e = (typeof error === 'object' && error !== null ? error : {}) as SdkErrorShape;
+  const name = text(e.name) ?? '';
+  const errorMessage = text(e.message) ?? String(error);
+  if (name.startsWith('FgaApi')) {
+    // FgaApiError and its subclasses (validation, authentication, not found, rate limit, internal).
+    const code = text(e.responseData?.code);
+    const message = text(e.responseData?.message) ?? text(e.apiErrorMessage) ?? text(e.statusText) ?? errorMessage;
+    if (typeof e.statusCode !== 'number') return { source: 'network', status: undefined, code, message };
+    return { source: 'http', status: e.statusCode, code, message };
+  }
+  if (name === 'FgaValidationError' || name === 'FgaRequiredParamError') {
+    return { source: 'sdk', status: undefined, code: undefined, message: errorMessage };
+  }
+  if (name === 'FgaError') {
+    // The SDK wraps transport failures (ECONNREFUSED, ECONNRESET, ENOTFOUND) as "FGA Error: <reason>".
+    return { source: 'network', status: undefined, code: undefined, message: errorMessage.replace(/^FGA Error:\s*/, '') };
+  }
+  return { source: 'unknown', status: undefined, code: undefined, message: errorMessage };
+}
+
+function describe(f: Facts, timeoutMs: number): string {
+  switch (f.source) {
+    case 'deadline':
+      return 'OpenFGA: the delivery deadline passed before the Write request was answered';
+    case 'timeout':
+      return `OpenFGA: no answer to the Write request within ${timeoutMs} ms`;
+    case 'network':
+      return `OpenFGA unreachable: ${f.message}`;
+    case 'sdk':
+      return `OpenFGA SDK refused to send the Write request: ${f.message}`;
+    case 'http':
+      return `OpenFGA ${f.status}${f.code ? ` ${f.code}` : ''}: ${f.message}`;
+    default:
+      return `OpenFGA Write failed: ${f.message}`;
+  }
+}
+
+/**
+ * Classifies one failed Write request through the table above. `abortCause` says when the sink
+ * itself cut the request short (the error is then just the SDK's "canceled").
+ *
+ * @example
+ * const c = classifyWriteError(error, undefined, 5_000);
+ * if (c.verdict === 'permanent' && c.scope === 'intent') bisect();
+ */
+export function classifyWriteError(error: unknown, abortCause: AbortCause | undefined, timeoutMs: number): Classification {
+  const f = facts(error, abortCause);
+  const match = RULES.find((rule) => rule.when(f)) as Rule;
+  const message = scrub(describe(f, timeoutMs));
+  return {
+    verdict: match.verdict,
+    scope: match.scope,
+    rule: match.rule,
+    message,
+    error: new OpenFgaWriteError(message, { status: f.status, code: f.code, openFgaMessage: scrub(f.message) }, { cause: error }),
+  };
+}

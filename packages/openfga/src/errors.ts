@@ -1,0 +1,53 @@
+/**
+ * The OpenFGA sink was configured wrongly. The message names the field and says what is expected;
+ * nothing has been sent.
+ *
+ * @example
+ * try {
+ *   createOpenFgaSink({ apiUrl: 'localhost:8080', storeId });
+ * } catch (error) {
+ *   if (error instanceof OpenFgaSinkConfigError) console.error(error.field); // 'apiUrl'
+ * }
+ */
+export class OpenFgaSinkConfigError extends Error {
+  override readonly name = 'OpenFgaSinkConfigError';
+  /** The config field at fault, e.g. `maxTuplesPerWrite`. */
+  readonly field: string;
+  constructor(field: string, message: string, options?: { cause?: unknown }) {
+    super(`${field}: ${message}`, options);
+    this.field = field;
+  }
+}
+
+/**
+ * One Write request to OpenFGA failed. It carries what OpenFGA said (`status`, `code`,
+ * `openFgaMessage`) and never the request's headers, so it is safe to log; the SDK's error is kept
+ * as `cause`. It is the `cause` of the `SinkHaltError` the sink throws when OpenFGA refuses its
+ * credentials.
+ *
+ * @example
+ * catch (error) {
+ *   if (error instanceof SinkHaltError && error.cause instanceof OpenFgaWriteError) {
+ *     console.error(error.cause.status, error.cause.code); // 401 'unauthenticated'
+ *   }
+ * }
+ */
+export class OpenFgaWriteError extends Error {
+  override readonly name = 'OpenFgaWriteError';
+  /** HTTP status, when OpenFGA answered at all. */
+  readonly status: number | undefined;
+  /** OpenFGA's error code, e.g. `validation_error`, `Aborted`, `unauthenticated`. */
+  readonly code: string | undefined;
+  /** OpenFGA's own message (or the network error's), as stored in `last_error`. */
+  readonly openFgaMessage: string;
+  constructor(
+    message: string,
+    details: { status: number | undefined; code: string | undefined; openFgaMessage: string },
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.status = details.status;
+    this.code = details.code;
+    this.openFgaMessage = details.openFgaMessage;
+  }
+}

@@ -1,0 +1,273 @@
+import { OpenFgaClient, type UserClientConfigurationParams } from '@openfga/sdk';
+import type { Intent, Outcome, Sink, SinkContext } from '@outbox/drainer';
+import { deliverBisecting, fail, type DeliveryState } from './bisect.js';
+import { OpenFgaSinkConfigError } from './errors.js';
+import { packRound, prepareIntents, segmentByPartition, type PreparedIntent, type Segment } from './pack.js';
+import { sendWrite, type OpenFgaWriteClient, type OpenFgaWriteEvent, type WriteContext } from './write-request.js';
+
+/**
+ * Knobs shared by both ways of pointing the sink at OpenFGA.
+ *
+ * @example
+ * createOpenFgaSink({ client, maxTuplesPerWrite: 100, timeoutMs: 5_000, onRequest: (e) => histogram.observe(e.durationMs) });
+ */
+export interface OpenFgaSinkOptions {
+  /**
+   * Most tuple operations (writes + deletes) per Write request. Default 100: OpenFGA's own default
+   * limit (`OPENFGA_MAX_TUPLES_PER_WRITE`); a request over the server's limit is refused with a 400,
+   * which the sink then bisects. Raise it only with the server's limit; an intent is never split, so
+   * an intent larger than this is sent alone.
+   */
+  readonly maxTuplesPerWrite?: number;
+  /**
+   * Milliseconds one Write request may take before it is abandoned as transient. Default 10000: a
+   * Write of 100 tuples takes milliseconds, so a request this slow is stuck; a third of the
+   * drainer's default 30 s delivery deadline leaves room to report the rest of the batch.
+   */
+  readonly timeoutMs?: number;
+  /**
+   * Write requests in flight at once within one `deliver` call (only requests that share no tuple
+   * key and no partition run together). Default 4: enough to hide round trips on a batch of 100,
+   * few enough not to crowd OpenFGA's datastore connections.
+   */
+  readonly maxConcurrentRequests?: number;
+  /** Called after every Write request, with its size, duration and result (a metrics hook). Exceptions are ignored. */
+  readonly onRequest?: (event: OpenFgaWriteEvent) => void;
+}
+
+/**
+ * Use a client you built (store and model set on it). `OpenFgaClient` fits. Its own retry settings
+ * are overridden per request (no SDK retries).
+ *
+ * @example
+ * createOpenFgaSink({ client: new OpenFgaClient({ apiUrl, storeId, authorizationModelId }) });
+ */
+export interface OpenFgaSinkClientConfig extends OpenFgaSinkOptions {
+  readonly client: OpenFgaWriteClient;
+}
+
+/**
+ * Let the sink build its own client.
+ *
+ * @example
+ * createOpenFgaSink({ apiUrl: 'http://openfga:8080', storeId, authorizationModelId, credentials });
+ */
+export interface OpenFgaSinkConnectionConfig extends OpenFgaSinkOptions {
+  /** OpenFGA's HTTP API, e.g. `http://openfga:8080`. Required. */
+  readonly apiUrl: string;
+  /** The store to write to. Required. */
+  readonly storeId: string;
+  /**
+   * The model every written tuple is validated against. Default: the store's latest model. Pin it in
+   * production so a model change is a deliberate step (iam re-drives its outbox on one).
+   */
+  readonly authorizationModelId?: string;
+  /**
+   * How to authenticate: `{ method: CredentialsMethod.ApiToken, config: { token } }` for a preshared
+   * key, or client credentials. Default none: only for a server without authentication (local, tests).
+   */
+  readonly credentials?: UserClientConfigurationParams['credentials'];
+}
+
+/**
+ * What `createOpenFgaSink` takes: a client, or what to build one from.
+ *
+ * @example
+ * const config: OpenFgaSinkConfig = { apiUrl: process.env.FGA_API_URL!, storeId: process.env.FGA_STORE_ID! };
+ */
+export type OpenFgaSinkConfig = OpenFgaSinkClientConfig | OpenFgaSinkConnectionConfig;
+
+/**
+ * The drainer's `Sink`, plus the settings it resolved (defaults applied).
+ *
+ * @example
+ * const sink = createOpenFgaSink(config);
+ * logger.info('openfga sink', { maxTuplesPerWrite: sink.maxTuplesPerWrite, timeoutMs: sink.timeoutMs });
+ */
+export interface OpenFgaSink extends Sink {
+  readonly maxTuplesPerWrite: number;
+  readonly timeoutMs: number;
+  readonly maxConcurrentRequests: number;
+}
+
+/**
+ * Defaults of {@link OpenFgaSinkOptions} (the reasons are documented there).
+ *
+ * @example
+ * createOpenFgaSink({ client, timeoutMs: OPENFGA_SINK_DEFAULTS.timeoutMs / 2 });
+ */
+export const OPENFGA_SINK_DEFAULTS = { maxTuplesPerWrite: 100, timeoutMs: 10_000, maxConcurrentRequests: 4 } as const;
+
+function integer(field: string, value: unknown, fallback: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
+    throw new OpenFgaSinkConfigError(field, `expected an integer from 1 to ${max}, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+function nonEmpty(field: string, value: unknown): string {
+  if (typeof value !== 'string' || value.trim() === '') throw new OpenFgaSinkConfigError(field, `expected a non-empty string, got ${JSON.stringify(value)}`);
+  return value;
+}
+
+function buildClient(config: OpenFgaSinkConnectionConfig): OpenFgaWriteClient {
+  const apiUrl = nonEmpty('apiUrl', config.apiUrl);
+  let url: URL;
+  try {
+    url = new URL(apiUrl);
+  } catch (error) {
+    throw new OpenFgaSinkConfigError('apiUrl', 'expected an absolute http(s) URL such as http://openfga:8080', { cause: error });
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new OpenFgaSinkConfigError('apiUrl', `expected an http(s) URL, got the scheme ${url.protocol}`);
+  }
+  const storeId = nonEmpty('storeId', config.storeId);
+  if (config.authorizationModelId !== undefined) nonEmpty('authorizationModelId', config.authorizationModelId);
+  if (config.credentials !== undefined && (config.credentials === null || typeof config.credentials !== 'object')) {
+    throw new OpenFgaSinkConfigError('credentials', 'expected { method, config } as @openfga/sdk takes it');
+  }
+  try {
+    return new OpenFgaClient({
+      apiUrl,
+      storeId,
+      ...(config.authorizationModelId !== undefined ? { authorizationModelId: config.authorizationModelId } : {}),
+      ...(config.credentials !== undefined ? { credentials: config.credentials } : {}),
+      // The drainer owns retries; every request also passes maxRetry 0 (a given client may differ).
+      retryParams: { maxRetry: 0, minWaitInMs: 0 },
+    });
+  } catch (error) {
+    // The SDK validates URLs, ULIDs and credentials; name the field it complained about.
+    const sdkField = (error as { field?: unknown }).field;
+    const field =
+      typeof sdkField === 'string' && sdkField !== ''
+        ? sdkField.startsWith('credentials') || ['clientId', 'clientSecret', 'apiTokenIssuer', 'apiAudience', 'token'].includes(sdkField)
+          ? 'credentials'
+          : sdkField
+        : 'config';
+    throw new OpenFgaSinkConfigError(field, error instanceof Error ? error.message : String(error), { cause: error });
+  }
+}
+
+/** Runs `tasks` with at most `limit` at once; on the first rejection stops starting new ones and rejects after the running ones settle. */
+async function runBounded(tasks: ReadonlyArray<() => Promise<void>>, limit: number, onFirstError: () => void): Promise<void> {
+  let next = 0;
+  let firstError: { error: unknown } | undefined;
+  const worker = async () => {
+    while (firstError === undefined && next < tasks.length) {
+      const task = tasks[next++] as () => Promise<void>;
+      try {
+        await task();
+      } catch (error) {
+        if (firstError === undefined) {
+          firstError = { error };
+          onFirstError();
+        }
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, tasks.length) }, worker));
+  if (firstError !== undefined) throw firstError.error;
+}
+
+/**
+ * Creates the OpenFGA sink for the drainer. Each `deliver` call:
+ * - packs intents into as few Write requests as fit `maxTuplesPerWrite` operations, never splitting
+ *   an intent and never naming one tuple key twice in a request (nor in two requests in flight);
+ * - keeps each partition's order: a later intent goes in the same atomic request as an earlier one
+ *   only when their keys are disjoint, else in a later round, and is `skipped` if the earlier failed;
+ * - writes idempotently (`on_duplicate` / `on_missing` "ignore": OpenFGA ≥ 1.10), without SDK retries;
+ * - bisects a request refused because of some intent, so only the bad intents are `permanent`;
+ * - throws `SinkHaltError` when OpenFGA refuses the credentials: the batch is released, nothing poisoned.
+ *
+ * Bad config throws {@link OpenFgaSinkConfigError} naming the field.
+ *
+ * @example
+ * const sink = createOpenFgaSink({
+ *   apiUrl: 'http://openfga:8080',
+ *   storeId: process.env.FGA_STORE_ID!,
+ *   authorizationModelId: process.env.FGA_MODEL_ID,
+ *   credentials: { method: CredentialsMethod.ApiToken, config: { token: process.env.FGA_TOKEN! } },
+ * });
+ * const drainer = createDrainer({ db, spec: vpcOutbox, sink });
+ */
+export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
+  if (config === null || typeof config !== 'object') {
+    throw new OpenFgaSinkConfigError('config', 'expected { client } or { apiUrl, storeId, authorizationModelId?, credentials? }');
+  }
+  const maxTuplesPerWrite = integer('maxTuplesPerWrite', config.maxTuplesPerWrite, OPENFGA_SINK_DEFAULTS.maxTuplesPerWrite, 100_000);
+  const timeoutMs = integer('timeoutMs', config.timeoutMs, OPENFGA_SINK_DEFAULTS.timeoutMs, 600_000);
+  const maxConcurrentRequests = integer('maxConcurrentRequests', config.maxConcurrentRequests, OPENFGA_SINK_DEFAULTS.maxConcurrentRequests, 64);
+  if (config.onRequest !== undefined && typeof config.onRequest !== 'function') {
+    throw new OpenFgaSinkConfigError('onRequest', 'expected a function');
+  }
+  let client: OpenFgaWriteClient;
+  if ('client' in config && config.client !== undefined) {
+    if ('apiUrl' in config || 'storeId' in config) {
+      throw new OpenFgaSinkConfigError('client', 'give either a client or { apiUrl, storeId, … }, not both');
+    }
+    if (config.client === null || typeof config.client.write !== 'function') {
+      throw new OpenFgaSinkConfigError('client', 'expected an OpenFgaClient (an object with write(body, options))');
+    }
+    if (config.client instanceof OpenFgaClient && !config.client.storeId) {
+      throw new OpenFgaSinkConfigError('client', 'the OpenFgaClient has no storeId: build it with { apiUrl, storeId }');
+    }
+    client = config.client;
+  } else {
+    client = buildClient(config as OpenFgaSinkConnectionConfig);
+  }
+  const onRequest = config.onRequest;
+
+  async function deliver(intents: readonly Intent[], { signal }: SinkContext): Promise<readonly Outcome[]> {
+    const state: DeliveryState = { outcomes: new Array<Outcome | undefined>(intents.length).fill(undefined), stopped: new Set() };
+    const halt = new AbortController();
+    const context: WriteContext = { client, timeoutMs, deadline: signal, halt: halt.signal, onRequest };
+    const send = (items: readonly PreparedIntent[]) => sendWrite(items, context);
+
+    const queues = segmentByPartition(prepareIntents(intents), maxTuplesPerWrite);
+    for (;;) {
+      // Each partition offers its next segment; a stopped partition's remaining intents are skipped.
+      const heads: Segment[] = [];
+      for (const [partitionKey, queue] of queues) {
+        if (state.stopped.has(partitionKey)) {
+          for (const segment of queue) for (const item of segment.items) state.outcomes[item.index] = { kind: 'skipped' };
+          queues.delete(partitionKey);
+        } else if (queue[0] !== undefined) {
+          heads.push(queue[0]);
+        } else {
+          queues.delete(partitionKey);
+        }
+      }
+      if (heads.length === 0) break;
+      const round = packRound(heads, maxTuplesPerWrite);
+      for (const segment of round.taken) queues.get(segment.partitionKey)?.shift();
+      for (const segment of round.refused) {
+        const item = segment.items[0] as PreparedIntent;
+        fail(state, [item], 'permanent', item.invalid as string);
+      }
+      // A halt (SinkHaltError) aborts the requests still in flight, waits for them, and propagates.
+      await runBounded(
+        round.requests.map((items) => () => deliverBisecting(items, send, state)),
+        maxConcurrentRequests,
+        () => halt.abort(),
+      );
+    }
+    return orderedOutcomes(intents, state.outcomes);
+  }
+
+  return { deliver, maxTuplesPerWrite, timeoutMs, maxConcurrentRequests };
+}
+
+/**
+ * Within a partition, only the first intent that was not delivered keeps its failure; every later
+ * one is `skipped` (it was not applied, or only inside the same failed atomic request).
+ */
+function orderedOutcomes(intents: readonly Intent[], outcomes: ReadonlyArray<Outcome | undefined>): Outcome[] {
+  const stopped = new Set<string>();
+  return intents.map((intent, index) => {
+    const outcome: Outcome = outcomes[index] ?? { kind: 'transient', error: 'OpenFGA sink: intent was not attempted' };
+    if (stopped.has(intent.partitionKey)) return outcome.kind === 'delivered' ? outcome : { kind: 'skipped' };
+    if (outcome.kind !== 'delivered') stopped.add(intent.partitionKey);
+    return outcome;
+  });
+}

@@ -1,0 +1,22 @@
+import { fileURLToPath } from 'node:url';
+import { serviceEnv, smokeTestServiceProcess } from '@outbox/service-kit/testing';
+import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
+import { test } from 'vitest';
+import { computeService } from './index.js';
+
+// The behaviour of every register service is proved in services/platform (one suite over all five);
+// this proves that this package's entry point runs it from the environment and stops cleanly.
+const t = useTestDatabase();
+const fga = useOpenFgaStore();
+
+test('compute runs as a process: create, read, delete over HTTP, then a graceful SIGTERM', async () => {
+  await fga.client.write({ writes: [{ user: 'user:alice', relation: 'editor', object: 'project:smoke' }] });
+  await smokeTestServiceProcess({
+    definition: computeService,
+    packageDir: fileURLToPath(new URL('..', import.meta.url)),
+    env: serviceEnv(t, fga),
+    projectId: 'smoke',
+    user: 'alice',
+    body: { image: 'ubuntu:24.04' },
+  });
+});

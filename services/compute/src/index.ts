@@ -1,0 +1,21 @@
+import { computeOutbox, instanceTable } from '@outbox/migrations';
+import { createRegisterService, startService, type RunningService, type ServiceOptions } from '@outbox/service-kit';
+
+/** The compute service: `compute.instances`, OpenFGA type `instance`, routes under `/instances`. */
+export const computeService = createRegisterService({
+  name: 'compute',
+  defaultPort: 3002,
+  resourceTable: instanceTable,
+  fgaType: 'instance',
+  outboxSpec: computeOutbox,
+  path: 'instances',
+  fields: {
+    machine_type: { type: 'string', description: 'a machine type', oneOf: ['small', 'medium', 'large'], default: 'small' },
+    image: { type: 'string', description: 'an image like debian-12 or ubuntu:24.04', pattern: /^[a-z0-9][a-z0-9._-]{0,63}(:[a-z0-9._-]{1,64})?$/ },
+  },
+});
+
+/** Starts the compute service in this process (a free port unless `options.port`); `stop()` it when done. */
+export function start(options: ServiceOptions): Promise<RunningService<'compute'>> {
+  return startService(computeService, options);
+}

@@ -1,0 +1,33 @@
+import { validatePayload } from '@outbox/outbox';
+import { describe, expect, test } from 'vitest';
+import { grantIntent, relationsProblem } from './grant-diff.js';
+
+const names = (keys: readonly { relation: string }[] | undefined) => (keys ?? []).map((k) => k.relation);
+
+describe('grantIntent', () => {
+  test('a change is a diff: added relations written, removed ones deleted, the new set summarised', () => {
+    const intent = grantIntent('user:bob', 'project:p1', ['viewer'], ['editor', 'owner']);
+    expect(intent.changed).toBe(true);
+    expect(names(intent.payload.writes)).toEqual(['owner', 'editor']);
+    expect(names(intent.payload.deletes)).toEqual(['viewer']);
+    expect(intent.payload.relations).toEqual(['owner', 'editor']);
+    expect(intent.payload.writes?.[0]).toEqual({ user: 'user:bob', relation: 'owner', object: 'project:p1' });
+    expect(() => validatePayload(intent.payload)).not.toThrow();
+  });
+
+  test('an unchanged set (empty included) re-asserts every grantable relation', () => {
+    const same = grantIntent('user:bob', 'project:p1', ['editor'], ['editor']);
+    expect([same.changed, names(same.payload.writes), names(same.payload.deletes)]).toEqual([false, ['editor'], ['owner', 'viewer']]);
+    const none = grantIntent('user:bob', 'project:p1', [], []);
+    expect([names(none.payload.writes), names(none.payload.deletes)]).toEqual([[], ['owner', 'editor', 'viewer']]);
+    expect(() => validatePayload(none.payload)).not.toThrow();
+  });
+
+  test('relationsProblem accepts distinct grantable relations only', () => {
+    expect(relationsProblem([])).toBeUndefined();
+    expect(relationsProblem(['viewer', 'owner'])).toBeUndefined();
+    expect(relationsProblem(['admin'])).toMatch(/"admin" cannot be granted/);
+    expect(relationsProblem(['viewer', 'viewer'])).toMatch(/twice/);
+    expect(relationsProblem('viewer')).toMatch(/expected an array/);
+  });
+});

@@ -1,0 +1,24 @@
+import { iamOutbox } from '@outbox/migrations';
+import { startService, type RunningService, type ServiceDefinition, type ServiceOptions } from '@outbox/service-kit';
+import { grantRoutes } from './grants.js';
+import { organizationRoutes } from './organizations.js';
+import { projectRoutes } from './projects.js';
+
+/**
+ * The iam service: organizations, projects and grants (`iam.*`), delivering through the tuple outbox
+ * `iam.fga_outbox`. Its reconciler runs on a timer and on demand: call `onModelChanged()` on the
+ * running service (or send the process SIGHUP) after loading a new authorization model.
+ */
+export const iamService: ServiceDefinition<'iam'> = {
+  name: 'iam',
+  defaultPort: 3000,
+  outbox: iamOutbox,
+  routes: (ctx) => [...organizationRoutes(ctx), ...projectRoutes(ctx), ...grantRoutes(ctx)],
+};
+
+/** Starts the iam service in this process (a free port unless `options.port`); `stop()` it when done. */
+export function start(options: ServiceOptions): Promise<RunningService<'iam'>> {
+  return startService(iamService, options);
+}
+
+export { GRANTABLE_RELATIONS, grantIntent, relationsProblem, type GrantableRelation, type GrantIntent } from './grant-diff.js';

@@ -1,0 +1,45 @@
+import { randomUUID } from 'node:crypto';
+import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
+import { enqueue } from '@outbox/outbox';
+import { HttpError, ID_PATTERN, NAME_FIELD, validateBody, writeAnswer, type Route, type ServiceContext } from '@outbox/service-kit';
+import type { Kysely } from 'kysely';
+
+/**
+ * `POST /organizations` `{ name }`: anyone may create one and becomes its owner (tuple
+ * `user:<caller> owner organization:<id>`). `GET /organizations/:id`: members only.
+ */
+export function organizationRoutes(ctx: ServiceContext): Route[] {
+  const db = ctx.db as Kysely<IamDatabase>;
+  return [
+    {
+      method: 'POST',
+      path: '/organizations',
+      async handle(request) {
+        const caller = request.caller();
+        const { name } = validateBody(request.body, { name: NAME_FIELD }) as { name: string };
+        const id = randomUUID();
+        const user = `user:${caller}`;
+        const object = `organization:${id}`;
+        const partitionKey = grantTupleKey(user, object);
+        const row = await db.transaction().execute(async (trx) => {
+          const inserted = await trx.insertInto('iam.organizations').values({ id, name, created_by: caller }).returningAll().executeTakeFirstOrThrow();
+          await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [{ user, relation: 'owner', object }], relations: ['owner'] } });
+          return inserted;
+        });
+        return writeAnswer(row, await ctx.outbox.settle(partitionKey), 201);
+      },
+    },
+    {
+      method: 'GET',
+      path: '/organizations/:id',
+      async handle(request) {
+        const caller = request.caller();
+        const id = request.params.id ?? '';
+        const row = ID_PATTERN.test(id) ? await db.selectFrom('iam.organizations').selectAll().where('id', '=', id).executeTakeFirst() : undefined;
+        if (!row) throw new HttpError(404, 'not_found', `no organization ${JSON.stringify(id)}`);
+        await ctx.authorizer.require(`user:${caller}`, 'member', `organization:${id}`);
+        return { status: 200, body: row };
+      },
+    },
+  ];
+}

@@ -1,0 +1,102 @@
+import { createDrainer, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, type Drainer, type DrainResult, type Logger } from '@outbox/drainer';
+import { createOpenFgaSink } from '@outbox/openfga';
+import { outboxStats, type OutboxSpec, type OutboxStats } from '@outbox/outbox';
+import { createReconciler, type Reconciler, type RedriveResult } from '@outbox/reconciler';
+import type { Kysely } from 'kysely';
+import type { OpenFgaConnection } from './authorizer.js';
+
+/** What became of a write's intent by the time the service answers. */
+export type Delivery =
+  | { readonly status: 'delivered' }
+  /** Committed and not (yet) in OpenFGA: the drainer delivers it on its schedule. `note` says why it is pending. */
+  | { readonly status: 'pending'; readonly note: string };
+
+/** One service's outbox at run time: its drainer, its reconciler and what a route needs of them. */
+export interface ServiceOutbox {
+  readonly spec: OutboxSpec;
+  readonly drainer: Drainer;
+  readonly reconciler: Reconciler;
+  /**
+   * After a commit that enqueued into `partitionKey`: waits for delivery when flush-on-write is on
+   * (read-your-writes), and reports `pending` instead of failing when it does not finish.
+   */
+  settle(partitionKey: string): Promise<Delivery>;
+  /** Counts of the outbox by state (pending, deliverable, poisoned, superseded, retired). */
+  stats(): Promise<OutboxStats>;
+  /** One redrive pass now, then a drain pass for what it revived. */
+  redrive(): Promise<RedriveResult>;
+  /** One drain pass now. */
+  drainOnce(): Promise<DrainResult>;
+}
+
+/** What {@link createServiceOutbox} takes. */
+export interface ServiceOutboxConfig {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly db: Kysely<any>;
+  readonly spec: OutboxSpec;
+  readonly openfga: OpenFgaConnection;
+  /** Wake the drainer with LISTEN on this Postgres URL (a dedicated connection). Omit: timer only. */
+  readonly listenUrl?: string;
+  readonly drainIntervalMs: number;
+  readonly redriveIntervalMs: number;
+  readonly flushOnWrite: boolean;
+  readonly flushTimeoutMs: number;
+  readonly logger: Logger;
+}
+
+function pendingNote(error: unknown): string {
+  if (error instanceof FlushTimeoutError) return `not delivered to OpenFGA within the flush timeout; the drainer keeps trying (${error.message})`;
+  if (error instanceof FlushPoisonedError) {
+    return `OpenFGA refused the intent (${error.lastError ?? 'no error recorded'}); it is poisoned and waits for the reconciler`;
+  }
+  if (error instanceof DrainerStoppedError) return 'the service is stopping; the intent is committed and will be delivered by the next drainer';
+  return `delivery failed for now (${error instanceof Error ? error.message : String(error)}); the drainer retries`;
+}
+
+/**
+ * Wires a service's outbox: an OpenFGA sink, a drainer on it (timer + LISTEN, started by the
+ * caller) and a reconciler (timer, started by the caller). Every piece takes the one spec.
+ */
+export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox {
+  const { db, spec, logger } = config;
+  const sink = createOpenFgaSink({
+    apiUrl: config.openfga.apiUrl,
+    storeId: config.openfga.storeId,
+    ...(config.openfga.authorizationModelId ? { authorizationModelId: config.openfga.authorizationModelId } : {}),
+    ...(config.openfga.credentials ? { credentials: config.openfga.credentials } : {}),
+  });
+  const drainer = createDrainer({
+    db,
+    spec,
+    sink,
+    interval: config.drainIntervalMs,
+    listen: config.listenUrl ? { connectionString: config.listenUrl } : false,
+    logger,
+  });
+  const reconciler = createReconciler({ db, spec, logger, interval: config.redriveIntervalMs });
+  return {
+    spec,
+    drainer,
+    reconciler,
+    async settle(partitionKey) {
+      if (!config.flushOnWrite) {
+        return { status: 'pending', note: 'flush on write is off: the drainer delivers the intent on its schedule' };
+      }
+      try {
+        await drainer.flush({ partitionKey, timeoutMs: config.flushTimeoutMs });
+        return { status: 'delivered' };
+      } catch (error) {
+        logger.warn(`write committed, delivery pending for ${partitionKey}`, { error: error instanceof Error ? error.message : String(error) });
+        return { status: 'pending', note: pendingNote(error) };
+      }
+    },
+    stats: () => outboxStats(db, spec),
+    async redrive() {
+      const result = await reconciler.redrivePoisoned();
+      // Revival is an UPDATE: no NOTIFY fires, so ask for a pass rather than wait for the timer.
+      if (result.revived.length > 0) drainer.kick();
+      return result;
+    },
+    drainOnce: () => drainer.drainOnce(),
+  };
+}

@@ -1,0 +1,128 @@
+import type { Logger } from '@outbox/drainer';
+import { verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
+import type { RedriveResult } from '@outbox/reconciler';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import { createAuthorizer, type Authorizer } from './authorizer.js';
+import { startHttpServer, type Route } from './http-server.js';
+import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
+import { resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
+
+/** What a service's routes are built with. */
+export interface ServiceContext {
+  readonly name: string;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly db: Kysely<any>;
+  readonly authorizer: Authorizer;
+  readonly outbox: ServiceOutbox;
+  readonly options: ResolvedServiceOptions;
+  readonly logger: Logger;
+}
+
+/**
+ * A service, as data: its name, its outbox and its routes. The kit runs it ({@link startService});
+ * a register service is built with `createRegisterService`, iam writes its own routes.
+ */
+export interface ServiceDefinition<N extends string = string> {
+  /** E.g. `vpc`. Also the log prefix. */
+  readonly name: N;
+  /** The port `main` listens on when PORT is unset (in-process starts default to a free port). */
+  readonly defaultPort: number;
+  /** The service's outbox; its drainer and reconciler are started with the service. */
+  readonly outbox: OutboxSpec;
+  routes(context: ServiceContext): readonly Route[];
+}
+
+/** A running service. */
+export interface RunningService<N extends string = string> {
+  readonly name: N;
+  /** Base URL, e.g. `http://127.0.0.1:41234`. */
+  readonly url: string;
+  readonly port: number;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly db: Kysely<any>;
+  /** Its drainer, reconciler, stats and redrive. */
+  readonly outbox: ServiceOutbox;
+  /**
+   * Call after the authorization model changed (iam does on SIGHUP): intents poisoned because the
+   * old model refused them may pass now, so the reconciler re-drives them at once.
+   */
+  onModelChanged(): Promise<RedriveResult>;
+  /**
+   * Graceful stop: stops accepting requests, lets those in flight finish (bounded by
+   * `shutdownTimeoutMs`), stops the drainer and the reconciler (waiting for their batch), closes
+   * the pool. Idempotent.
+   */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a service in this process: its pool, its outbox (drainer with LISTEN, reconciler, both on
+ * their own timers) and its HTTP API. Fails, with nothing left running, when the outbox table does
+ * not match its spec (run `pnpm migrate`).
+ *
+ * @example
+ * const vpc = await startService(vpcService, { databaseUrl, openfga: { apiUrl, storeId } });
+ * await fetch(`${vpc.url}/vpcs`, { headers: { 'x-user-id': 'alice' } });
+ * await vpc.stop();
+ */
+export async function startService<N extends string>(definition: ServiceDefinition<N>, options: ServiceOptions): Promise<RunningService<N>> {
+  const resolved = resolveServiceOptions(definition.name, options);
+  const { logger } = resolved;
+  const db = new Kysely({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: resolved.databaseUrl, max: resolved.poolSize }) }),
+  });
+  const outbox = createServiceOutbox({
+    db,
+    spec: definition.outbox,
+    openfga: resolved.openfga,
+    listenUrl: resolved.databaseUrl,
+    drainIntervalMs: resolved.drainIntervalMs,
+    redriveIntervalMs: resolved.redriveIntervalMs,
+    flushOnWrite: resolved.flushOnWrite,
+    flushTimeoutMs: resolved.flushTimeoutMs,
+    logger,
+  });
+  const context: ServiceContext = { name: definition.name, db, authorizer: createAuthorizer(resolved.openfga), outbox, options: resolved, logger };
+
+  const stopOutbox = async () => {
+    await Promise.all([outbox.drainer.stop(), outbox.reconciler.stop()]);
+  };
+  let server;
+  try {
+    // Fail before listening: a service whose outbox is missing must not accept writes.
+    await verifyOutboxTable(db, definition.outbox);
+    if (resolved.runDrainer) await outbox.drainer.start();
+    if (resolved.runReconciler) await outbox.reconciler.start();
+    const routes = [
+      ...definition.routes(context),
+      { method: 'GET' as const, path: '/healthz', handle: async () => ({ status: 200, body: { status: 'ok', service: definition.name } }) },
+    ];
+    server = await startHttpServer({ routes, host: resolved.host, port: resolved.port, logger });
+  } catch (error) {
+    await stopOutbox().catch(() => undefined);
+    await db.destroy();
+    throw error;
+  }
+  const http = server;
+  logger.info(`listening on ${http.url}`, { outbox: definition.outbox.table, drainer: resolved.runDrainer, reconciler: resolved.runReconciler });
+
+  let stopped: Promise<void> | undefined;
+  return {
+    name: definition.name,
+    url: http.url,
+    port: http.port,
+    db,
+    outbox,
+    onModelChanged: () => outbox.redrive(),
+    stop() {
+      stopped ??= (async () => {
+        await http.close(resolved.shutdownTimeoutMs);
+        await stopOutbox();
+        await db.destroy();
+        logger.info('stopped');
+      })();
+      return stopped;
+    },
+  };
+}

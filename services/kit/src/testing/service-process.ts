@@ -1,0 +1,70 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+
+/** A service started as a child process (`node --import tsx <entry>`), as `main` runs it. */
+export interface ServiceProcess {
+  /** The URL it printed when ready. */
+  readonly url: string;
+  /** Everything it printed so far (stdout and stderr). */
+  output(): string;
+  /** Sends SIGTERM and resolves with the exit code once it exited (SIGKILL after `timeoutMs`). */
+  terminate(timeoutMs?: number): Promise<number | null>;
+}
+
+/**
+ * Runs `entry` (e.g. `src/main.ts`) of the package in `cwd` with `env` (on top of this process's
+ * PATH) and waits for its `ready at <url>` line.
+ */
+export async function startServiceProcess(cwd: string, entry: string, env: Record<string, string>, readyTimeoutMs = 20_000): Promise<ServiceProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
+    cwd,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = once(child, 'exit').then(([code]) => code as number | null);
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${entry} did not get ready within ${readyTimeoutMs} ms:\n${output}`));
+    }, readyTimeoutMs);
+    const onData = () => {
+      const match = /ready at (http:\/\/\S+)/.exec(output);
+      if (match?.[1]) {
+        clearTimeout(timer);
+        resolve(match[1]);
+      }
+    };
+    child.stdout.on('data', onData);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`${entry} exited with ${code} before it was ready:\n${output}`));
+    });
+  });
+  return {
+    url,
+    output: () => output,
+    async terminate(timeoutMs = 15_000) {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      try {
+        return await exited;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+  };
+}
+
+/** Runs a script (`node --import tsx <entry>`) to completion; resolves with its exit code and output. */
+export async function runScript(cwd: string, entry: string, env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], { cwd, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, output };
+}

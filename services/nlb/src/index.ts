@@ -1,0 +1,21 @@
+import { loadBalancerTable, nlbOutbox } from '@outbox/migrations';
+import { createRegisterService, startService, type RunningService, type ServiceOptions } from '@outbox/service-kit';
+
+/** The nlb service: `nlb.load_balancers`, OpenFGA type `load_balancer`, routes under `/load-balancers`. */
+export const nlbService = createRegisterService({
+  name: 'nlb',
+  defaultPort: 3003,
+  resourceTable: loadBalancerTable,
+  fgaType: 'load_balancer',
+  outboxSpec: nlbOutbox,
+  path: 'load-balancers',
+  fields: {
+    scheme: { type: 'string', description: 'where it is reachable from', oneOf: ['internal', 'internet-facing'], default: 'internal' },
+    port: { type: 'integer', description: 'the listener port', min: 1, max: 65_535 },
+  },
+});
+
+/** Starts the nlb service in this process (a free port unless `options.port`); `stop()` it when done. */
+export function start(options: ServiceOptions): Promise<RunningService<'nlb'>> {
+  return startService(nlbService, options);
+}
