@@ -149,7 +149,14 @@ export function createRegisterService<const N extends string, C extends Readonly
             const caller = request.caller();
             const found = await find(request);
             const object = objectOf(found.id);
-            await authorizer.require(`user:${caller}`, 'can_delete', object);
+            // The resource's own tuples may not be in OpenFGA (its register intent pending, or
+            // poisoned): the project on the row is the durable fact, and the model lets a project
+            // owner delete its resources, so that path is checked on the project itself.
+            const user = `user:${caller}`;
+            const allowed =
+              (await authorizer.check(user, 'can_delete', object)) ||
+              (await authorizer.check(user, 'can_delete', `project:${found.project_id}`));
+            if (!allowed) throw new HttpError(403, 'forbidden', `${user} is not allowed can_delete on ${object}`);
             const deleted = await db.transaction().execute(async (trx) => {
               const row = await trx.deleteFrom(table.qualifiedName).where('id', '=', found.id).returningAll().executeTakeFirst();
               // Deleted meanwhile by someone else, whose transaction enqueued the deregistration.

@@ -1,5 +1,5 @@
 import { CredentialsMethod } from '@openfga/sdk';
-import type { Logger } from '@outbox/drainer';
+import type { BackoffOptions, Logger } from '@outbox/drainer';
 import type { OpenFgaConnection } from './authorizer.js';
 import { ServiceConfigError } from './errors.js';
 
@@ -36,6 +36,11 @@ export interface ServiceOptions {
   readonly runReconciler?: boolean;
   /** How long `stop()` lets requests in flight finish. Default 10000. */
   readonly shutdownTimeoutMs?: number;
+  /**
+   * The drainer's retry spacing. Default: the drainer's (base 1 s, cap 5 min), so an intent is
+   * poisoned after ~20 minutes of failures. The demo shortens it to show a poisoning in seconds.
+   */
+  readonly retryBackoff?: BackoffOptions;
   /** Connections in the service's pool. Default 5: each request uses one at a time. */
   readonly poolSize?: number;
   /** Default: console, info and up, prefixed with the service name. */
@@ -82,6 +87,7 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
     runReconciler: options.runReconciler ?? true,
     shutdownTimeoutMs: integer('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 600_000),
     poolSize: integer('poolSize', options.poolSize, 5, 1, 100),
+    retryBackoff: options.retryBackoff ?? {},
     logger: options.logger ?? consoleServiceLogger(name),
   };
 }

@@ -1,4 +1,4 @@
-import { createDrainer, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, type Drainer, type DrainResult, type Logger } from '@outbox/drainer';
+import { createDrainer, DrainerStoppedError, type BackoffOptions, FlushPoisonedError, FlushTimeoutError, type Drainer, type DrainResult, type Logger } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
 import { outboxStats, type OutboxSpec, type OutboxStats } from '@outbox/outbox';
 import { createReconciler, type Reconciler, type RedriveResult } from '@outbox/reconciler';
@@ -41,6 +41,8 @@ export interface ServiceOutboxConfig {
   readonly redriveIntervalMs: number;
   readonly flushOnWrite: boolean;
   readonly flushTimeoutMs: number;
+  /** Retry spacing of the drainer (its defaults when empty). */
+  readonly retryBackoff: BackoffOptions;
   readonly logger: Logger;
 }
 
@@ -70,6 +72,7 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     spec,
     sink,
     interval: config.drainIntervalMs,
+    backoff: config.retryBackoff,
     listen: config.listenUrl ? { connectionString: config.listenUrl } : false,
     logger,
   });

@@ -81,6 +81,7 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     redriveIntervalMs: resolved.redriveIntervalMs,
     flushOnWrite: resolved.flushOnWrite,
     flushTimeoutMs: resolved.flushTimeoutMs,
+    retryBackoff: resolved.retryBackoff,
     logger,
   });
   const context: ServiceContext = { name: definition.name, db, authorizer: createAuthorizer(resolved.openfga), outbox, options: resolved, logger };
