@@ -21,7 +21,9 @@ export interface OutboxStats {
 /**
  * Counts an outbox by state in one round trip. Cheap on a large table: pending, deliverable and
  * poisoned read the partial pending index, retired its own partial index; delivered rows, however
- * many, are not read (except as successors of poisoned rows).
+ * many, are not read — except to decide whether a poisoned row is superseded: with the optional
+ * `(partition, id)` btree that is one probe per poisoned row, without it a walk of the rows after
+ * it (short for recent poisoned rows; create the btree for outboxes that poison routinely).
  *
  * @example
  * const { deliverable, poisoned, oldestPendingAgeSeconds } = await outboxStats(db, vpcOutbox);

@@ -1,0 +1,52 @@
+import { sql, type Kysely } from 'kysely';
+import { OutboxConfigError, tableNames, type OutboxSpec } from '@outbox/outbox';
+
+/** True when parentheses and quotes balance, so the fragment cannot close the `(…)` we wrap it in. */
+function balanced(fragment: string): boolean {
+  let depth = 0;
+  let quote: string | undefined;
+  for (const char of fragment) {
+    if (quote) {
+      if (char === quote) quote = undefined; // a doubled quote reopens on the next char: still balanced
+    } else if (char === "'" || char === '"') {
+      quote = char;
+    } else if (char === '(') {
+      depth += 1;
+    } else if (char === ')') {
+      depth -= 1;
+      if (depth < 0) return false;
+    }
+  }
+  return depth === 0 && quote === undefined;
+}
+
+/**
+ * Checks the spec's `supersededCoverageSql` once against the live table: it is planned (never run:
+ * `where false`) as a boolean over `s` and `t`, two rows of the table. A wrong column, a type
+ * error or a non-boolean then fails at start as an {@link OutboxConfigError}, not silently at the
+ * first poisoned row.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function verifyCoverageSql(db: Kysely<any>, spec: OutboxSpec): Promise<void> {
+  const fragment = spec.supersededCoverageSql;
+  if (fragment === undefined) return;
+  if (!balanced(fragment)) {
+    throw new OutboxConfigError('supersededCoverageSql', `has unbalanced parentheses or quotes: ${JSON.stringify(fragment)}`);
+  }
+  const table = sql.raw(tableNames(spec).table);
+  try {
+    await sql`select 1 from ${table} s, ${table} t where false and (${sql.raw(fragment)})`.execute(db);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    // In Postgres `->` and `@>` share one precedence and bind left to right, so
+    // `s.payload->'r' @> t.payload->'r'` reads `((s.payload->'r') @> t.payload)->'r'`.
+    const hint = /operator does not exist: boolean ->/.test(reason)
+      ? ` Parenthesise the operands: (s.payload->'relations') @> (t.payload->'relations').`
+      : '';
+    throw new OutboxConfigError(
+      'supersededCoverageSql',
+      `is not a valid boolean expression over s (the delivered successor) and t (the poisoned row) of ${spec.table}: ${reason}.${hint}`,
+      { cause: error },
+    );
+  }
+}
