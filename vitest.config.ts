@@ -14,7 +14,7 @@ export default defineConfig({
       'migrations/src/**/*.test.ts',
       'scripts/**/*.test.ts',
     ],
-    globalSetup: ['test/stack/src/global-setup.ts'],
+    globalSetup: ['./vitest.global-setup.ts'],
     setupFiles: ['test/stack/src/setup-file.ts'],
     pool: 'forks',
     testTimeout: 60_000,

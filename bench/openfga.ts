@@ -1,5 +1,6 @@
 import type { Intent } from '@outbox/drainer';
 import type { TupleKey } from '@outbox/outbox';
+import { authorizationModel } from '@outbox/migrations';
 import { createOpenFgaStore, startOpenFga, startStack } from '@outbox/test-stack';
 import { createOpenFgaSink } from '@outbox/openfga';
 import {
@@ -88,7 +89,7 @@ const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 
 /** A fresh store per run: OpenFGA's memory datastore slows as a store fills, so runs must start equal. */
 async function freshStore(target: Target) {
-  const ids = await createOpenFgaStore(target.apiUrl, target.token ? { presharedKey: target.token } : {});
+  const ids = await createOpenFgaStore(target.apiUrl, { authorizationModel: authorizationModel(), ...(target.token ? { presharedKey: target.token } : {}) });
   return {
     client: new OpenFgaClient({ apiUrl: target.apiUrl, ...ids, retryParams: { maxRetry: 0 }, ...credentialsOf(target.token) }),
     sink: createOpenFgaSink({ apiUrl: target.apiUrl, ...ids, ...credentialsOf(target.token) }),

@@ -2,7 +2,6 @@ import { createOutboxTable, defineOutbox, resetHeads, tableNames, type OutboxSpe
 import { createDatabase, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
-// Relative until the root package.json lists @outbox/reconciler as a devDependency.
 import { createReconciler, type RedriveResult } from '@outbox/reconciler';
 import { selectPoisoned } from '../packages/reconciler/src/redrive.js';
 

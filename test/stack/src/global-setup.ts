@@ -1,4 +1,4 @@
-import { migrateToLatest } from '@outbox/migrations';
+import type { WriteAuthorizationModelRequest } from '@openfga/sdk';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
@@ -8,19 +8,37 @@ import { startStack } from './stack.js';
 
 const TEMPLATE = 'outbox_template';
 
+/** What the project's global setup supplies: its migrations and its authorization model. */
+export interface StackGlobalSetupOptions {
+  /** Applies every migration to the template database. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly migrate: (db: Kysely<any>) => Promise<unknown>;
+  /** The model written into every test store. */
+  readonly authorizationModel: () => WriteAuthorizationModelRequest;
+}
+
 /**
- * Vitest global setup: one real Postgres and one real OpenFGA for the whole run, and a template
- * database with every project migration applied, which each test file clones (a clone is a file
- * copy: milliseconds, where migrating again would take seconds).
+ * Builds the vitest global setup: one real Postgres and one real OpenFGA for the whole run, and a
+ * template database with every project migration applied, which each test file clones (a clone is
+ * a file copy: milliseconds, where migrating again would take seconds). The project passes its
+ * migrations and model in, so this package depends on neither.
+ *
+ * @example
+ * // vitest.global-setup.ts
+ * export default createStackGlobalSetup({ migrate: migrateToLatest, authorizationModel });
  */
-export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+export function createStackGlobalSetup(options: StackGlobalSetupOptions) {
+  return (project: TestProject) => setup(project, options);
+}
+
+async function setup(project: TestProject, options: StackGlobalSetupOptions): Promise<() => Promise<void>> {
   const stack = await startStack();
   try {
     await dropDatabase(stack.postgresUrl, TEMPLATE);
     const templateUrl = await createDatabase(stack.postgresUrl, TEMPLATE);
     const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: templateUrl, max: 1 }) }) });
     try {
-      await migrateToLatest(db);
+      await options.migrate(db);
     } finally {
       await db.destroy();
     }
@@ -33,6 +51,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     templateDatabase: TEMPLATE,
     openfgaApiUrl: stack.openfga.apiUrl,
     openfgaPresharedKey: stack.openfga.presharedKey,
+    authorizationModel: options.authorizationModel(),
   };
   project.provide('outboxStack', provided);
   return () => stack.stop();

@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
-import { writeAuthorizationModel } from '@outbox/migrations';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
@@ -124,7 +123,7 @@ export function openFgaClientConfig(storeId?: string, authorizationModelId?: str
 }
 
 /**
- * Gives the calling test file its own OpenFGA store with the model from `migrations/fga` loaded.
+ * Gives the calling test file its own OpenFGA store with the project's model (from the global setup) loaded.
  *
  * @example
  * const fga = useOpenFgaStore();
@@ -136,7 +135,7 @@ export function useOpenFgaStore(): TestStore {
     const admin = new OpenFgaClient(openFgaClientConfig());
     const { id: storeId } = await admin.createStore({ name: `test-${randomBytes(4).toString('hex')}` });
     const scoped = new OpenFgaClient(openFgaClientConfig(storeId));
-    const authorizationModelId = await writeAuthorizationModel(scoped);
+    const { authorization_model_id: authorizationModelId } = await scoped.writeAuthorizationModel(provided().authorizationModel);
     current = {
       apiUrl: provided().openfgaApiUrl,
       storeId,
