@@ -69,7 +69,10 @@ export async function claimBatch(
       from ${table} x
       where x.${key} = h.key and x.id > h.id
         and x.sent_at is null and x.retired_at is null and x.attempt_count < ${spec.maxAttempts}
-      order by x.id
+      -- (key, id), not id: the same order here (the key is fixed), but it names the partial
+      -- partition-head index, where "order by id" lets the planner walk the primary key across
+      -- every partition's rows after the head.
+      order by x.${key}, x.id
       limit ${share}
     ) r
     order by h.id, r.id`.execute(trx);

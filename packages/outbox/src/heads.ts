@@ -26,7 +26,7 @@ async function promoteStatement(
         select x.id from ${sql.raw(n.table)} x
         where x.${sql.raw(n.partition)} = k.key and x.sent_at is null and x.retired_at is null
           and x.attempt_count < ${spec.maxAttempts} and x.id <> all(${[...delivered]}::bigint[])
-        order by x.id limit 1
+        order by x.${sql.raw(n.partition)}, x.id limit 1 -- (key, id): the partition-head index's order
       ) as head_id
       from (select distinct unnest(${[...keys]}::text[]) as key) k
     ), promoted as (
