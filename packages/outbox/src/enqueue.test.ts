@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
-import { sql, type ControlledTransaction, type Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { defineOutbox } from './define-outbox.js';
@@ -58,27 +58,6 @@ async function waitOf(pid: number) {
 async function backendPid(db: Kysely<any>): Promise<number> {
   const result = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db);
   return result.rows[0]!.pid;
-}
-
-/**
- * Runs `work` with `count` open transactions, each on its own connection, and always ends them
- * (rolled back unless `work` committed them), in order: an earlier one may hold a lock a later one waits on.
- */
-async function withTransactions(
-  count: number,
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  work: (trxs: ControlledTransaction<any>[]) => Promise<void>,
-): Promise<void> {
-  const dbs = Array.from({ length: count }, () => t.kysely({ max: 1 }));
-  const trxs = await Promise.all(dbs.map((db) => db.startTransaction().execute()));
-  try {
-    await work(trxs);
-  } finally {
-    for (const trx of trxs) {
-      if (!trx.isCommitted && !trx.isRolledBack) await trx.rollback().execute().catch(() => undefined);
-    }
-    await Promise.all(dbs.map((db) => db.destroy()));
-  }
 }
 
 beforeAll(async () => {
@@ -157,7 +136,7 @@ describe('NOTIFY on the spec channel', () => {
   });
 
   test('nothing arrives before COMMIT; exactly one arrives after one enqueueMany of several rows', async () => {
-    await withTransactions(1, async ([trx]) => {
+    await t.withTransactions(1, async ([trx]) => {
       await enqueueMany(trx!, spec, [intent('vpc:v1'), intent('vpc:v2'), intent('vpc:v1', 'v1-again')]);
       await sleep(300);
       expect(received).toEqual([]);
@@ -225,7 +204,7 @@ describe('ids', () => {
 
 describe('the partition advisory lock', () => {
   test('a second transaction for the same partition waits for the first, and takes its id only after it commits', async () => {
-    await withTransactions(2, async ([a, b]) => {
+    await t.withTransactions(2, async ([a, b]) => {
       const bPid = await backendPid(b!);
       const aId = await enqueue(a!, spec, intent('vpc:shared', 'from-a'));
       const bEnqueue = enqueue(b!, spec, intent('vpc:shared', 'from-b'));
@@ -248,7 +227,7 @@ describe('the partition advisory lock', () => {
   });
 
   test('a rolled-back holder releases the lock', async () => {
-    await withTransactions(2, async ([a, b]) => {
+    await t.withTransactions(2, async ([a, b]) => {
       await enqueue(a!, spec, intent('vpc:shared', 'from-a'));
       const bEnqueue = enqueue(b!, spec, intent('vpc:shared', 'from-b'));
       expect(await settlesWithin(bEnqueue, 300)).toBe(false);
@@ -260,7 +239,7 @@ describe('the partition advisory lock', () => {
   });
 
   test('transactions for different partitions do not wait on each other', async () => {
-    await withTransactions(2, async ([a, b]) => {
+    await t.withTransactions(2, async ([a, b]) => {
       const bPid = await backendPid(b!);
       await enqueueMany(a!, spec, [intent('vpc:a1'), intent('vpc:a2')]);
       const bEnqueue = enqueueMany(b!, spec, [intent('vpc:b1'), intent('vpc:b2')]);
@@ -274,7 +253,7 @@ describe('the partition advisory lock', () => {
   });
 
   test('enqueueMany waits when any one of its partitions is held', async () => {
-    await withTransactions(2, async ([a, b]) => {
+    await t.withTransactions(2, async ([a, b]) => {
       await enqueue(a!, spec, intent('vpc:k2'));
       const bEnqueue = enqueueMany(b!, spec, [intent('vpc:k1'), intent('vpc:k2'), intent('vpc:k3')]);
       expect(await settlesWithin(bEnqueue, 300)).toBe(false);

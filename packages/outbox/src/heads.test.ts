@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
-import { sql, type ControlledTransaction } from 'kysely';
+import { sql } from 'kysely';
 import { afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { defineOutbox } from './define-outbox.js';
 import { enqueue, enqueueMany, type EnqueueInput } from './enqueue.js';
@@ -37,24 +37,6 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
   const settled = Symbol('settled');
   const outcome = await Promise.race([promise.then(() => settled, () => settled), sleep(ms).then(() => 'pending')]);
   return outcome === settled;
-}
-
-/** Runs `work` with `count` open transactions on their own connections, always ending them, in order. */
-async function withTransactions(
-  count: number,
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  work: (trxs: ControlledTransaction<any>[]) => Promise<void>,
-): Promise<void> {
-  const dbs = Array.from({ length: count }, () => t.kysely({ max: 1 }));
-  const trxs = await Promise.all(dbs.map((db) => db.startTransaction().execute()));
-  try {
-    await work(trxs);
-  } finally {
-    for (const trx of trxs) {
-      if (!trx.isCommitted && !trx.isRolledBack) await trx.rollback().execute().catch(() => undefined);
-    }
-    await Promise.all(dbs.map((db) => db.destroy()));
-  }
 }
 
 beforeAll(async () => {
@@ -95,7 +77,7 @@ describe('enqueue sets the head flag', () => {
   });
 
   test('a transaction that enqueues after a concurrent first enqueue committed does not become a second head', async () => {
-    await withTransactions(2, async ([a, b]) => {
+    await t.withTransactions(2, async ([a, b]) => {
       const aId = await enqueue(a!, spec, intent('vpc:a'));
       const bEnqueue = enqueue(b!, spec, intent('vpc:a'));
       expect(await settlesWithin(bEnqueue, 300)).toBe(false);
@@ -108,7 +90,7 @@ describe('enqueue sets the head flag', () => {
   });
 
   test('when the concurrent first enqueue rolls back, the waiting one becomes head', async () => {
-    await withTransactions(2, async ([a, b]) => {
+    await t.withTransactions(2, async ([a, b]) => {
       await enqueue(a!, spec, intent('vpc:a'));
       const bEnqueue = enqueue(b!, spec, intent('vpc:a'));
       expect(await settlesWithin(bEnqueue, 300)).toBe(false);
@@ -160,7 +142,7 @@ describe('promoteHeads', () => {
 
   test('waits for an in-flight enqueue of the partition, then promotes its row: the key is never stranded headless', async () => {
     const [a1] = await enqueued('vpc:a');
-    await withTransactions(2, async ([drainer, writer]) => {
+    await t.withTransactions(2, async ([drainer, writer]) => {
       // The drainer delivers the head and demotes it (not yet committed).
       await sql`update app.outbox set sent_at = now(), is_head = false where id = ${a1}`.execute(drainer!);
       // Meanwhile an enqueue sees a1 still deliverable, so its row is not head.
@@ -206,7 +188,7 @@ describe('promoteHeads with markDelivered (the drainer’s outcome update in the
 
   test('waits for an in-flight enqueue when the delivered head had no visible successor', async () => {
     const [a1] = await enqueued('vpc:a');
-    await withTransactions(2, async ([drainer, writer]) => {
+    await t.withTransactions(2, async ([drainer, writer]) => {
       await sql`select id from app.outbox where id = ${a1} for update`.execute(drainer!);
       const a2 = await enqueue(writer!, spec, intent('vpc:a'));
       const promoting = promoteHeads(drainer!, spec, ['vpc:a'], { markDelivered: [a1!] });

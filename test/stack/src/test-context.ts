@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect, type ControlledTransaction } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { createDatabase, dropDatabase } from './databases.js';
@@ -36,6 +36,13 @@ export interface TestDatabase {
   /** A new Kysely on its own pool (destroyed after the file if you forget). */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   kysely(config?: pg.PoolConfig): Kysely<any>;
+  /**
+   * Runs `work` with `count` open transactions, each on its own connection, for interleaving tests;
+   * afterwards rolls back, in order, those `work` did not end (an earlier one may hold a lock a later
+   * one waits on) and closes the connections.
+   */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  withTransactions(count: number, work: (trxs: ControlledTransaction<any>[]) => Promise<void>): Promise<void>;
 }
 
 /**
@@ -66,7 +73,20 @@ export function useTestDatabase(): TestDatabase {
       kyselys.push(k);
       return k;
     };
-    current = { url, name, db: kysely(), pool, kysely };
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const withTransactions = async (count: number, work: (trxs: ControlledTransaction<any>[]) => Promise<void>) => {
+      const dbs = Array.from({ length: count }, () => kysely({ max: 1 }));
+      const trxs = await Promise.all(dbs.map((db) => db.startTransaction().execute()));
+      try {
+        await work(trxs);
+      } finally {
+        for (const trx of trxs) {
+          if (!trx.isCommitted && !trx.isRolledBack) await trx.rollback().execute().catch(() => undefined);
+        }
+        await Promise.all(dbs.map((db) => db.destroy()));
+      }
+    };
+    current = { url, name, db: kysely(), pool, kysely, withTransactions };
   });
   afterAll(async () => {
     for (const k of kyselys) await k.destroy();
