@@ -23,7 +23,7 @@ export interface ServiceOutbox {
   settle(partitionKey: string): Promise<Delivery>;
   /** Counts of the outbox by state (pending, deliverable, poisoned, superseded, retired). */
   stats(): Promise<OutboxStats>;
-  /** One redrive pass now, then a drain pass for what it revived. */
+  /** Redrive now (as many passes as keep reviving), then a drain pass for what was revived. */
   redrive(): Promise<RedriveResult>;
   /** One drain pass now. */
   drainOnce(): Promise<DrainResult>;
@@ -95,10 +95,18 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     },
     stats: () => outboxStats(db, spec),
     async redrive() {
-      const result = await reconciler.redrivePoisoned();
+      // A pass handles one batch of poisoned rows; after a model change every one of them should be
+      // tried, so go on while passes still revive something and report there is more (superseded
+      // rows are not consumed by a pass: looping on them alone would never end).
+      let result = await reconciler.redrivePoisoned();
+      const revived = [...result.revived];
+      for (let pass = 1; pass < 100 && result.more && result.revived.length > 0; pass += 1) {
+        result = await reconciler.redrivePoisoned();
+        revived.push(...result.revived);
+      }
       // Revival is an UPDATE: no NOTIFY fires, so ask for a pass rather than wait for the timer.
-      if (result.revived.length > 0) drainer.kick();
-      return result;
+      if (revived.length > 0) drainer.kick();
+      return { ...result, revived };
     },
     drainOnce: () => drainer.drainOnce(),
   };

@@ -1,0 +1,39 @@
+import { vpcOutbox } from '@outbox/migrations';
+import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
+import { sql } from 'kysely';
+import { expect, test } from 'vitest';
+import { recordingLogger } from './testing/index.js';
+import { createServiceOutbox } from './service-outbox.js';
+
+const t = useTestDatabase();
+const fga = useOpenFgaStore();
+
+test('redrive after a model change revives every poisoned intent, not just one batch', async () => {
+  // 1,200 poisoned register intents, more than one reconciler batch (500), each its own resource.
+  await sql`
+    insert into vpc.fga_register_outbox (resource_id, payload, attempt_count, last_error, is_head)
+    select 'vpc:v' || g, jsonb_build_object('writes', jsonb_build_array(jsonb_build_object(
+             'user', 'project:p1', 'relation', 'project', 'object', 'vpc:v' || g))),
+           ${vpcOutbox.maxAttempts}, 'validation_error: type vpc not found (old model)', false
+    from generate_series(1, 1200) g`.execute(t.db);
+  const outbox = createServiceOutbox({
+    db: t.db,
+    spec: vpcOutbox,
+    openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
+    drainIntervalMs: 3_600_000,
+    redriveIntervalMs: 3_600_000,
+    flushOnWrite: false,
+    flushTimeoutMs: 1_000,
+    retryBackoff: {},
+    logger: recordingLogger(),
+  });
+  // Keep the drainer out of it (redrive kicks it): this test is about what redrive leaves behind.
+  await outbox.drainer.stop();
+  const result = await outbox.redrive();
+  expect(result.revived).toHaveLength(1_200);
+  expect(result.superseded).toEqual([]);
+  expect(await outbox.stats()).toMatchObject({ poisoned: 0, deliverable: 1_200 });
+  // Each revived intent is its partition's head again: the drainer will claim every one.
+  const heads = await sql<{ n: number }>`select count(*)::int as n from vpc.fga_register_outbox where is_head`.execute(t.db);
+  expect(heads.rows[0]?.n).toBe(1_200);
+});
