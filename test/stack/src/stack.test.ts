@@ -59,7 +59,11 @@ describe('the test stack', () => {
   });
 
   test('a native stack starts healthy and stop() leaves no process behind', async () => {
-    const stack = await startStack({ mode: 'native' });
+    // Servers named by the environment (a matrix run sets DATABASE_URL) would take precedence.
+    const saved = { DATABASE_URL: process.env.DATABASE_URL, OPENFGA_API_URL: process.env.OPENFGA_API_URL };
+    delete process.env.DATABASE_URL;
+    delete process.env.OPENFGA_API_URL;
+    const stack = await startStack({ mode: 'native' }).finally(() => Object.assign(process.env, JSON.parse(JSON.stringify(saved))));
     try {
       expect(stack.sources).toEqual({ postgres: 'native', openfga: 'native' });
       expect(stack.pids).toHaveLength(2);
