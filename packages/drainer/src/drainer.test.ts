@@ -168,6 +168,24 @@ describe('the claim rule', () => {
   });
 });
 
+describe('the next head after a run', () => {
+  test('a run poisoned in its middle: the row after the poisoned one becomes head and is delivered next', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['vpc:hot', 'vpc:hot', 'vpc:hot', 'vpc:hot']);
+    const sink = createRecordingSink({ outcome: (i) => (i.id === ids[1] ? { kind: 'permanent', error: 'refused' } : undefined) });
+    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
+    // Batch 1 carried the whole run; the sink skipped what followed the refusal, which was released.
+    expect(sink.calls.map((call) => call.map((i) => i.id))).toEqual([ids, [ids[2], ids[3]]]);
+    expect(result).toMatchObject({ batches: 2, delivered: 3, poisoned: 1, released: 2 });
+    expect((await rows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.is_head])).toEqual([
+      [true, 0, false],
+      [false, 10, false],
+      [true, 0, false],
+      [true, 0, false],
+    ]);
+  });
+});
+
 describe('a sink that misbehaves', () => {
   const cases: Array<[string, (intents: readonly Intent[], signal: AbortSignal) => Promise<readonly Outcome[]>, RegExp]> = [
     ['throws', async () => {

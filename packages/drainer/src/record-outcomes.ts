@@ -62,7 +62,14 @@ export async function recordOutcomes(
   for (const { intent } of poisoned) moved.add(intent.partitionKey);
   // Partitions whose head moved (delivered or poisoned): the earliest deliverable row takes over —
   // a released run row, a row that just failed transiently, or one inserted meanwhile.
+  // The next head of a partition follows the last row this batch delivered or poisoned in it: a run
+  // is consecutive from the head, and nothing before the head was deliverable.
+  const after = new Map<string, string>();
+  for (const intent of [...outcomes.delivered, ...poisoned.map((p) => p.intent)]) {
+    const seen = after.get(intent.partitionKey);
+    if (seen === undefined || BigInt(intent.id) > BigInt(seen)) after.set(intent.partitionKey, intent.id);
+  }
   // Failures are written first so that this statement, which also marks the delivered rows, sees them.
-  await promoteHeads(trx, spec, [...moved], { markDelivered: outcomes.delivered.map((i) => i.id) });
+  await promoteHeads(trx, spec, [...moved], { markDelivered: outcomes.delivered.map((i) => i.id), after });
   return { delivered: outcomes.delivered, retried, poisoned, released: outcomes.released };
 }

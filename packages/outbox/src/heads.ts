@@ -14,8 +14,10 @@ async function promoteStatement(
   spec: OutboxSpec,
   keys: readonly string[],
   delivered: readonly string[] = [],
+  after: ReadonlyMap<string, string> = new Map(),
 ): Promise<string[]> {
   const n = tableNames(spec);
+  const distinct = [...new Set(keys)];
   const result = await sql<{ key: string }>`
     with delivered as (
       update ${sql.raw(n.table)} set sent_at = now(), is_head = false
@@ -24,11 +26,11 @@ async function promoteStatement(
     ), want as (
       select k.key, (
         select x.id from ${sql.raw(n.table)} x
-        where x.${sql.raw(n.partition)} = k.key and x.sent_at is null and x.retired_at is null
+        where x.${sql.raw(n.partition)} = k.key and x.id > k.after and x.sent_at is null and x.retired_at is null
           and x.attempt_count < ${spec.maxAttempts} and x.id <> all(${[...delivered]}::bigint[])
         order by x.${sql.raw(n.partition)}, x.id limit 1 -- (key, id): the partition-head index's order
       ) as head_id
-      from (select distinct unnest(${[...keys]}::text[]) as key) k
+      from unnest(${distinct}::text[], ${distinct.map((k) => after.get(k) ?? '0')}::bigint[]) as k(key, after)
     ), promoted as (
       update ${sql.raw(n.table)} t set is_head = true
       from want w where t.id = w.head_id and not t.is_head
@@ -55,13 +57,21 @@ export async function promoteHeads(
   trx: Kysely<any>,
   spec: OutboxSpec,
   keys: readonly string[],
-  options: { readonly markDelivered?: readonly string[] } = {},
+  options: {
+    readonly markDelivered?: readonly string[];
+    /**
+     * Per key, an id the next head is known to follow (the drainer's last delivered or poisoned row
+     * of the key): the look-up starts there, past the index entries of rows delivered before it,
+     * which stay in the partition-head index until vacuum.
+     */
+    readonly after?: ReadonlyMap<string, string>;
+  } = {},
 ): Promise<void> {
   if (keys.length === 0 && !options.markDelivered?.length) return;
-  const headless = await promoteStatement(trx, spec, keys, options.markDelivered);
+  const headless = await promoteStatement(trx, spec, keys, options.markDelivered, options.after);
   if (headless.length === 0) return;
   await lockPartitions(spec, headless).execute(trx);
-  await promoteStatement(trx, spec, headless);
+  await promoteStatement(trx, spec, headless, [], options.after);
 }
 
 /**
