@@ -6,40 +6,28 @@ import { defineOutbox, REGISTER_OUTBOX_PARTITION, TUPLE_OUTBOX_PARTITION, type O
  * all import the one object: a service package depends on @outbox/migrations, never the reverse.
  */
 
-/** `vpc.fga_register_outbox`: one row per `vpc:<id>` object, keyed on `resource_id`. */
-export const vpcOutbox: OutboxSpec = defineOutbox({
-  table: 'vpc.fga_register_outbox',
-  partitionColumn: REGISTER_OUTBOX_PARTITION,
-  channel: 'vpc_fga_register_outbox',
-});
+/**
+ * The register-outbox of a service schema: `<schema>.fga_register_outbox`, one row per FGA object,
+ * keyed on `resource_id`, notifying `<schema>_fga_register_outbox`.
+ */
+function registerOutbox(schema: string): OutboxSpec {
+  return defineOutbox({
+    table: `${schema}.fga_register_outbox`,
+    partitionColumn: REGISTER_OUTBOX_PARTITION,
+    channel: `${schema}_fga_register_outbox`,
+  });
+}
 
+/** `vpc.fga_register_outbox`: one row per `vpc:<id>` object. */
+export const vpcOutbox: OutboxSpec = registerOutbox('vpc');
 /** `compute.fga_register_outbox`: one row per `instance:<id>` object. */
-export const computeOutbox: OutboxSpec = defineOutbox({
-  table: 'compute.fga_register_outbox',
-  partitionColumn: REGISTER_OUTBOX_PARTITION,
-  channel: 'compute_fga_register_outbox',
-});
-
+export const computeOutbox: OutboxSpec = registerOutbox('compute');
 /** `nlb.fga_register_outbox`: one row per `load_balancer:<id>` object. */
-export const nlbOutbox: OutboxSpec = defineOutbox({
-  table: 'nlb.fga_register_outbox',
-  partitionColumn: REGISTER_OUTBOX_PARTITION,
-  channel: 'nlb_fga_register_outbox',
-});
-
+export const nlbOutbox: OutboxSpec = registerOutbox('nlb');
 /** `storage.fga_register_outbox`: one row per `bucket:<id>` object. */
-export const storageOutbox: OutboxSpec = defineOutbox({
-  table: 'storage.fga_register_outbox',
-  partitionColumn: REGISTER_OUTBOX_PARTITION,
-  channel: 'storage_fga_register_outbox',
-});
-
+export const storageOutbox: OutboxSpec = registerOutbox('storage');
 /** `registry.fga_register_outbox`: one row per `repository:<id>` object. */
-export const registryOutbox: OutboxSpec = defineOutbox({
-  table: 'registry.fga_register_outbox',
-  partitionColumn: REGISTER_OUTBOX_PARTITION,
-  channel: 'registry_fga_register_outbox',
-});
+export const registryOutbox: OutboxSpec = registerOutbox('registry');
 
 /** The relation names a row wrote or deleted, as a jsonb array of strings (`x` is `s` or `t`). */
 const named = (x: 's' | 't') =>

@@ -9,6 +9,7 @@ export { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
 export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, type OutboxTableOptions } from './migration.js';
 export { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type IntentPayload, type TupleKey } from './payload.js';
+export type { Logger } from './logger.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
 export { promoteHeads, resetHeads } from './heads.js';
 export { outboxStats, outboxStatsQuery, type OutboxStats } from './stats.js';

@@ -1,15 +1,6 @@
-/**
- * A minimal structured logger (console, pino and winston fit). Same shape as the drainer's.
- *
- * @example
- * const reconciler = createReconciler({ db, spec, logger: pino().child({ component: 'reconciler' }) });
- */
-export interface Logger {
-  debug?(message: string, fields?: Record<string, unknown>): void;
-  info(message: string, fields?: Record<string, unknown>): void;
-  warn(message: string, fields?: Record<string, unknown>): void;
-  error(message: string, fields?: Record<string, unknown>): void;
-}
+import type { Logger } from '@outbox/outbox';
+
+export type { Logger };
 
 /**
  * The default: warnings and errors on the console. Superseded intents are logged at WARN because a

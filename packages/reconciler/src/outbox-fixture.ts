@@ -15,7 +15,6 @@ import {
   type OutboxSpec,
   type OutboxSpecInput,
 } from '@outbox/outbox';
-import type { Logger } from './logger.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Db = Kysely<any>;
@@ -178,17 +177,4 @@ export async function settlesWithin(promise: Promise<unknown>, ms: number): Prom
   return settled;
 }
 
-export interface LogEntry {
-  level: 'debug' | 'info' | 'warn' | 'error';
-  message: string;
-  fields: Record<string, unknown> | undefined;
-}
-
-/** A logger that keeps what it was told. */
-export function recordingLogger(): Logger & { entries: LogEntry[] } {
-  const entries: LogEntry[] = [];
-  const at = (level: LogEntry['level']) => (message: string, fields?: Record<string, unknown>) => {
-    entries.push({ level, message, fields });
-  };
-  return { entries, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
-}
+export { recordingLogger, type LogEntry } from '@outbox/test-stack';

@@ -1,6 +1,6 @@
 import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
-import { HttpError, ID_DESCRIPTION, ID_PATTERN, writeAnswer, type Route, type ServiceContext, type ServiceRequest } from '@outbox/service-kit';
+import { findById, HttpError, ID_DESCRIPTION, ID_PATTERN, writeAnswer, type Route, type ServiceContext, type ServiceRequest } from '@outbox/service-kit';
 import { sql, type Kysely } from 'kysely';
 import { grantIntent, relationsProblem, type GrantableRelation } from './grant-diff.js';
 
@@ -29,10 +29,7 @@ export function grantRoutes(ctx: ServiceContext): Route[] {
   const db = ctx.db as Kysely<IamDatabase>;
 
   async function project(request: ServiceRequest): Promise<string> {
-    const id = request.params.id ?? '';
-    const row = ID_PATTERN.test(id) ? await db.selectFrom('iam.projects').select('id').where('id', '=', id).executeTakeFirst() : undefined;
-    if (!row) throw new HttpError(404, 'not_found', `no project ${JSON.stringify(id)}`);
-    return row.id;
+    return (await findById<{ id: string }>(db, 'iam.projects', request, 'project')).id;
   }
 
   return [

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
-import { HttpError, ID_PATTERN, NAME_FIELD, validateBody, writeAnswer, type Route, type ServiceContext } from '@outbox/service-kit';
+import { findById, NAME_FIELD, validateBody, writeAnswer, type Route, type ServiceContext } from '@outbox/service-kit';
 import type { Kysely } from 'kysely';
 
 /**
@@ -34,10 +34,8 @@ export function organizationRoutes(ctx: ServiceContext): Route[] {
       path: '/organizations/:id',
       async handle(request) {
         const caller = request.caller();
-        const id = request.params.id ?? '';
-        const row = ID_PATTERN.test(id) ? await db.selectFrom('iam.organizations').selectAll().where('id', '=', id).executeTakeFirst() : undefined;
-        if (!row) throw new HttpError(404, 'not_found', `no organization ${JSON.stringify(id)}`);
-        await ctx.authorizer.require(`user:${caller}`, 'member', `organization:${id}`);
+        const row = await findById<{ id: string }>(db, 'iam.organizations', request, 'organization');
+        await ctx.authorizer.require(`user:${caller}`, 'member', `organization:${row.id}`);
         return { status: 200, body: row };
       },
     },

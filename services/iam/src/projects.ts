@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
-import { HttpError, ID_FIELD, ID_PATTERN, NAME_FIELD, validateBody, writeAnswer, type Route, type ServiceContext } from '@outbox/service-kit';
+import { findById, HttpError, ID_FIELD, NAME_FIELD, validateBody, writeAnswer, type Route, type ServiceContext } from '@outbox/service-kit';
 import type { Kysely } from 'kysely';
 
 /**
@@ -45,10 +45,8 @@ export function projectRoutes(ctx: ServiceContext): Route[] {
       path: '/projects/:id',
       async handle(request) {
         const caller = request.caller();
-        const id = request.params.id ?? '';
-        const row = ID_PATTERN.test(id) ? await db.selectFrom('iam.projects').selectAll().where('id', '=', id).executeTakeFirst() : undefined;
-        if (!row) throw new HttpError(404, 'not_found', `no project ${JSON.stringify(id)}`);
-        await ctx.authorizer.require(`user:${caller}`, 'can_view', `project:${id}`);
+        const row = await findById<{ id: string }>(db, 'iam.projects', request, 'project');
+        await ctx.authorizer.require(`user:${caller}`, 'can_view', `project:${row.id}`);
         return { status: 200, body: row };
       },
     },

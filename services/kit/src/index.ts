@@ -31,4 +31,5 @@ export {
   type StringField,
 } from './body-schema.js';
 export { writeAnswer } from './write-answer.js';
+export { findById } from './find-by-id.js';
 export { HttpError, SERVICE_SQLSTATE, ServiceConfigError } from './errors.js';

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ResourceColumn, ResourceTable } from '@outbox/migrations';
 import { enqueue, REGISTER_OUTBOX_PARTITION, type IntentPayload, type OutboxSpec, type TupleKey } from '@outbox/outbox';
+import { findById } from './find-by-id.js';
 import { ID_FIELD, ID_PATTERN, NAME_FIELD, validateBody, type FieldRule, type FieldRules } from './body-schema.js';
 import { HttpError, ServiceConfigError } from './errors.js';
 import type { Route, ServiceRequest } from './http-server.js';
@@ -85,13 +86,7 @@ export function createRegisterService<const N extends string, C extends Readonly
       const { db, authorizer, outbox } = ctx;
       const rows = () => db.selectFrom(table.qualifiedName).selectAll();
 
-      /** The row of `:id`, or 404. Unknown and malformed ids look the same to the caller. */
-      async function find(request: ServiceRequest): Promise<ResourceRow> {
-        const id = request.params.id ?? '';
-        const row = ID_PATTERN.test(id) ? await rows().where('id', '=', id).executeTakeFirst() : undefined;
-        if (!row) throw new HttpError(404, 'not_found', `no ${fgaType} ${JSON.stringify(id)}`);
-        return row as ResourceRow;
-      }
+      const find = (request: ServiceRequest) => findById<ResourceRow>(db, table.qualifiedName, request, fgaType);
 
       return [
         {

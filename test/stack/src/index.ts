@@ -8,3 +8,4 @@ export { createDatabase, dropDatabase, withDatabase } from './databases.js';
 export { useTestDatabase, useOpenFgaStore, openFgaClientConfig, stackInfo, type TestDatabase, type TestStore } from './test-context.js';
 export type { ProvidedStack } from './provided.js';
 export { createOpenFgaStore } from './openfga-store.js';
+export { recordingLogger, type LogEntry, type RecordingLogger } from './recording-logger.js';
