@@ -33,7 +33,12 @@ async function fill(db: Db, spec: OutboxSpec, key: string, rows: number, deliver
   await sql.raw(`vacuum analyze ${table}`).execute(db);
 }
 
-async function rawLoop(url: string, table: string): Promise<number> {
+/**
+ * The raw unordered loop the issue names: `FOR UPDATE SKIP LOCKED` by id, batch of 100, mark sent.
+ * `columns` is what it reads: `id` alone (the bare loop), or what a sink needs to deliver
+ * (`id, resource_id, payload, attempt_count`) — the same columns the ordered drainer reads.
+ */
+async function rawLoop(url: string, table: string, columns = 'id'): Promise<number> {
   const started = performance.now();
   await Promise.all(
     Array.from({ length: WORKERS }, async () => {
@@ -42,7 +47,7 @@ async function rawLoop(url: string, table: string): Promise<number> {
       for (;;) {
         await client.query('begin');
         const { rows } = await client.query<{ id: string }>(
-          `select id from ${table} where sent_at is null and retired_at is null order by id limit ${BATCH} for update skip locked`,
+          `select ${columns} from ${table} where sent_at is null and retired_at is null order by id limit ${BATCH} for update skip locked`,
         );
         if (rows.length > 0) await client.query(`update ${table} set sent_at = now() where id = any($1::bigint[])`, [rows.map((r) => r.id)]);
         await client.query('commit');
@@ -93,6 +98,7 @@ async function claimMs(db: Db, spec: OutboxSpec, rounds = 200): Promise<number> 
 }
 
 const rate = (rows: number, ms: number) => Math.round(rows / (ms / 1000));
+const median = (values: readonly number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 
 /** The drain benchmark (issue 4): ordered drain vs raw SKIP LOCKED per backlog shape, and claim cost vs delivered rows. */
 export async function benchDrain(): Promise<string> {
@@ -101,27 +107,50 @@ export async function benchDrain(): Promise<string> {
   try {
     const url = await createDatabase(stack.postgresUrl, 'bench_drain');
     const db = kysely(url);
+    const trials = Number(process.env.BENCH_TRIALS ?? 3);
+    const only = process.env.BENCH_SHAPES?.split(',').map(Number);
     lines.push(
-      `### Drain throughput: ${ROWS / 1000}k intents, no-op sink, batch ${BATCH}, ${WORKERS} workers`,
+      `### Drain throughput: ${ROWS / 1000}k intents, no-op sink, batch ${BATCH}, ${WORKERS} workers, median of ${trials} interleaved trials`,
       '',
-      '| backlog shape | raw unordered SKIP LOCKED | @outbox/drainer (ordered) | ratio |',
-      '| --- | --- | --- | --- |',
+      'Two raw loops: the bare one reads only `id`; the other reads what a sink needs (`id, resource_id, payload,',
+      'attempt_count`), the same columns the ordered drainer reads and hands to its sink.',
+      '',
+      '| backlog shape | raw, `id` only | raw, sink columns | @outbox/drainer (ordered) | vs bare raw | vs raw with sink columns |',
+      '| --- | --- | --- | --- | --- | --- |',
     );
     let n = 0;
     for (const shape of SHAPES) {
       n += 1;
-      const raw = defineOutbox({ table: `bench.raw_${n}`, partitionColumn: 'resource_id' });
-      const ours = defineOutbox({ table: `bench.ordered_${n}`, partitionColumn: 'resource_id' });
-      await createOutboxTable(db, raw);
-      await createOutboxTable(db, ours);
-      await fill(db, raw, shape.key, ROWS);
-      await fill(db, ours, shape.key, ROWS);
-      const rawMs = await rawLoop(url, `"bench"."raw_${n}"`);
-      const oursMs = await orderedDrain(url, ours, ROWS);
-      const left = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(`"bench"."ordered_${n}"`)} where sent_at is null`.execute(db);
-      if (left.rows[0]?.n !== 0) throw new Error(`ordered drain left ${left.rows[0]?.n} rows undelivered`);
-      lines.push(`| ${shape.name} | ${rate(ROWS, rawMs).toLocaleString('en')} rows/s | ${rate(ROWS, oursMs).toLocaleString('en')} rows/s | ${(rawMs / oursMs).toFixed(2)}× |`);
-      console.error(lines.at(-1));
+      if (only && !only.includes(n)) continue;
+      const times = { bare: [] as number[], sink: [] as number[], ours: [] as number[] };
+      for (let trial = 1; trial <= trials; trial += 1) {
+        for (const kind of ['bare', 'sink', 'ours'] as const) {
+          const spec = defineOutbox({ table: `bench.${kind}_${n}_${trial}`, partitionColumn: 'resource_id' });
+          await createOutboxTable(db, spec);
+          await fill(db, spec, shape.key, ROWS);
+          const table = `"bench"."${kind}_${n}_${trial}"`;
+          const ms =
+            kind === 'ours'
+              ? await orderedDrain(url, spec, ROWS)
+              : await rawLoop(url, table, kind === 'bare' ? 'id' : 'id, resource_id, payload, attempt_count');
+          const left = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(table)} where sent_at is null`.execute(db);
+          if (left.rows[0]?.n !== 0) throw new Error(`${kind} drain left ${left.rows[0]?.n} rows undelivered`);
+          await sql.raw(`drop table ${table}`).execute(db);
+          times[kind].push(ms);
+        }
+      }
+      const bare = median(times.bare);
+      const withColumns = median(times.sink);
+      const ours = median(times.ours);
+      lines.push(
+        `| ${shape.name} | ${rate(ROWS, bare).toLocaleString('en')} rows/s | ${rate(ROWS, withColumns).toLocaleString('en')} rows/s | ` +
+          `${rate(ROWS, ours).toLocaleString('en')} rows/s | ${(bare / ours).toFixed(2)}× | ${(withColumns / ours).toFixed(2)}× |`,
+      );
+      console.error(lines.at(-1), JSON.stringify(times, (_, v: unknown) => (typeof v === 'number' ? Math.round(v) : v)));
+    }
+    if (process.env.BENCH_SKIP_CLAIM) {
+      await db.destroy();
+      return lines.join('\n');
     }
 
     // Claim cost against delivered rows: 1,000 pending heads, with 0 and with 1M delivered rows.

@@ -9,6 +9,8 @@ export interface RecordedOutcomes {
   readonly retried: ReadonlyArray<{ intent: Intent; error: string }>;
   readonly poisoned: ReadonlyArray<{ intent: Intent; error: string }>;
   readonly released: readonly Intent[];
+  /** Partitions whose head moved (delivered or poisoned), and how many of them have a next head. */
+  readonly settled: { readonly partitions: number; readonly withNextHead: number };
 }
 
 /**
@@ -69,7 +71,8 @@ export async function recordOutcomes(
     const seen = after.get(intent.partitionKey);
     if (seen === undefined || BigInt(intent.id) > BigInt(seen)) after.set(intent.partitionKey, intent.id);
   }
-  // Failures are written first so that this statement, which also marks the delivered rows, sees them.
-  await promoteHeads(trx, spec, [...moved], { markDelivered: outcomes.delivered.map((i) => i.id), after });
-  return { delivered: outcomes.delivered, retried, poisoned, released: outcomes.released };
+  // Failures are written first so that the settle call, which also marks the delivered rows, sees them.
+  const promoted = await promoteHeads(trx, spec, [...moved], { markDelivered: outcomes.delivered.map((i) => i.id), after });
+  const settled = { partitions: promoted.length, withNextHead: promoted.filter((p) => p.headId !== null).length };
+  return { delivered: outcomes.delivered, retried, poisoned, released: outcomes.released, settled };
 }

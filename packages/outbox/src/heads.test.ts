@@ -106,7 +106,7 @@ describe('promoteHeads', () => {
   test('after the head is delivered and demoted, the next deliverable row becomes head', async () => {
     const [a1, a2, , b1] = await enqueued('vpc:a', 'vpc:a', 'vpc:a', 'vpc:b');
     await deliver(a1!);
-    await t.db.transaction().execute((trx) => promoteHeads(trx, spec, ['vpc:a']));
+    expect(await t.db.transaction().execute((trx) => promoteHeads(trx, spec, ['vpc:a']))).toEqual([{ partitionKey: 'vpc:a', headId: a2 }]);
     expect(await heads()).toEqual([a2, b1]);
   });
 
@@ -123,7 +123,11 @@ describe('promoteHeads', () => {
     const [a1, a2] = await enqueued('vpc:a', 'vpc:a');
     await deliver(a1!);
     await poison(a2!);
-    await t.db.transaction().execute((trx) => promoteHeads(trx, spec, ['vpc:a', 'vpc:never-seen']));
+    const promoted = await t.db.transaction().execute((trx) => promoteHeads(trx, spec, ['vpc:a', 'vpc:never-seen']));
+    expect(promoted).toEqual([
+      { partitionKey: 'vpc:a', headId: null },
+      { partitionKey: 'vpc:never-seen', headId: null },
+    ]);
     expect(await heads()).toEqual([]);
   });
 
@@ -184,6 +188,22 @@ describe('promoteHeads with markDelivered (the drainer’s outcome update in the
     const row = await sql<{ sent: boolean }>`select sent_at is not null as sent from app.outbox`.execute(t.db);
     expect(row.rows).toEqual([{ sent: true }]);
     expect(await heads()).toEqual([]);
+  });
+
+  test('an enqueue that comes while the drainer settles its partition waits, then becomes head', async () => {
+    const [a1] = await enqueued('vpc:a');
+    await t.withTransactions(2, async ([drainer, writer]) => {
+      await sql`select id from app.outbox where id = ${a1} for update`.execute(drainer!);
+      expect(await promoteHeads(drainer!, spec, ['vpc:a'], { markDelivered: [a1!] })).toEqual([{ partitionKey: 'vpc:a', headId: null }]);
+      // The settle holds the partition's advisory lock until commit: the enqueue waits for it, then
+      // sees a1 delivered and flags its own row head.
+      const enqueuing = enqueue(writer!, spec, intent('vpc:a'));
+      expect(await settlesWithin(enqueuing, 300)).toBe(false);
+      await drainer!.commit().execute();
+      const a2 = await enqueuing;
+      await writer!.commit().execute();
+      expect(await heads()).toEqual([a2]);
+    });
   });
 
   test('waits for an in-flight enqueue when the delivered head had no visible successor', async () => {

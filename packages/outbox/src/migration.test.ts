@@ -4,6 +4,7 @@ import { Migrator, type Migration } from 'kysely/migration';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { enqueue } from './enqueue.js';
+import { promoteHeads } from './heads.js';
 import { OutboxTableError } from './errors.js';
 import { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl } from './migration.js';
 import { outboxStats } from './stats.js';
@@ -42,7 +43,7 @@ const intent = (partitionKey: string) => ({
 describe('outboxMigration with Kysely’s Migrator', () => {
   const spec = defineOutbox({ table: 'svc.fga_register_outbox', partitionColumn: 'resource_id' });
 
-  test('up creates a table that verifies; down removes the table and its trigger function', async () => {
+  test('up creates a table that verifies; down removes the table, its trigger function and the drainer functions', async () => {
     const outbox = migrator({ '0001_svc_outbox': outboxMigration(spec) }, 'outbox_test_migrations');
 
     const up = await outbox.migrateToLatest();
@@ -56,13 +57,13 @@ describe('outboxMigration with Kysely’s Migrator', () => {
       'fga_register_outbox_pkey',
       'fga_register_outbox_retired_idx',
     ]);
-    expect(await functionExists('svc', 'fga_register_outbox_notify')).toBe(true);
+    for (const fn of ['notify', 'claim', 'settle']) expect(await functionExists('svc', `fga_register_outbox_${fn}`)).toBe(true);
 
     const down = await outbox.migrateDown();
     expect(down.error).toBeUndefined();
     expect(down.results).toEqual([{ migrationName: '0001_svc_outbox', direction: 'Down', status: 'Success' }]);
     expect(await relationExists('svc.fga_register_outbox')).toBe(false);
-    expect(await functionExists('svc', 'fga_register_outbox_notify')).toBe(false);
+    for (const fn of ['notify', 'claim', 'settle']) expect(await functionExists('svc', `fga_register_outbox_${fn}`)).toBe(false);
     const error = await verifyOutboxTable(t.db, spec).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OutboxTableError);
     expect((error as OutboxTableError).missing).toEqual(['the table svc.fga_register_outbox itself (it does not exist)']);
@@ -136,8 +137,16 @@ describe('createOutboxTable', () => {
     const row = await sql<{ order: string; is_head: boolean }>`select "order", is_head from "select"."user" where id = ${id}`.execute(t.db);
     expect(row.rows).toEqual([{ order: 'vpc:v1', is_head: true }]);
     expect((await outboxStats(t.db, spec)).pending).toBe(1);
+    // The drainer's functions quote them too: claim the row, then mark it delivered.
+    await t.db.transaction().execute(async (trx) => {
+      const claimed = await sql<{ id: string; partition_key: string }>`select id, partition_key from "select"."user_claim"(10, 10, 25)`.execute(trx);
+      expect(claimed.rows).toEqual([{ id, partition_key: 'vpc:v1' }]);
+      expect(await promoteHeads(trx, spec, ['vpc:v1'], { markDelivered: [id] })).toEqual([{ partitionKey: 'vpc:v1', headId: null }]);
+    });
+    expect((await outboxStats(t.db, spec)).pending).toBe(0);
     await dropOutboxTable(t.db, spec);
     expect(await relationExists('"select"."user"')).toBe(false);
+    for (const fn of ['notify', 'claim', 'settle']) expect(await functionExists('select', `user_${fn}`)).toBe(false);
   });
 
   test('dropOutboxTable of a table that is not there does nothing', async () => {

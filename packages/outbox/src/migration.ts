@@ -1,6 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
 import type { OutboxSpec } from './define-outbox.js';
+import { drainFunctionsDdl } from './drain-functions.js';
 import { tableNames } from './table-names.js';
 
 /** Options of the outbox migration. */
@@ -49,6 +50,7 @@ export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {
   ];
   if (options.partitionIndex) statements.push(`create index "${n.partitionIndex}" on ${n.table} (${n.partition}, id)`);
   statements.push(
+    ...drainFunctionsDdl(spec),
     `create function ${n.notifyFunction}() returns trigger language plpgsql as $$
     begin
       perform pg_notify('${spec.channel}', '');
@@ -73,12 +75,14 @@ export async function createOutboxTable(db: Kysely<any>, spec: OutboxSpec, optio
   for (const statement of outboxTableDdl(spec, options)) await sql.raw(statement).execute(db);
 }
 
-/** Drops the outbox table of `spec` and its trigger function (the schema stays). */
+/** Drops the outbox table of `spec`, its trigger function and the drainer's functions (the schema stays). */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export async function dropOutboxTable(db: Kysely<any>, spec: OutboxSpec): Promise<void> {
   const n = tableNames(spec);
   await sql.raw(`drop table if exists ${n.table}`).execute(db);
   await sql.raw(`drop function if exists ${n.notifyFunction}()`).execute(db);
+  await sql.raw(`drop function if exists ${n.claimFunction}(integer, integer, integer)`).execute(db);
+  await sql.raw(`drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer)`).execute(db);
 }
 
 /**

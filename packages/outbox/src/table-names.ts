@@ -21,6 +21,10 @@ export function tableNames(spec: OutboxSpec) {
     retiredIndex: `${t}_retired_idx`,
     /** Optional plain `(partition, id)`: makes the redrive anti-join a lookup. */
     partitionIndex: `${t}_partition_idx`,
+    /** The drainer's claim function (see drainFunctionsDdl). */
+    claimFunction: `${quote(spec.schema)}.${quote(`${t}_claim`)}`,
+    /** The drainer's settle function: marks delivered and promotes heads under the partitions' locks. */
+    settleFunction: `${quote(spec.schema)}.${quote(`${t}_settle`)}`,
     notifyFunction: `${quote(spec.schema)}.${quote(`${t}_notify`)}`,
     notifyTrigger: `${t}_notify`,
   };

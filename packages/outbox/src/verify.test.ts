@@ -31,6 +31,8 @@ async function missing(spec: OutboxSpec): Promise<readonly string[]> {
 
 const run = (text: string) => sql.raw(text).execute(t.db);
 const triggerGap = (spec: OutboxSpec) => `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`;
+const foreignFunction = (spec: OutboxSpec, fn: 'claim' | 'settle') =>
+  `function ${spec.table}_${fn} is not the one this release creates for this spec (expected "@outbox/outbox ${fn} v1 ${spec.table} ${spec.partitionColumn}" in its body)`;
 
 describe('verifyOutboxTable', () => {
   test('passes on a table made by createOutboxTable, for both outbox shapes', async () => {
@@ -48,12 +50,26 @@ describe('verifyOutboxTable', () => {
     }
   });
 
-  test('a spec with the wrong partition column names the column and its partition-head index', async () => {
+  test('a spec with the wrong partition column names the column, its partition-head index and the functions made for the other column', async () => {
     const registerOutbox = await freshOutbox('resource_id');
     const wrong = defineOutbox({ table: registerOutbox.table, partitionColumn: 'tuple_key' });
     expect(await missing(wrong)).toEqual([
       "column tuple_key text (the spec's partitionColumn)",
       'partial index (tuple_key, id) where sent_at is null and retired_at is null (partition head)',
+      foreignFunction(wrong, 'claim'),
+      foreignFunction(wrong, 'settle'),
+    ]);
+  });
+
+  test('names a dropped drainer function, and one replaced by a body of another release', async () => {
+    const spec = await freshOutbox();
+    const n = tableNames(spec);
+    await run(`drop function ${n.claimFunction}`);
+    await run(`create or replace function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
+      returns table (partition_key text, head_id bigint) language sql as $$ select null::text, null::bigint where false $$`);
+    expect(await missing(spec)).toEqual([
+      `function ${spec.table}_claim (the drainer's claim; created by createOutboxTable)`,
+      foreignFunction(spec, 'settle'),
     ]);
   });
 
@@ -187,6 +203,8 @@ describe('verifyOutboxTable', () => {
       'partial index (id) where sent_at is null and retired_at is null (pending)',
       "partial index (next_attempt_at, id) where is_head (the drainer's claim)",
       "statement-level AFTER INSERT trigger calling pg_notify('verify_hand_made', '')",
+      "function verify.hand_made_claim (the drainer's claim; created by createOutboxTable)",
+      "function verify.hand_made_settle (the drainer's settle; created by createOutboxTable)",
     ]);
   });
 });

@@ -1,5 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
+import { drainFunctionMarker } from './drain-functions.js';
 import { OutboxTableError } from './errors.js';
 
 /** Column → the type `format_type` reports for it. */
@@ -28,8 +29,8 @@ const normalise = (text: string | null) => (text ?? '').replace(/[()\s]+/g, ' ')
 
 /**
  * Checks that the live table behind `spec` has the contract's columns (and types), the partial
- * partition-head, pending and claim indexes, and the statement-level NOTIFY trigger on the spec's
- * channel. Throws one {@link OutboxTableError} listing everything missing. Drainer and reconciler
+ * partition-head, pending and claim indexes, the statement-level NOTIFY trigger on the spec's
+ * channel, and the drainer's claim and settle functions. Throws one {@link OutboxTableError} listing everything missing. Drainer and reconciler
  * call it at start, so a spec pointed at the wrong table or column fails fast.
  *
  * @example
@@ -81,6 +82,19 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
     where t.tgrelid = ${oid} and not t.tgisinternal and t.tgenabled <> 'D'`.execute(db);
   if (!triggers.rows.some((t) => t.ok)) {
     missing.push(`statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`);
+  }
+
+  // The drainer's functions, by name and by the marker of this release and spec in their body.
+  const functions = await sql<{ name: string; source: string }>`
+    select p.proname as name, p.prosrc as source from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace
+    where ns.nspname = ${spec.schema} and p.proname = any(${[`${spec.tableName}_claim`, `${spec.tableName}_settle`]}::text[])`.execute(db);
+  for (const fn of ['claim', 'settle'] as const) {
+    const name = `${spec.schema}.${spec.tableName}_${fn}`;
+    const found = functions.rows.filter((f) => f.name === `${spec.tableName}_${fn}`);
+    if (found.length === 0) missing.push(`function ${name} (the drainer's ${fn}; created by createOutboxTable)`);
+    else if (!found.some((f) => f.source.includes(drainFunctionMarker(spec, fn)))) {
+      missing.push(`function ${name} is not the one this release creates for this spec (expected "${drainFunctionMarker(spec, fn)}" in its body)`);
+    }
   }
   if (missing.length > 0) throw new OutboxTableError(spec.table, missing);
 }

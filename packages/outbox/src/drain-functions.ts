@@ -1,0 +1,124 @@
+import type { OutboxSpec } from './define-outbox.js';
+import { tableNames } from './table-names.js';
+
+/**
+ * The version marker written into both functions' bodies. `verifyOutboxTable` looks for it, so a
+ * table migrated by an older release (or for another spec) is reported instead of misbehaving.
+ */
+export function drainFunctionMarker(spec: OutboxSpec, fn: 'claim' | 'settle'): string {
+  return `@outbox/outbox ${fn} v1 ${spec.table} ${spec.partitionColumn}`;
+}
+
+/**
+ * The two server-side functions of the drainer's hot path, created with the table (DESIGN §4 lets
+ * the drainer add what its claim needs). Being PL/pgSQL, their statements are planned once per
+ * connection instead of once per batch, and each is one round trip:
+ *
+ * - `<table>_claim(batch, heads, max_attempts)`: up to `heads` due heads in `(next_attempt_at, id)`
+ *   order, `FOR UPDATE SKIP LOCKED`; then, with batch room left, each claimed head's run: the
+ *   deliverable rows that follow it in its partition, an equal share each, locked `SKIP LOCKED` and
+ *   cut at the first row that is not due or not lockable, so a run is always consecutive.
+ * - `<table>_settle(delivered, keys, after, max_attempts)`: takes the partitions' advisory locks
+ *   (sorted by hash, like enqueue and the reconciler), marks `delivered` rows sent, then — in a later
+ *   statement, whose snapshot sees every enqueue that held one of those locks — gives each key its
+ *   earliest deliverable row after `after` as head. Returns each key with its head (null: none left).
+ *   Taking the locks before looking means no key is ever stranded headless by an enqueue in flight.
+ */
+export function drainFunctionsDdl(spec: OutboxSpec): string[] {
+  const n = tableNames(spec);
+  const p = n.partition;
+  const deliverable = (alias: string) =>
+    `${alias}.sent_at is null and ${alias}.retired_at is null and ${alias}.attempt_count < p_max_attempts`;
+  return [
+    `create function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer)
+    returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean)
+    language plpgsql volatile as $fn$
+    #variable_conflict use_column
+    -- ${drainFunctionMarker(spec, 'claim')}
+    declare
+      v_ids bigint[];
+      v_keys text[];
+      v_payloads jsonb[];
+      v_attempts integer[];
+      v_share integer;
+    begin
+      -- Only is_head and due in the scan's WHERE: the planner then walks the claim index in order
+      -- and stops at the limit. A head is deliverable by invariant; the outer filter double-checks.
+      select coalesce(array_agg(h.id), '{}'), coalesce(array_agg(h.key), '{}'),
+             coalesce(array_agg(h.payload), '{}'), coalesce(array_agg(h.attempt_count), '{}')
+        into v_ids, v_keys, v_payloads, v_attempts
+      from (
+        select t.id, t.${p} as key, t.payload, t.attempt_count, t.sent_at, t.retired_at
+        from ${n.table} t
+        where t.is_head and t.next_attempt_at <= now()
+        order by t.next_attempt_at, t.id
+        limit greatest(least(p_heads, p_batch), 1)
+        for update skip locked
+      ) h
+      where ${deliverable('h')};
+      if cardinality(v_ids) = 0 then
+        return;
+      end if;
+      return query select u.id, u.key, u.payload, u.attempt_count, true
+        from unnest(v_ids, v_keys, v_payloads, v_attempts) as u(id, key, payload, attempt_count);
+      v_share := (p_batch - cardinality(v_ids)) / cardinality(v_ids);
+      if v_share < 1 then
+        return;
+      end if;
+      -- Runs. rn numbers a head's followers as read; pos numbers those this transaction could lock.
+      -- They differ from the first row another transaction holds on: the run stops before it.
+      return query
+        select r.id, r.key, r.payload, r.attempt_count, false
+        from (
+          select l.*, row_number() over w as pos, bool_and(l.due) over w as due_so_far
+          from (
+            select y.id, y.${p} as key, y.payload, y.attempt_count, f.rn, y.next_attempt_at <= now() as due
+            from unnest(v_ids, v_keys) as h(id, key)
+            cross join lateral (
+              select q.id, row_number() over (order by q.id) as rn
+              from (
+                select x.id from ${n.table} x
+                where x.${p} = h.key and x.id > h.id and ${deliverable('x')}
+                order by x.${p}, x.id -- the partition-head index's order
+                limit v_share
+              ) q
+            ) f
+            join ${n.table} y on y.id = f.id
+            for update of y skip locked
+          ) l
+          window w as (partition by l.key order by l.id)
+        ) r
+        where r.rn = r.pos and r.due_so_far;
+    end
+    $fn$`,
+    `create function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
+    returns table (partition_key text, head_id bigint)
+    language plpgsql volatile as $fn$
+    #variable_conflict use_column
+    -- ${drainFunctionMarker(spec, 'settle')}
+    begin
+      -- Sorted by hash, as every taker of these locks does (no deadlocks).
+      perform pg_advisory_xact_lock(l.h)
+      from (select distinct hashtextextended('${spec.table}' || ' ' || u.k, 0) as h from unnest(p_keys) as u(k)) l
+      order by l.h;
+      update ${n.table} t set sent_at = now(), is_head = false
+      where t.id = any(p_delivered) and t.sent_at is null;
+      -- A new statement: its snapshot sees every enqueue of these partitions committed before the locks.
+      return query
+        with want as (
+          select u.k, (
+            select x.id from ${n.table} x
+            where x.${p} = u.k and x.id > u.after and ${deliverable('x')}
+            order by x.${p}, x.id
+            limit 1
+          ) as head_id
+          from unnest(p_keys, p_after) as u(k, after)
+        ), promoted as (
+          update ${n.table} t set is_head = true
+          from want w where t.id = w.head_id and not t.is_head
+        )
+        select w.k, w.head_id from want w;
+    end
+    $fn$`,
+  ];
+}
