@@ -18,10 +18,11 @@ export interface ClaimedBatch {
  *    `(next_attempt_at, id)` order on the partial claim index, `FOR UPDATE SKIP LOCKED`. Only heads
  *    are read, so the cost follows the batch, not the backlog or the delivered rows; a predecessor
  *    that is backing off or locked by another drainer is itself the head, so its successors wait.
- * 2. Runs: with batch room left, the deliverable rows that follow each claimed head in its
- *    partition (an equal share each), locked `SKIP LOCKED` and cut at the first row that is not due
- *    or not lockable, so a run is always consecutive and a hot partition is not capped at one row
- *    per batch.
+ * 2. Runs (unless `runs` is false: the caller knows of no partition with more than one row): with
+ *    batch room left, the deliverable rows that follow each claimed head in its partition (an
+ *    equal share each), locked without ever waiting and cut at the first row that is not due or
+ *    not lockable, so a run is always consecutive and a hot partition is not capped at one row per
+ *    batch.
  */
 export async function claimBatch(
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -29,10 +30,11 @@ export async function claimBatch(
   spec: OutboxSpec,
   batchSize: number,
   headLimit: number = batchSize,
+  runs = true,
 ): Promise<ClaimedBatch> {
   const result = await sql<{ id: string; partition_key: string; payload: IntentPayload; attempt_count: number; head: boolean }>`
     select id, partition_key, payload, attempt_count, head
-    from ${sql.raw(tableNames(spec).claimFunction)}(${batchSize}::integer, ${headLimit}::integer, ${spec.maxAttempts}::integer)`.execute(trx);
+    from ${sql.raw(tableNames(spec).claimFunction)}(${batchSize}::integer, ${headLimit}::integer, ${spec.maxAttempts}::integer, ${runs}::boolean)`.execute(trx);
   let heads = 0;
   const intents = result.rows.map((row): Intent => {
     if (row.head) heads += 1;

@@ -128,22 +128,27 @@ export function createDrainer(config: DrainerConfig): Drainer {
     throw error;
   }));
 
-  /** One batch in one transaction. Returns undefined when nothing was claimable. */
   // How many partitions a claim takes (each with an equal share of the batch for its run). It
   // follows the backlog: while most settled partitions still have rows after their run, fewer heads
   // with longer runs fill the batch with fewer head promotions and leave other partitions to other
   // drainers (10 hot keys: two drainers share them instead of one taking all); while most
-  // partitions run dry, more heads. Halving and doubling keep it between 1 and batchSize.
+  // partitions run dry, more heads (halving from the heads last claimed, doubling up to batchSize).
+  // When a batch of mostly heads found no settled partition with a next head (every key held one
+  // row, e.g. one intent per new resource), the claim skips looking for runs until one does.
   let headLimit = batchSize;
-  const adaptHeadLimit = (settled: { partitions: number; withNextHead: number }) => {
+  let runs = true;
+  const adaptHeadLimit = (heads: number, settled: { partitions: number; withNextHead: number }) => {
     if (settled.partitions === 0) return;
-    headLimit = settled.withNextHead * 2 >= settled.partitions ? Math.max(1, headLimit >> 1) : Math.min(batchSize, headLimit * 2);
+    headLimit =
+      settled.withNextHead * 2 >= settled.partitions ? Math.max(1, Math.min(headLimit, heads) >> 1) : Math.min(batchSize, headLimit * 2);
+    runs = settled.withNextHead > 0 || heads * 2 < batchSize;
   };
 
+  /** One batch in one transaction. Returns undefined when nothing was claimable. */
   async function runBatch(): Promise<{ claimed: number; delivered: number; retried: number; poisoned: number; released: number } | undefined> {
     return db.transaction().execute(async (trx) => {
       const claimStarted = performance.now();
-      const batch = await claimBatch(trx, spec, batchSize, headLimit);
+      const batch = await claimBatch(trx, spec, batchSize, headLimit, runs);
       if (batch.intents.length === 0) return undefined;
       emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
       const deliverStarted = performance.now();
@@ -152,7 +157,7 @@ export function createDrainer(config: DrainerConfig): Drainer {
       const recorded = await recordOutcomes(trx, spec, applyOrdering(batch.intents, outcomes), (intent) =>
         backoffDelayMs(intent.attemptCount, config.backoff),
       );
-      adaptHeadLimit(recorded.settled);
+      adaptHeadLimit(batch.heads, recorded.settled);
       queueMicrotask(() => {
         if (recorded.delivered.length > 0) emit({ type: 'delivered', table: spec.table, ids: recorded.delivered.map((i) => i.id), deliverMs });
         if (recorded.retried.length > 0) {

@@ -3,7 +3,8 @@ import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec } from '@
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError, type Intent, type Outcome } from './index.js';
+import { claimBatch } from './claim.js';
+import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError, type DrainerEvent, type Intent, type Outcome } from './index.js';
 
 const t = useTestDatabase();
 let tables = 0;
@@ -165,6 +166,72 @@ describe('the claim rule', () => {
       [false, 0, false],
       [false, 0, false],
     ]);
+  });
+});
+
+describe('how many partitions a claim takes', () => {
+  const claimed = (events: DrainerEvent[]) =>
+    events.flatMap((e) => (e.type === 'batch-claimed' ? [{ count: e.count, heads: e.heads }] : []));
+
+  test('few partitions with long backlogs: the drainer takes fewer heads with longer runs, batches stay full, order holds', async () => {
+    const spec = await freshOutbox(t.db);
+    const keys = Array.from({ length: 400 }, (_, i) => `vpc:${i % 8}`);
+    const ids = await enqueueRows(t.db, spec, keys);
+    const events: DrainerEvent[] = [];
+    const sink = createRecordingSink();
+    await createDrainer({ db: t.db, spec, sink, batchSize: 20, logger: quiet, onEvent: (e) => events.push(e) }).drainOnce();
+    const batches = claimed(events);
+    // 8 heads and a run of 1 each at first; every settled partition still has rows, so the head
+    // limit halves (8 → 4 → 2 → 1) and each head brings a longer run.
+    expect(batches.slice(0, 4)).toEqual([
+      { count: 16, heads: 8 },
+      { count: 20, heads: 4 },
+      { count: 20, heads: 2 },
+      { count: 20, heads: 1 },
+    ]);
+    expect(batches.length).toBeLessThanOrEqual(30); // 20 full batches would carry all 400
+    expect(sink.delivered).toHaveLength(400);
+    for (let k = 0; k < 8; k += 1) {
+      const mine = sink.delivered.filter((i) => i.partitionKey === `vpc:${k}`).map((i) => i.id);
+      expect(mine).toEqual(ids.filter((_, i) => keys[i] === `vpc:${k}`));
+    }
+  });
+
+  test('one row per partition: every batch is all heads, and stays full', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, Array.from({ length: 100 }, (_, i) => `vpc:${i}`));
+    const events: DrainerEvent[] = [];
+    const sink = createRecordingSink();
+    await createDrainer({ db: t.db, spec, sink, batchSize: 20, logger: quiet, onEvent: (e) => events.push(e) }).drainOnce();
+    expect(claimed(events)).toEqual(Array.from({ length: 5 }, () => ({ count: 20, heads: 20 })));
+  });
+
+  test('two claimers with a head limit of one share hot partitions: each takes another partition with its whole run', async () => {
+    const spec = await freshOutbox(t.db);
+    const keys = Array.from({ length: 30 }, (_, i) => `vpc:${i % 3}`);
+    const ids = await enqueueRows(t.db, spec, keys);
+    await t.withTransactions(2, async ([a, b]) => {
+      const first = await claimBatch(a!, spec, 10, 1);
+      const second = await claimBatch(b!, spec, 10, 1);
+      expect(first).toEqual({ heads: 1, intents: expect.any(Array) });
+      expect(first.intents.map((i) => i.id)).toEqual(ids.filter((_, i) => keys[i] === 'vpc:0'));
+      expect(second.intents.map((i) => i.id)).toEqual(ids.filter((_, i) => keys[i] === 'vpc:1'));
+    });
+  });
+
+  test('a follower locked by another transaction is never waited for nor skipped over: the run stops before it', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:a', 'vpc:b', 'vpc:b']);
+    const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
+    await t.withTransactions(3, async ([holder, drainer, later]) => {
+      await sql`select id from ${table} where id = ${ids[1]} for update`.execute(holder!);
+      // Both heads, vpc:b's whole run, and of vpc:a's run nothing past the held row.
+      const claim = await claimBatch(drainer!, spec, 10, 2);
+      expect(claim.intents.map((i) => i.id)).toEqual([ids[0], ids[3], ids[4]]);
+      await drainer!.rollback().execute();
+      await holder!.commit().execute();
+      expect((await claimBatch(later!, spec, 10, 2)).intents.map((i) => i.id)).toEqual(ids);
+    });
   });
 });
 

@@ -14,10 +14,11 @@ export function drainFunctionMarker(spec: OutboxSpec, fn: 'claim' | 'settle'): s
  * the drainer add what its claim needs). Being PL/pgSQL, their statements are planned once per
  * connection instead of once per batch, and each is one round trip:
  *
- * - `<table>_claim(batch, heads, max_attempts)`: up to `heads` due heads in `(next_attempt_at, id)`
- *   order, `FOR UPDATE SKIP LOCKED`; then, with batch room left, each claimed head's run: the
- *   deliverable rows that follow it in its partition, an equal share each, locked `SKIP LOCKED` and
- *   cut at the first row that is not due or not lockable, so a run is always consecutive.
+ * - `<table>_claim(batch, heads, max_attempts, runs)`: up to `heads` due heads in
+ *   `(next_attempt_at, id)` order, `FOR UPDATE SKIP LOCKED`; then, when `runs` and the batch has
+ *   room left, each claimed head's run: the deliverable rows that follow it in its partition, an
+ *   equal share each, locked `SKIP LOCKED` and cut at the first row that is not due or not
+ *   lockable, so a run is always consecutive.
  * - `<table>_settle(delivered, keys, after, max_attempts)`: takes the partitions' advisory locks
  *   (sorted by hash, like enqueue and the reconciler), marks `delivered` rows sent, then — in a later
  *   statement, whose snapshot sees every enqueue that held one of those locks — gives each key its
@@ -29,8 +30,22 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
   const p = n.partition;
   const deliverable = (alias: string) =>
     `${alias}.sent_at is null and ${alias}.retired_at is null and ${alias}.attempt_count < p_max_attempts`;
+  // Due heads in claim-index order, locked, skipping other drainers' (as "h"). Only is_head and
+  // due in the scan's WHERE: the planner then walks the claim index in order and stops at the
+  // limit. A head is deliverable by invariant; the outer filter double-checks.
+  const heads = (limit: string) => `(
+        select t.id, t.${p} as key, t.payload, t.attempt_count, t.sent_at, t.retired_at
+        from ${n.table} t
+        where t.is_head and t.next_attempt_at <= now()
+        order by t.next_attempt_at, t.id
+        limit ${limit}
+        for update skip locked
+      ) h
+      where ${deliverable('h')}`;
+  // The deliverable rows after head h, in its partition (the lateral of the runs).
+  const followers = (alias: string) => `${alias}.${p} = h.key and ${alias}.id > h.id and ${deliverable(alias)}`;
   return [
-    `create function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer)
+    `create function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean)
     returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean)
     language plpgsql volatile as $fn$
     #variable_conflict use_column
@@ -42,20 +57,17 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
       v_attempts integer[];
       v_share integer;
     begin
-      -- Only is_head and due in the scan's WHERE: the planner then walks the claim index in order
-      -- and stops at the limit. A head is deliverable by invariant; the outer filter double-checks.
+      if not p_runs then
+        -- Heads only (the caller saw no partition with more than one row): return them as they come.
+        return query
+          select h.id, h.key, h.payload, h.attempt_count, true
+          from ${heads('greatest(least(p_heads, p_batch), 1)')};
+        return;
+      end if;
       select coalesce(array_agg(h.id), '{}'), coalesce(array_agg(h.key), '{}'),
              coalesce(array_agg(h.payload), '{}'), coalesce(array_agg(h.attempt_count), '{}')
         into v_ids, v_keys, v_payloads, v_attempts
-      from (
-        select t.id, t.${p} as key, t.payload, t.attempt_count, t.sent_at, t.retired_at
-        from ${n.table} t
-        where t.is_head and t.next_attempt_at <= now()
-        order by t.next_attempt_at, t.id
-        limit greatest(least(p_heads, p_batch), 1)
-        for update skip locked
-      ) h
-      where ${deliverable('h')};
+      from ${heads('greatest(least(p_heads, p_batch), 1)')};
       if cardinality(v_ids) = 0 then
         return;
       end if;
@@ -65,8 +77,12 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
       if v_share < 1 then
         return;
       end if;
-      -- Runs. rn numbers a head's followers as read; pos numbers those this transaction could lock.
-      -- They differ from the first row another transaction holds on: the run stops before it.
+      -- Runs: each head's followers in id order, locked, cut at the first row that is not due or
+      -- not lockable. rn numbers a head's followers as read; pos numbers those this transaction
+      -- could lock: they part at the first follower someone else holds (only by hand, in practice:
+      -- only the holder of a partition's head touches its followers), so a run is always
+      -- consecutive and the drainer never waits on a row lock. The lock joins by ctid (no second
+      -- index descent); a row updated since the read no longer matches it and cuts the run there.
       return query
         select r.id, r.key, r.payload, r.attempt_count, false
         from (
@@ -75,15 +91,15 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
             select y.id, y.${p} as key, y.payload, y.attempt_count, f.rn, y.next_attempt_at <= now() as due
             from unnest(v_ids, v_keys) as h(id, key)
             cross join lateral (
-              select q.id, row_number() over (order by q.id) as rn
+              select q.tid, row_number() over (order by q.id) as rn
               from (
-                select x.id from ${n.table} x
-                where x.${p} = h.key and x.id > h.id and ${deliverable('x')}
+                select x.ctid as tid, x.id from ${n.table} x
+                where ${followers('x')}
                 order by x.${p}, x.id -- the partition-head index's order
                 limit v_share
               ) q
             ) f
-            join ${n.table} y on y.id = f.id
+            join ${n.table} y on y.ctid = f.tid
             for update of y skip locked
           ) l
           window w as (partition by l.key order by l.id)

@@ -81,7 +81,7 @@ export async function dropOutboxTable(db: Kysely<any>, spec: OutboxSpec): Promis
   const n = tableNames(spec);
   await sql.raw(`drop table if exists ${n.table}`).execute(db);
   await sql.raw(`drop function if exists ${n.notifyFunction}()`).execute(db);
-  await sql.raw(`drop function if exists ${n.claimFunction}(integer, integer, integer)`).execute(db);
+  await sql.raw(`drop function if exists ${n.claimFunction}(integer, integer, integer, boolean)`).execute(db);
   await sql.raw(`drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer)`).execute(db);
 }
 
