@@ -1,3 +1,4 @@
+import { sql, type Kysely } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
 import { tableNames } from './table-names.js';
 
@@ -45,7 +46,7 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
   // The deliverable rows after head h, in its partition (the lateral of the runs).
   const followers = (alias: string) => `${alias}.${p} = h.key and ${alias}.id > h.id and ${deliverable(alias)}`;
   return [
-    `create function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean)
+    `create or replace function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean)
     returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean)
     language plpgsql volatile as $fn$
     #variable_conflict use_column
@@ -107,7 +108,7 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
         where r.rn = r.pos and r.due_so_far;
     end
     $fn$`,
-    `create function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
+    `create or replace function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
     returns table (partition_key text, head_id bigint)
     language plpgsql volatile as $fn$
     #variable_conflict use_column
@@ -137,4 +138,17 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
     end
     $fn$`,
   ];
+}
+
+/**
+ * Creates (or replaces) the drainer's functions of an existing outbox table: the upgrade step for a
+ * table made by a build that did not have them, or whose functions `verifyOutboxTable` reports as
+ * another release's. Idempotent; run it inside a migration. `createOutboxTable` already includes it.
+ *
+ * @example
+ * export const up = (db: Kysely<any>) => createDrainFunctions(db, vpcOutbox);
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function createDrainFunctions(db: Kysely<any>, spec: OutboxSpec): Promise<void> {
+  for (const statement of drainFunctionsDdl(spec)) await sql.raw(statement).execute(db);
 }

@@ -7,6 +7,7 @@ export {
 } from './define-outbox.js';
 export { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
 export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
+export { createDrainFunctions } from './drain-functions.js';
 export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, type OutboxTableOptions } from './migration.js';
 export { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type IntentPayload, type TupleKey } from './payload.js';
 export type { Logger } from './logger.js';

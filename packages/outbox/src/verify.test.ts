@@ -2,6 +2,7 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
+import { createDrainFunctions } from './drain-functions.js';
 import { OutboxTableError } from './errors.js';
 import { createOutboxTable } from './migration.js';
 import { tableNames } from './table-names.js';
@@ -32,7 +33,7 @@ async function missing(spec: OutboxSpec): Promise<readonly string[]> {
 const run = (text: string) => sql.raw(text).execute(t.db);
 const triggerGap = (spec: OutboxSpec) => `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`;
 const foreignFunction = (spec: OutboxSpec, fn: 'claim' | 'settle') =>
-  `function ${spec.table}_${fn} is not the one this release creates for this spec (expected "@outbox/outbox ${fn} v1 ${spec.table} ${spec.partitionColumn}" in its body)`;
+  `function ${spec.table}_${fn} is not the one this release creates for this spec (expected "@outbox/outbox ${fn} v1 ${spec.table} ${spec.partitionColumn}" in its body; createDrainFunctions replaces it)`;
 
 describe('verifyOutboxTable', () => {
   test('passes on a table made by createOutboxTable, for both outbox shapes', async () => {
@@ -68,9 +69,13 @@ describe('verifyOutboxTable', () => {
     await run(`create or replace function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
       returns table (partition_key text, head_id bigint) language sql as $$ select null::text, null::bigint where false $$`);
     expect(await missing(spec)).toEqual([
-      `function ${spec.table}_claim (the drainer's claim; created by createOutboxTable)`,
+      `function ${spec.table}_claim (the drainer's claim; created by createOutboxTable or createDrainFunctions)`,
       foreignFunction(spec, 'settle'),
     ]);
+    // The upgrade step puts both back; running it twice is harmless.
+    await createDrainFunctions(t.db, spec);
+    await createDrainFunctions(t.db, spec);
+    await expect(verifyOutboxTable(t.db, spec)).resolves.toBeUndefined();
   });
 
   test('a spec with another channel than the trigger notifies is refused', async () => {
@@ -203,8 +208,8 @@ describe('verifyOutboxTable', () => {
       'partial index (id) where sent_at is null and retired_at is null (pending)',
       "partial index (next_attempt_at, id) where is_head (the drainer's claim)",
       "statement-level AFTER INSERT trigger calling pg_notify('verify_hand_made', '')",
-      "function verify.hand_made_claim (the drainer's claim; created by createOutboxTable)",
-      "function verify.hand_made_settle (the drainer's settle; created by createOutboxTable)",
+      "function verify.hand_made_claim (the drainer's claim; created by createOutboxTable or createDrainFunctions)",
+      "function verify.hand_made_settle (the drainer's settle; created by createOutboxTable or createDrainFunctions)",
     ]);
   });
 });

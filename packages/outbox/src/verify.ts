@@ -91,9 +91,11 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
   for (const fn of ['claim', 'settle'] as const) {
     const name = `${spec.schema}.${spec.tableName}_${fn}`;
     const found = functions.rows.filter((f) => f.name === `${spec.tableName}_${fn}`);
-    if (found.length === 0) missing.push(`function ${name} (the drainer's ${fn}; created by createOutboxTable)`);
+    if (found.length === 0) missing.push(`function ${name} (the drainer's ${fn}; created by createOutboxTable or createDrainFunctions)`);
     else if (!found.some((f) => f.source.includes(drainFunctionMarker(spec, fn)))) {
-      missing.push(`function ${name} is not the one this release creates for this spec (expected "${drainFunctionMarker(spec, fn)}" in its body)`);
+      missing.push(
+        `function ${name} is not the one this release creates for this spec (expected "${drainFunctionMarker(spec, fn)}" in its body; createDrainFunctions replaces it)`,
+      );
     }
   }
   if (missing.length > 0) throw new OutboxTableError(spec.table, missing);
