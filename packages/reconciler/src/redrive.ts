@@ -141,13 +141,13 @@ export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: Succe
  * successor over the row we revive. Id order keeps this deadlock-free against drainers: we only
  * ever hold rows below the one we wait on, and a drainer's next head is above its own claimed rows.
  */
-export function lockPendingRows(spec: OutboxSpec, keys: readonly string[]) {
+export function lockPendingRows(spec: OutboxSpec, keys: readonly string[], options: { skipLocked?: boolean } = {}) {
   const n = tableNames(spec);
   return sql<{ id: string }>`
     select id from ${sql.raw(n.table)}
     where ${sql.raw(n.partition)} = any(${[...keys]}::text[]) and sent_at is null and retired_at is null
     order by id
-    for update`;
+    for update${sql.raw(options.skipLocked ? ' skip locked' : '')}`;
 }
 
 /*
@@ -157,19 +157,12 @@ export function lockPendingRows(spec: OutboxSpec, keys: readonly string[]) {
  * then wait for a row.
  */
 
-/**
- * Step 5a: lock again, WITHOUT waiting, every pending row of those partitions now visible — rows we
- * already hold come back; rows inserted since step 3 are locked if nobody holds them. A visible
- * pending row missing from the result is held by a drainer that may be delivering it right now.
+/*
+ * Step 5a is `lockPendingRows(spec, keys, { skipLocked: true })`: lock again, WITHOUT waiting, every
+ * pending row of those partitions now visible — rows we already hold come back; rows inserted since
+ * step 3 are locked if nobody holds them. A visible pending row missing from the result is held by
+ * a drainer that may be delivering it right now.
  */
-export function relockPendingRows(spec: OutboxSpec, keys: readonly string[]) {
-  const n = tableNames(spec);
-  return sql<{ id: string }>`
-    select id from ${sql.raw(n.table)}
-    where ${sql.raw(n.partition)} = any(${[...keys]}::text[]) and sent_at is null and retired_at is null
-    order by id
-    for update skip locked`;
-}
 
 /**
  * Step 5b, in a new statement (a snapshot taken after every lock was granted): per candidate, is it
@@ -228,7 +221,7 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
   const keys = distinct(candidates);
   await lockPendingRows(spec, keys).execute(trx);
   await lockPartitions(spec, keys).execute(trx);
-  const locked = (await relockPendingRows(spec, keys).execute(trx)).rows.map((r) => String(r.id));
+  const locked = (await lockPendingRows(spec, keys, { skipLocked: true }).execute(trx)).rows.map((r) => String(r.id));
   const decisions = (await decideCandidates(spec, candidates, locked, partitionIndex).execute(trx)).rows;
 
   const revive: Decision[] = [];
