@@ -1,5 +1,5 @@
 import { sql, type Transaction } from 'kysely';
-import { tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import { sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
 import type { Intent } from './sink.js';
 
 /** A claimed batch: every intent row-locked by this transaction, heads first then their runs. */
@@ -19,10 +19,13 @@ export interface ClaimedBatch {
  *    are read, so the cost follows the batch, not the backlog or the delivered rows; a predecessor
  *    that is backing off or locked by another drainer is itself the head, so its successors wait.
  * 2. Runs (unless `runs` is false: the caller knows of no partition with more than one row): with
- *    batch room left, the deliverable rows that follow each claimed head in its partition (an
- *    equal share each), locked without ever waiting and cut at the first row that is not due or
+ *    batch room left, the deliverable rows that follow each claimed head in its partition (the
+ *    oldest head's run takes all the room, the others share what it leaves), locked without ever waiting and cut at the first row that is not due or
  *    not lockable, so a run is always consecutive and a hot partition is not capped at one row per
  *    batch.
+ *
+ * Unless `synchronousCommit`, the call also sets `synchronous_commit = off` for the transaction.
+ * The arguments go as literals (one simple-protocol message; see `sqlLiteral`).
  */
 export async function claimBatch(
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -31,10 +34,20 @@ export async function claimBatch(
   batchSize: number,
   headLimit: number = batchSize,
   runs = true,
+  synchronousCommit = true,
 ): Promise<ClaimedBatch> {
-  const result = await sql<{ id: string; partition_key: string; payload: IntentPayload; attempt_count: number; head: boolean }>`
-    select id, partition_key, payload, attempt_count, head
-    from ${sql.raw(tableNames(spec).claimFunction)}(${batchSize}::integer, ${headLimit}::integer, ${spec.maxAttempts}::integer, ${runs}::boolean)`.execute(trx);
+  const args = [
+    sqlLiteral.integer(batchSize),
+    sqlLiteral.integer(headLimit),
+    sqlLiteral.integer(spec.maxAttempts),
+    sqlLiteral.boolean(runs),
+    sqlLiteral.boolean(synchronousCommit),
+  ];
+  const result = await sql
+    .raw<{ id: string; partition_key: string; payload: IntentPayload; attempt_count: number; head: boolean }>(
+      `select id, partition_key, payload, attempt_count, head from ${tableNames(spec).claimFunction}(${args.join(', ')})`,
+    )
+    .execute(trx);
   let heads = 0;
   const intents = result.rows.map((row): Intent => {
     if (row.head) heads += 1;

@@ -39,6 +39,16 @@ export interface DrainerConfig {
    * than the time a stuck batch may hold its row locks. Past it the batch is transient.
    */
   readonly deliveryTimeoutMs?: number;
+  /**
+   * Whether the drainer's own transactions wait for their commit to reach disk. Default false: each
+   * sets `synchronous_commit = off` for itself (never for the session or anyone else's
+   * transactions). Losing the last few hundred milliseconds of the drainer's bookkeeping in a
+   * Postgres crash only means those intents are delivered again, in order, which at-least-once
+   * delivery already allows; a later durable commit that saw them (an enqueue, say) flushes them
+   * anyway. It saves every batch a WAL flush. Set true to keep the connection's setting, e.g. to
+   * avoid even crash-time redeliveries to a sink that is costly to repeat.
+   */
+  readonly synchronousCommit?: boolean;
   /** Where the drainer logs. Default: console (warn and error only). */
   readonly logger?: Logger;
   /** Called for every batch and outcome, with timings (metrics hook). Exceptions are ignored. */
@@ -110,6 +120,10 @@ export function createDrainer(config: DrainerConfig): Drainer {
   const batchSize = positiveInteger('batchSize', config.batchSize, 100);
   const interval = positiveInteger('interval', config.interval, 1_000);
   const deliveryTimeoutMs = positiveInteger('deliveryTimeoutMs', config.deliveryTimeoutMs, 30_000);
+  if (config.synchronousCommit !== undefined && typeof config.synchronousCommit !== 'boolean') {
+    throw new OutboxConfigError('synchronousCommit', `expected a boolean, got ${String(config.synchronousCommit)}`);
+  }
+  const synchronousCommit = config.synchronousCommit ?? false;
   const logger = config.logger ?? consoleLogger;
   const emit = (event: DrainerEvent) => {
     try {
@@ -128,7 +142,8 @@ export function createDrainer(config: DrainerConfig): Drainer {
     throw error;
   }));
 
-  // How many partitions a claim takes (each with an equal share of the batch for its run). It
+  // How many partitions a claim takes (the oldest one's run fills the room, the others share what
+  // it leaves). It
   // follows the backlog: while most settled partitions still have rows after their run, fewer heads
   // with longer runs fill the batch with fewer head promotions and leave other partitions to other
   // drainers (10 hot keys: two drainers share them instead of one taking all); while most
@@ -148,7 +163,7 @@ export function createDrainer(config: DrainerConfig): Drainer {
   async function runBatch(): Promise<{ claimed: number; delivered: number; retried: number; poisoned: number; released: number } | undefined> {
     return db.transaction().execute(async (trx) => {
       const claimStarted = performance.now();
-      const batch = await claimBatch(trx, spec, batchSize, headLimit, runs);
+      const batch = await claimBatch(trx, spec, batchSize, headLimit, runs, synchronousCommit);
       if (batch.intents.length === 0) return undefined;
       emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
       const deliverStarted = performance.now();

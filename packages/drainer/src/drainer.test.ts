@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
-import { sql, type Kysely } from 'kysely';
+import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { claimBatch } from './claim.js';
 import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError, type DrainerEvent, type Intent, type Outcome } from './index.js';
@@ -181,10 +181,10 @@ describe('how many partitions a claim takes', () => {
     const sink = createRecordingSink();
     await createDrainer({ db: t.db, spec, sink, batchSize: 20, logger: quiet, onEvent: (e) => events.push(e) }).drainOnce();
     const batches = claimed(events);
-    // 8 heads and a run of 1 each at first; every settled partition still has rows, so the head
-    // limit halves (8 → 4 → 2 → 1) and each head brings a longer run.
+    // 8 heads at first, the oldest one's run filling the batch; every settled partition still has
+    // rows, so the head limit halves (8 → 4 → 2 → 1).
     expect(batches.slice(0, 4)).toEqual([
-      { count: 16, heads: 8 },
+      { count: 20, heads: 8 },
       { count: 20, heads: 4 },
       { count: 20, heads: 2 },
       { count: 20, heads: 1 },
@@ -195,6 +195,29 @@ describe('how many partitions a claim takes', () => {
       const mine = sink.delivered.filter((i) => i.partitionKey === `vpc:${k}`).map((i) => i.id);
       expect(mine).toEqual(ids.filter((_, i) => keys[i] === `vpc:${k}`));
     }
+  });
+
+  test('the oldest head\'s run takes the room first; the other heads share what it leaves', async () => {
+    const spec = await freshOutbox(t.db);
+    // vpc:a is oldest (3 rows), then vpc:b and vpc:c (10 rows each), then vpc:hot (30 rows).
+    const keys = ['vpc:a', 'vpc:b', 'vpc:c', 'vpc:a', 'vpc:a', ...Array.from({ length: 18 }, (_, i) => (i % 2 ? 'vpc:c' : 'vpc:b'))];
+    const ids = await enqueueRows(t.db, spec, keys);
+    const of = (key: string, n: number) => ids.filter((_, i) => keys[i] === key).slice(0, n);
+    await t.withTransactions(1, async ([trx]) => {
+      // 3 heads, room 9: vpc:a's run is its 2 other rows; the 7 left make a share of 3 each.
+      const claim = await claimBatch(trx!, spec, 12, 3);
+      expect(claim.heads).toBe(3);
+      expect(claim.intents.map((i) => i.id)).toEqual([...of('vpc:a', 3), ...of('vpc:b', 4), ...of('vpc:c', 4)].sort((x, y) => Number(x) - Number(y)));
+    });
+    const hot = await freshOutbox(t.db);
+    const hotKeys = ['vpc:hot', 'vpc:x', 'vpc:y', ...Array.from({ length: 29 }, () => 'vpc:hot'), 'vpc:x', 'vpc:y'];
+    const hotIds = await enqueueRows(t.db, hot, hotKeys);
+    await t.withTransactions(1, async ([trx]) => {
+      // The oldest head has a long backlog: its run fills the batch, the other heads come alone.
+      const claim = await claimBatch(trx!, hot, 10, 3);
+      expect(claim.intents.map((i) => i.partitionKey)).toEqual(['vpc:hot', 'vpc:x', 'vpc:y', ...Array.from({ length: 7 }, () => 'vpc:hot')]);
+      expect(claim.intents.map((i) => i.id)).toEqual(hotIds.slice(0, 10));
+    });
   });
 
   test('one row per partition: every batch is all heads, and stays full', async () => {
@@ -232,6 +255,22 @@ describe('how many partitions a claim takes', () => {
       await holder!.commit().execute();
       expect((await claimBatch(later!, spec, 10, 2)).intents.map((i) => i.id)).toEqual(ids);
     });
+  });
+});
+
+describe('partition keys as literals', () => {
+  test('keys with quotes, backslashes, dollars and non-ASCII drain in order, each partition to its end', async () => {
+    const spec = await freshOutbox(t.db);
+    const awkward = ["vpc:it's", 'vpc:back\\slash', "vpc:\\'", 'vpc:$$x$$', 'vpc:ü✓🙂', 'vpc:{a,b}', 'vpc:"q"'];
+    const keys = Array.from({ length: 70 }, (_, i) => awkward[i % awkward.length] as string);
+    const ids = await enqueueRows(t.db, spec, keys);
+    const sink = createRecordingSink();
+    await createDrainer({ db: t.db, spec, sink, batchSize: 4, logger: quiet }).drainOnce();
+    for (const key of awkward) {
+      expect(sink.delivered.filter((i) => i.partitionKey === key).map((i) => i.id)).toEqual(ids.filter((_, i) => keys[i] === key));
+    }
+    const state = await rows(t.db, spec);
+    expect(state.every((r) => r.sent && !r.is_head)).toBe(true);
   });
 });
 
@@ -278,6 +317,56 @@ describe('a sink that misbehaves', () => {
       expect(sink.delivered).toHaveLength(2);
     });
   }
+});
+
+describe('commit durability', () => {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const setting = async (db: Kysely<any>) =>
+    (await sql<{ v: string }>`select current_setting('synchronous_commit') as v`.execute(db)).rows[0]?.v;
+
+  test('a claim asked for an asynchronous commit turns synchronous_commit off for its own transaction only', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
+    // Connections whose session setting is on (the test server itself may run with it off).
+    const db = t.kysely({ max: 1, options: '-c synchronous_commit=on' });
+    await db.transaction().execute(async (trx) => {
+      await sql`set local synchronous_commit = remote_write`.execute(trx);
+      await claimBatch(trx, spec, 1, 1, true, true);
+      expect(await setting(trx)).toBe('remote_write');
+    });
+    await db.transaction().execute(async (trx) => {
+      await claimBatch(trx, spec, 1, 1, true, false);
+      expect(await setting(trx)).toBe('off');
+    });
+    // The next transaction on the drainer's connection is back to the session's setting.
+    expect(await setting(db)).toBe('on');
+    await db.destroy();
+  });
+
+  test('the drainer claims with an asynchronous commit by default, and keeps the setting with synchronousCommit: true', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
+    const claims: string[] = [];
+    const db = new KyselyClass({
+      dialect: new PostgresDialect({ pool: t.pool({ max: 1 }) }),
+      log: (event) => {
+        if (event.query.sql.includes('_claim"(')) claims.push(event.query.sql.slice(event.query.sql.lastIndexOf('(')));
+      },
+    });
+    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, logger: quiet }).drainOnce();
+    await enqueueRows(t.db, spec, ['vpc:c']);
+    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, logger: quiet, synchronousCommit: true }).drainOnce();
+    // (batch, heads, max attempts, runs, synchronous commit); each pass ends with an empty claim.
+    expect(claims.map((c) => c.split(', ').at(-1))).toEqual(['false)', 'false)', 'false)', 'true)', 'true)']);
+    expect((await rows(t.db, spec)).every((r) => r.sent)).toBe(true);
+    await db.destroy();
+  });
+
+  test('synchronousCommit must be a boolean', () => {
+    expect(() => createDrainer({ db: t.db, spec: defineOutbox({ table: 'drain.x', partitionColumn: 'resource_id' }), sink: createRecordingSink(), synchronousCommit: 'yes' as unknown as boolean })).toThrow(
+      /synchronousCommit.*expected a boolean, got yes/,
+    );
+  });
 });
 
 describe('flush', () => {

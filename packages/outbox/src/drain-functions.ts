@@ -7,19 +7,34 @@ import { tableNames } from './table-names.js';
  * table migrated by an older release (or for another spec) is reported instead of misbehaving.
  */
 export function drainFunctionMarker(spec: OutboxSpec, fn: 'claim' | 'settle'): string {
-  return `@outbox/outbox ${fn} v1 ${spec.table} ${spec.partitionColumn}`;
+  return `@outbox/outbox ${fn} ${DRAIN_FUNCTION_VERSIONS[fn]} ${spec.table} ${spec.partitionColumn}`;
 }
+
+/**
+ * Versions of the functions' bodies and signatures. claim v2 added `p_synchronous_commit`; its v1
+ * (four arguments) is left in place by `createDrainFunctions`, so drainers of the previous release
+ * keep working through a rolling upgrade, and dropped by `dropOutboxTable`.
+ */
+const DRAIN_FUNCTION_VERSIONS = { claim: 'v2', settle: 'v1' } as const;
+
+/** Every signature the claim and settle functions have had, for `dropOutboxTable`. */
+export const DRAIN_FUNCTION_SIGNATURES = {
+  claim: ['(integer, integer, integer, boolean, boolean)', '(integer, integer, integer, boolean)'],
+  settle: ['(bigint[], text[], bigint[], integer)'],
+} as const;
 
 /**
  * The two server-side functions of the drainer's hot path, created with the table (DESIGN §4 lets
  * the drainer add what its claim needs). Being PL/pgSQL, their statements are planned once per
  * connection instead of once per batch, and each is one round trip:
  *
- * - `<table>_claim(batch, heads, max_attempts, runs)`: up to `heads` due heads in
+ * - `<table>_claim(batch, heads, max_attempts, runs, synchronous_commit)`: up to `heads` due heads in
  *   `(next_attempt_at, id)` order, `FOR UPDATE SKIP LOCKED`; then, when `runs` and the batch has
- *   room left, each claimed head's run: the deliverable rows that follow it in its partition, an
- *   equal share each, locked `SKIP LOCKED` and cut at the first row that is not due or not
- *   lockable, so a run is always consecutive.
+ *   room left, each claimed head's run: the deliverable rows that follow it in its partition —
+ *   the first (oldest) head's run takes all the room left, the others share what it leaves
+ *   equally — locked `SKIP LOCKED` and cut at the first row that is not due or not lockable, so
+ *   a run is always consecutive. Unless `synchronous_commit`, it sets
+ *   `synchronous_commit = off` for the rest of the transaction (see the drainer's option of that name).
  * - `<table>_settle(delivered, keys, after, max_attempts)`: takes the partitions' advisory locks
  *   (sorted by hash, like enqueue and the reconciler), marks `delivered` rows sent, then — in a later
  *   statement, whose snapshot sees every enqueue that held one of those locks — gives each key its
@@ -35,7 +50,7 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
   // due in the scan's WHERE: the planner then walks the claim index in order and stops at the
   // limit. A head is deliverable by invariant; the outer filter double-checks.
   const heads = (limit: string) => `(
-        select t.id, t.${p} as key, t.payload, t.attempt_count, t.sent_at, t.retired_at
+        select t.id, t.${p} as key, t.payload, t.attempt_count, t.next_attempt_at, t.sent_at, t.retired_at
         from ${n.table} t
         where t.is_head and t.next_attempt_at <= now()
         order by t.next_attempt_at, t.id
@@ -45,8 +60,37 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
       where ${deliverable('h')}`;
   // The deliverable rows after head h, in its partition (the lateral of the runs).
   const followers = (alias: string) => `${alias}.${p} = h.key and ${alias}.id > h.id and ${deliverable(alias)}`;
+  // The runs of the heads in `source` (rows of (id, key)), at most `limit` rows each: each head's
+  // followers in id order, locked, cut at the first row that is not due or not lockable. rn numbers
+  // a head's followers as read; pos numbers those this transaction could lock: they part at the
+  // first follower someone else holds (only by hand, in practice: only the holder of a partition's
+  // head touches its followers), so a run is always consecutive and the drainer never waits on a
+  // row lock. The lock joins by ctid (no second index descent); a row updated since the read no
+  // longer matches it and cuts the run there.
+  const runs = (source: string, limit: string) => `
+        select r.id, r.key, r.payload, r.attempt_count, false
+        from (
+          select l.*, row_number() over w as pos, bool_and(l.due) over w as due_so_far
+          from (
+            select y.id, y.${p} as key, y.payload, y.attempt_count, f.rn, y.next_attempt_at <= now() as due
+            from ${source} as h(id, key)
+            cross join lateral (
+              select q.tid, row_number() over (order by q.id) as rn
+              from (
+                select x.ctid as tid, x.id from ${n.table} x
+                where ${followers('x')}
+                order by x.${p}, x.id -- the partition-head index's order
+                limit ${limit}
+              ) q
+            ) f
+            join ${n.table} y on y.ctid = f.tid
+            for update of y skip locked
+          ) l
+          window w as (partition by l.key order by l.id)
+        ) r
+        where r.rn = r.pos and r.due_so_far`;
   return [
-    `create or replace function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean)
+    `create or replace function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean)
     returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean)
     language plpgsql volatile as $fn$
     #variable_conflict use_column
@@ -56,8 +100,15 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
       v_keys text[];
       v_payloads jsonb[];
       v_attempts integer[];
+      v_room integer;
+      v_taken integer;
       v_share integer;
     begin
+      if not p_synchronous_commit then
+        -- This transaction's commit need not wait for the WAL flush: losing it in a crash only
+        -- means its intents are delivered again, in order (at-least-once).
+        perform set_config('synchronous_commit', 'off', true);
+      end if;
       if not p_runs then
         -- Heads only (the caller saw no partition with more than one row): return them as they come.
         return query
@@ -65,7 +116,7 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
           from ${heads('greatest(least(p_heads, p_batch), 1)')};
         return;
       end if;
-      select coalesce(array_agg(h.id), '{}'), coalesce(array_agg(h.key), '{}'),
+      select coalesce(array_agg(h.id order by h.next_attempt_at, h.id), '{}'), coalesce(array_agg(h.key order by h.next_attempt_at, h.id), '{}'),
              coalesce(array_agg(h.payload), '{}'), coalesce(array_agg(h.attempt_count), '{}')
         into v_ids, v_keys, v_payloads, v_attempts
       from ${heads('greatest(least(p_heads, p_batch), 1)')};
@@ -74,38 +125,19 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
       end if;
       return query select u.id, u.key, u.payload, u.attempt_count, true
         from unnest(v_ids, v_keys, v_payloads, v_attempts) as u(id, key, payload, attempt_count);
-      v_share := (p_batch - cardinality(v_ids)) / cardinality(v_ids);
-      if v_share < 1 then
+      -- Runs. The first head — the oldest due one — gets all the room left; whatever it leaves
+      -- is shared equally by the others. A partition with a long backlog then moves a full batch
+      -- at a time while other partitions still get their head delivered.
+      v_room := p_batch - cardinality(v_ids);
+      if v_room < 1 then
         return;
       end if;
-      -- Runs: each head's followers in id order, locked, cut at the first row that is not due or
-      -- not lockable. rn numbers a head's followers as read; pos numbers those this transaction
-      -- could lock: they part at the first follower someone else holds (only by hand, in practice:
-      -- only the holder of a partition's head touches its followers), so a run is always
-      -- consecutive and the drainer never waits on a row lock. The lock joins by ctid (no second
-      -- index descent); a row updated since the read no longer matches it and cuts the run there.
-      return query
-        select r.id, r.key, r.payload, r.attempt_count, false
-        from (
-          select l.*, row_number() over w as pos, bool_and(l.due) over w as due_so_far
-          from (
-            select y.id, y.${p} as key, y.payload, y.attempt_count, f.rn, y.next_attempt_at <= now() as due
-            from unnest(v_ids, v_keys) as h(id, key)
-            cross join lateral (
-              select q.tid, row_number() over (order by q.id) as rn
-              from (
-                select x.ctid as tid, x.id from ${n.table} x
-                where ${followers('x')}
-                order by x.${p}, x.id -- the partition-head index's order
-                limit v_share
-              ) q
-            ) f
-            join ${n.table} y on y.ctid = f.tid
-            for update of y skip locked
-          ) l
-          window w as (partition by l.key order by l.id)
-        ) r
-        where r.rn = r.pos and r.due_so_far;
+      return query ${runs('unnest(v_ids[1:1], v_keys[1:1])', 'v_room')};
+      get diagnostics v_taken = row_count;
+      v_share := (v_room - v_taken) / greatest(cardinality(v_ids) - 1, 1);
+      if cardinality(v_ids) > 1 and v_share >= 1 then
+        return query ${runs('unnest(v_ids[2:], v_keys[2:])', 'v_share')};
+      end if;
     end
     $fn$`,
     `create or replace function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)

@@ -1,5 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
+import { sqlLiteral } from './sql-literal.js';
 import { tableNames } from './table-names.js';
 
 /** A partition after {@link promoteHeads}: its head, or null when it has nothing deliverable left. */
@@ -39,9 +40,13 @@ export async function promoteHeads(
   if (keys.length === 0 && delivered.length === 0) return [];
   const distinct = [...new Set(keys)];
   const after = distinct.map((key) => options.after?.get(key) ?? '0');
-  const result = await sql<{ partition_key: string; head_id: string | null }>`
-    select partition_key, head_id from ${sql.raw(tableNames(spec).settleFunction)}(
-      ${[...delivered]}::bigint[], ${distinct}::text[], ${after}::bigint[], ${spec.maxAttempts}::integer)`.execute(trx);
+  // Literals, not bind parameters: one simple-protocol message per call (see sqlLiteral).
+  const result = await sql
+    .raw<{ partition_key: string; head_id: string | null }>(
+      `select partition_key, head_id from ${tableNames(spec).settleFunction}(${sqlLiteral.bigintArray(delivered)}, ` +
+        `${sqlLiteral.textArray(distinct)}, ${sqlLiteral.bigintArray(after)}, ${sqlLiteral.integer(spec.maxAttempts)})`,
+    )
+    .execute(trx);
   return result.rows.map((r) => ({ partitionKey: r.partition_key, headId: r.head_id === null ? null : String(r.head_id) }));
 }
 

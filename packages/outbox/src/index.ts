@@ -15,6 +15,7 @@ export { lockPartitions, partitionLockKey } from './partition-lock.js';
 export { promoteHeads, resetHeads, type PromotedHead } from './heads.js';
 export { outboxStats, outboxStatsQuery, type OutboxStats } from './stats.js';
 export { SQLSTATE, sqlState } from './sqlstate.js';
+export { sqlLiteral } from './sql-literal.js';
 export { tableNames } from './table-names.js';
 export type { OutboxRow, RegisterOutboxTable, TupleOutboxTable } from './types.js';
 export { verifyOutboxTable } from './verify.js';

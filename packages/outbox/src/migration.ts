@@ -1,7 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
 import type { OutboxSpec } from './define-outbox.js';
-import { drainFunctionsDdl } from './drain-functions.js';
+import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
 import { tableNames } from './table-names.js';
 
 /** Options of the outbox migration. */
@@ -81,8 +81,8 @@ export async function dropOutboxTable(db: Kysely<any>, spec: OutboxSpec): Promis
   const n = tableNames(spec);
   await sql.raw(`drop table if exists ${n.table}`).execute(db);
   await sql.raw(`drop function if exists ${n.notifyFunction}()`).execute(db);
-  await sql.raw(`drop function if exists ${n.claimFunction}(integer, integer, integer, boolean)`).execute(db);
-  await sql.raw(`drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer)`).execute(db);
+  for (const signature of DRAIN_FUNCTION_SIGNATURES.claim) await sql.raw(`drop function if exists ${n.claimFunction}${signature}`).execute(db);
+  for (const signature of DRAIN_FUNCTION_SIGNATURES.settle) await sql.raw(`drop function if exists ${n.settleFunction}${signature}`).execute(db);
 }
 
 /**

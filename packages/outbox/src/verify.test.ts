@@ -2,9 +2,9 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
-import { createDrainFunctions } from './drain-functions.js';
+import { createDrainFunctions, drainFunctionMarker } from './drain-functions.js';
 import { OutboxTableError } from './errors.js';
-import { createOutboxTable } from './migration.js';
+import { createOutboxTable, dropOutboxTable } from './migration.js';
 import { tableNames } from './table-names.js';
 import { verifyOutboxTable } from './verify.js';
 
@@ -33,7 +33,7 @@ async function missing(spec: OutboxSpec): Promise<readonly string[]> {
 const run = (text: string) => sql.raw(text).execute(t.db);
 const triggerGap = (spec: OutboxSpec) => `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`;
 const foreignFunction = (spec: OutboxSpec, fn: 'claim' | 'settle') =>
-  `function ${spec.table}_${fn} is not the one this release creates for this spec (expected "@outbox/outbox ${fn} v1 ${spec.table} ${spec.partitionColumn}" in its body; createDrainFunctions replaces it)`;
+  `function ${spec.table}_${fn} is not the one this release creates for this spec (expected "${drainFunctionMarker(spec, fn)}" in its body; createDrainFunctions replaces it)`;
 
 describe('verifyOutboxTable', () => {
   test('passes on a table made by createOutboxTable, for both outbox shapes', async () => {
@@ -76,6 +76,36 @@ describe('verifyOutboxTable', () => {
     await createDrainFunctions(t.db, spec);
     await createDrainFunctions(t.db, spec);
     await expect(verifyOutboxTable(t.db, spec)).resolves.toBeUndefined();
+  });
+
+  test('upgrading from the four-argument claim (v1): verify names it, createDrainFunctions adds v2 beside it, dropOutboxTable drops both', async () => {
+    const spec = await freshOutbox();
+    const n = tableNames(spec);
+    const overloads = async () =>
+      (
+        await sql<{ args: string }>`
+          select pg_get_function_identity_arguments(p.oid) as args from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace
+          where ns.nspname = ${spec.schema} and p.proname = ${`${spec.tableName}_claim`} order by 1`.execute(t.db)
+      ).rows.map((r) => r.args);
+    // What the previous release left: the claim without p_synchronous_commit, marked v1.
+    await run(`drop function ${n.claimFunction}`);
+    await run(`create function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean)
+      returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
+      as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim v1 ${spec.table} resource_id
+      $$`);
+    expect(await missing(spec)).toEqual([foreignFunction(spec, 'claim')]);
+
+    await createDrainFunctions(t.db, spec);
+    await expect(verifyOutboxTable(t.db, spec)).resolves.toBeUndefined();
+    // The old overload stays, so drainers of the previous release keep working during a rolling upgrade.
+    expect(await overloads()).toEqual([
+      'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean',
+      'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',
+    ]);
+    await run(`select * from ${n.claimFunction}(10, 10, 25, true)`);
+
+    await dropOutboxTable(t.db, spec);
+    expect(await overloads()).toEqual([]);
   });
 
   test('a spec with another channel than the trigger notifies is refused', async () => {
