@@ -1,4 +1,4 @@
-import { sql, type Transaction } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
 import type { Intent } from './sink.js';
 
@@ -29,7 +29,7 @@ export interface ClaimedBatch {
  */
 export async function claimBatch(
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  trx: Transaction<any>,
+  trx: Kysely<any>,
   spec: OutboxSpec,
   batchSize: number,
   headLimit: number = batchSize,

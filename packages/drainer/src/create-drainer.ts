@@ -90,6 +90,8 @@ const consoleLogger: Logger = {
   error: (message, fields) => console.error(`[outbox-drainer] ${message}`, fields ?? ''),
 };
 
+const BEGIN = 'begin isolation level read committed';
+
 function positiveInteger(field: string, value: number | undefined, fallback: number): number {
   const result = value ?? fallback;
   if (!Number.isInteger(result) || result < 1) throw new OutboxConfigError(field, `expected a positive integer, got ${String(value)}`);
@@ -159,21 +161,40 @@ export function createDrainer(config: DrainerConfig): Drainer {
     runs = settled.withNextHead > 0 || heads * 2 < batchSize;
   };
 
-  /** One batch in one transaction. Returns undefined when nothing was claimable. */
-  async function runBatch(): Promise<{ claimed: number; delivered: number; retried: number; poisoned: number; released: number } | undefined> {
-    return db.transaction().execute(async (trx) => {
-      const claimStarted = performance.now();
-      const batch = await claimBatch(trx, spec, batchSize, headLimit, runs, synchronousCommit);
-      if (batch.intents.length === 0) return undefined;
-      emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
-      const deliverStarted = performance.now();
-      const outcomes = await deliverBatch(sink, batch.intents, deliveryTimeoutMs);
-      const deliverMs = performance.now() - deliverStarted;
-      const recorded = await recordOutcomes(trx, spec, applyOrdering(batch.intents, outcomes), (intent) =>
-        backoffDelayMs(intent.attemptCount, config.backoff),
-      );
-      adaptHeadLimit(batch.heads, recorded.settled);
-      queueMicrotask(() => {
+  interface BatchResult {
+    readonly claimed: number;
+    readonly delivered: number;
+    readonly retried: number;
+    readonly poisoned: number;
+    readonly released: number;
+    /** Emits the outcome events; called once the batch committed. */
+    readonly announce: () => void;
+  }
+
+  /**
+   * Claims, delivers and records one batch in the transaction open on `conn` (the caller commits).
+   * Returns undefined when nothing was claimable.
+   */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  async function runBatch(conn: Kysely<any>): Promise<BatchResult | undefined> {
+    const claimStarted = performance.now();
+    const batch = await claimBatch(conn, spec, batchSize, headLimit, runs, synchronousCommit);
+    if (batch.intents.length === 0) return undefined;
+    emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
+    const deliverStarted = performance.now();
+    const outcomes = await deliverBatch(sink, batch.intents, deliveryTimeoutMs);
+    const deliverMs = performance.now() - deliverStarted;
+    const recorded = await recordOutcomes(conn, spec, applyOrdering(batch.intents, outcomes), (intent) =>
+      backoffDelayMs(intent.attemptCount, config.backoff),
+    );
+    adaptHeadLimit(batch.heads, recorded.settled);
+    return {
+      claimed: batch.intents.length,
+      delivered: recorded.delivered.length,
+      retried: recorded.retried.length,
+      poisoned: recorded.poisoned.length,
+      released: recorded.released.length,
+      announce: () => {
         if (recorded.delivered.length > 0) emit({ type: 'delivered', table: spec.table, ids: recorded.delivered.map((i) => i.id), deliverMs });
         if (recorded.retried.length > 0) {
           emit({ type: 'retried', table: spec.table, ids: recorded.retried.map((r) => r.intent.id), errors: recorded.retried.map((r) => r.error) });
@@ -183,42 +204,57 @@ export function createDrainer(config: DrainerConfig): Drainer {
           logger.warn(`poisoned ${recorded.poisoned.length} intent(s) of ${spec.table}`, { ids: recorded.poisoned.map((r) => r.intent.id), partitionKeys: keys });
           emit({ type: 'poisoned', table: spec.table, ids: recorded.poisoned.map((r) => r.intent.id), partitionKeys: keys, errors: recorded.poisoned.map((r) => r.error) });
         }
-      });
-      return {
-        claimed: batch.intents.length,
-        delivered: recorded.delivered.length,
-        retried: recorded.retried.length,
-        poisoned: recorded.poisoned.length,
-        released: recorded.released.length,
-      };
-    });
+      },
+    };
   }
 
   let stopping = false;
+  /**
+   * One pass: batches until nothing is claimable, on one connection of the pool, each batch in its
+   * own READ COMMITTED transaction (the claim, settle and reconciler rely on it, whatever the
+   * pool's default isolation). A batch's COMMIT and the next batch's BEGIN go in one message: one
+   * round trip per batch fewer than separate statements (see docs/drainer-throughput.md).
+   */
   async function pass(): Promise<DrainResult> {
     await verify();
     const totals = { batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false };
-    while (!stopping) {
-      let batch;
-      try {
-        batch = await runBatch();
-      } catch (error) {
-        const halted = error instanceof SinkHaltError;
-        const err = error instanceof Error ? error : new Error(String(error));
-        logger.error(halted ? `delivery halted, nothing counted against the intents: ${err.message}` : `drain pass failed: ${err.message}`, { table: spec.table });
-        emit({ type: 'pass-failed', table: spec.table, error: err, halted });
-        if (halted) return { ...totals, halted: true };
-        throw err;
-      }
-      if (batch === undefined) break;
-      totals.batches += 1;
-      totals.claimed += batch.claimed;
-      totals.delivered += batch.delivered;
-      totals.retried += batch.retried;
-      totals.poisoned += batch.poisoned;
-      totals.released += batch.released;
-      // A batch where nothing moved forward (all retried/released) would spin: leave it to the timer.
-      if (batch.delivered + batch.poisoned === 0) break;
+    try {
+      await db.connection().execute(async (conn) => {
+        let open = false;
+        try {
+          while (!stopping) {
+            if (!open) {
+              await sql.raw(BEGIN).execute(conn);
+              open = true;
+            }
+            const batch = await runBatch(conn);
+            if (batch === undefined) break;
+            // A batch where nothing moved forward (all retried/released) would spin: leave it to the timer.
+            const more = !stopping && batch.delivered + batch.poisoned > 0;
+            open = false; // a failed COMMIT ends the transaction too
+            await sql.raw(more ? `commit; ${BEGIN}` : 'commit').execute(conn);
+            open = more;
+            totals.batches += 1;
+            totals.claimed += batch.claimed;
+            totals.delivered += batch.delivered;
+            totals.retried += batch.retried;
+            totals.poisoned += batch.poisoned;
+            totals.released += batch.released;
+            batch.announce();
+            if (!more) break;
+          }
+        } finally {
+          // The transaction of a failed batch, or the empty one that found nothing to claim.
+          if (open) await sql.raw('rollback').execute(conn).catch(() => undefined);
+        }
+      });
+    } catch (error) {
+      const halted = error instanceof SinkHaltError;
+      const err = error instanceof Error ? error : new Error(String(error));
+      logger.error(halted ? `delivery halted, nothing counted against the intents: ${err.message}` : `drain pass failed: ${err.message}`, { table: spec.table });
+      emit({ type: 'pass-failed', table: spec.table, error: err, halted });
+      if (halted) return { ...totals, halted: true };
+      throw err;
     }
     return totals;
   }

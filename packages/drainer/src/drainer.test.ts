@@ -4,7 +4,7 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { claimBatch } from './claim.js';
-import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError, type DrainerEvent, type Intent, type Outcome } from './index.js';
+import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError, SinkHaltError, type DrainerEvent, type Intent, type Outcome, type Sink } from './index.js';
 
 const t = useTestDatabase();
 let tables = 0;
@@ -255,6 +255,70 @@ describe('how many partitions a claim takes', () => {
       await holder!.commit().execute();
       expect((await claimBatch(later!, spec, 10, 2)).intents.map((i) => i.id)).toEqual(ids);
     });
+  });
+});
+
+describe('a pass and its transactions', () => {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const backendState = async (db: Kysely<any>, pid: number) =>
+    (await sql<{ state: string }>`select state from pg_stat_activity where pid = ${pid}`.execute(db)).rows[0]?.state;
+
+  test('each batch commits before the next is delivered, in READ COMMITTED even on a serializable pool; the pass leaves its connection idle', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c']);
+    const pool = t.pool({ max: 1, options: '-c default_transaction_isolation=serializable' });
+    const statements: string[] = [];
+    const db = new KyselyClass({ dialect: new PostgresDialect({ pool }), log: (event) => statements.push(event.query.sql) });
+    const pid = Number((await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]?.pid);
+    const seenBefore: boolean[][] = [];
+    const sink = createRecordingSink({
+      outcome: async () => {
+        // From another connection (batches of one): what the earlier batches of this pass committed.
+        seenBefore.push((await rows(t.db, spec)).map((r) => r.sent));
+        return undefined;
+      },
+    });
+    await createDrainer({ db, spec, sink, batchSize: 1, logger: quiet }).drainOnce();
+    expect(sink.delivered.map((i) => i.id)).toEqual(ids);
+    expect(seenBefore).toEqual([
+      [false, false, false],
+      [true, false, false],
+      [true, true, false],
+    ]);
+    const begins = statements.filter((q) => /begin/i.test(q));
+    expect(begins.length).toBeGreaterThan(0);
+    expect(begins.every((q) => /begin isolation level read committed$/i.test(q))).toBe(true);
+    // The empty transaction that found nothing more to claim was ended, not left open.
+    expect(await backendState(t.db, pid)).toBe('idle');
+    await db.destroy();
+  });
+
+  test('a batch that fails rolls back; the connection is clean for the next pass', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:b']);
+    const db = t.kysely({ max: 1 });
+    const pid = Number((await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]?.pid);
+    let calls = 0;
+    const flaky: Sink = {
+      deliver: async (intents) => {
+        calls += 1;
+        if (calls === 2) throw new SinkHaltError('credentials refused');
+        return intents.map(() => ({ kind: 'delivered' as const }));
+      },
+    };
+    const drainer = createDrainer({ db, spec, sink: flaky, batchSize: 1, logger: quiet });
+    expect(await drainer.drainOnce()).toMatchObject({ batches: 1, delivered: 1, halted: true });
+    expect(await backendState(t.db, pid)).toBe('idle');
+    // The halted batch's row was not counted against, and the first batch stayed committed.
+    expect((await rows(t.db, spec)).map((r) => [r.sent, r.attempt_count])).toEqual([
+      [true, 0],
+      [false, 0],
+      [false, 0],
+    ]);
+    expect(await drainer.drainOnce()).toMatchObject({ delivered: 2, halted: false });
+    expect((await rows(t.db, spec)).every((r) => r.sent)).toBe(true);
+    expect(ids).toHaveLength(3);
+    await db.destroy();
   });
 });
 

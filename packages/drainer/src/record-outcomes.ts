@@ -1,4 +1,4 @@
-import { sql, type Transaction } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { promoteHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
 import type { BatchOutcomes } from './deliver.js';
 import type { Intent } from './sink.js';
@@ -24,7 +24,7 @@ export interface RecordedOutcomes {
  */
 export async function recordOutcomes(
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  trx: Transaction<any>,
+  trx: Kysely<any>,
   spec: OutboxSpec,
   outcomes: BatchOutcomes,
   delayMs: (intent: Intent) => number,
