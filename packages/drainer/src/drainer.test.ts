@@ -268,7 +268,9 @@ describe('a pass and its transactions', () => {
     const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c']);
     const pool = t.pool({ max: 1, options: '-c default_transaction_isolation=serializable' });
     const statements: string[] = [];
-    const db = new KyselyClass({ dialect: new PostgresDialect({ pool }), log: (event) => statements.push(event.query.sql) });
+    const db = new KyselyClass({ dialect: new PostgresDialect({ pool }), log: (event) => {
+      statements.push(event.query.sql);
+    } });
     const pid = Number((await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]?.pid);
     const seenBefore: boolean[][] = [];
     const sink = createRecordingSink({
