@@ -200,9 +200,10 @@ export async function benchDrain(): Promise<string> {
     if (cpuLines.length > 0) {
       lines.push(
         '',
-        'CPU time per 1,000 rows (ms; this process and every Postgres process, median of the same trials). Stolen time is',
-        'not counted, so these ratios hold when the VM\'s neighbours make throughput swing: on a machine of its own a',
-        'CPU-bound drain runs at about the inverse of its CPU cost.',
+        'CPU time per 1,000 rows (ms; this process and every Postgres process, median of the same trials): what each',
+        'loop costs the machine, whatever it waited for. On a machine of its own a CPU-bound drain runs at about the',
+        'inverse of its CPU cost. Stolen time is not counted, but a VM\'s CPU time still moves with its neighbours, and',
+        'background Postgres work (checkpoints, the WAL writer) lands on whichever loop is running.',
         '',
         '| backlog shape | raw, `id` only | raw, sink columns | raw, `id` only, async commit | drainer (default) | drainer, `synchronousCommit: true` | **bare raw ÷ drainer** | raw with sink columns ÷ drainer | bare raw ÷ sync drainer | async bare raw ÷ drainer |',
         '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
