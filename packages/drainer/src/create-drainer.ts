@@ -145,11 +145,11 @@ export function createDrainer(config: DrainerConfig): Drainer {
   }));
 
   // How many partitions a claim takes (the oldest one's run fills the room, the others share what
-  // it leaves). It
-  // follows the backlog: while most settled partitions still have rows after their run, fewer heads
-  // with longer runs fill the batch with fewer head promotions and leave other partitions to other
-  // drainers (10 hot keys: two drainers share them instead of one taking all); while most
-  // partitions run dry, more heads (halving from the heads last claimed, doubling up to batchSize).
+  // it leaves). It follows the backlog: while most settled partitions still have rows after their
+  // run, fewer heads with longer runs fill the batch with fewer head promotions and leave other
+  // partitions to other drainers (10 hot keys: two drainers share them instead of one taking all);
+  // while most partitions run dry, more heads (halving from the heads last claimed, doubling up to
+  // batchSize).
   // When a batch of mostly heads found no settled partition with a next head (every key held one
   // row, e.g. one intent per new resource), the claim skips looking for runs until one does.
   let headLimit = batchSize;
