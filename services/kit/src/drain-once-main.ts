@@ -2,8 +2,8 @@ import { createDrainer } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
 import { outboxStats, tableNames } from '@outbox/outbox';
 import { Kysely, PostgresDialect, sql } from 'kysely';
-import pg from 'pg';
 import { ServiceConfigError } from './errors.js';
+import { createServicePool } from './pool.js';
 import { openFgaConnectionFromEnv } from './service-options.js';
 import type { ServiceDefinition } from './service.js';
 
@@ -18,7 +18,8 @@ export async function runDrainOnceMain(definition: ServiceDefinition, env: NodeJ
   const databaseUrl = env.DATABASE_URL;
   if (!databaseUrl) throw new ServiceConfigError('DATABASE_URL', 'set it to the Postgres URL of the platform database');
   const openfga = openFgaConnectionFromEnv(env);
-  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl, max: 2 }) }) });
+  const cliLogger = { info: () => undefined, warn: (message: string) => console.warn(message), error: (message: string) => console.error(message) };
+  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: createServicePool(databaseUrl, 2, cliLogger) }) });
   const delivered: string[] = [];
   const drainer = createDrainer({
     db,

@@ -32,4 +32,5 @@ export {
 } from './body-schema.js';
 export { writeAnswer } from './write-answer.js';
 export { findById } from './find-by-id.js';
+export { createServicePool } from './pool.js';
 export { HttpError, SERVICE_SQLSTATE, ServiceConfigError } from './errors.js';

@@ -2,8 +2,8 @@ import type { Logger } from '@outbox/drainer';
 import { verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
 import type { RedriveResult } from '@outbox/reconciler';
 import { Kysely, PostgresDialect } from 'kysely';
-import pg from 'pg';
 import { createAuthorizer, type Authorizer } from './authorizer.js';
+import { createServicePool } from './pool.js';
 import { startHttpServer, type Route } from './http-server.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
 import { resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
@@ -70,7 +70,7 @@ export async function startService<N extends string>(definition: ServiceDefiniti
   const resolved = resolveServiceOptions(definition.name, options);
   const { logger } = resolved;
   const db = new Kysely({
-    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: resolved.databaseUrl, max: resolved.poolSize }) }),
+    dialect: new PostgresDialect({ pool: createServicePool(resolved.databaseUrl, resolved.poolSize, logger) }),
   });
   const outbox = createServiceOutbox({
     db,

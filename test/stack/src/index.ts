@@ -1,5 +1,5 @@
 export { startStack, startOpenFga, type Stack, type StackOptions, type StackSource } from './stack.js';
-export { startEmbeddedPostgres, type PostgresServer, type NativePostgresOptions } from './native-postgres.js';
+export { startEmbeddedPostgres, type PostgresServer, type NativePostgresOptions, type NativePostgresServer } from './native-postgres.js';
 export { startNativeOpenFga, type OpenFgaServer, type OpenFgaServerOptions } from './native-openfga.js';
 export { ensureOpenFgaBinary, OPENFGA_VERSION } from './openfga-binary.js';
 export { StackError } from './stack-error.js';

@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,6 +24,22 @@ export interface NativePostgresOptions {
    * a throwaway test cluster has nothing to keep. Benchmarks pass false to measure a stock server.
    */
   readonly fast?: boolean;
+  /** More server settings, passed as `-c name=value` (after the defaults, so they win). */
+  readonly settings?: Readonly<Record<string, string>>;
+}
+
+/** A server this process started and owns: it can also crash it and start it again. */
+export interface NativePostgresServer extends PostgresServer {
+  /**
+   * SIGKILLs every process of the cluster at once — the postmaster and all its children, as a
+   * power cut would stop them: whatever was only in shared memory (WAL not yet written) is gone.
+   * The data directory stays, for {@link restart}.
+   */
+  crash(): Promise<void>;
+  /** Starts the cluster again on its data directory and port (crash recovery first) and waits until it answers. */
+  restart(): Promise<void>;
+  /** Process ids of the cluster's processes other than the postmaster (backends, WAL writer, …). */
+  children(): number[];
 }
 
 const USER = 'postgres';
@@ -33,7 +50,7 @@ const PASSWORD = 'outbox';
  * fresh temp directory, on a free loopback port (no unix socket), and waits until it answers a
  * query. As root, the binaries run as a `postgres` system user that the package creates once.
  */
-export async function startEmbeddedPostgres(options: NativePostgresOptions = {}): Promise<PostgresServer> {
+export async function startEmbeddedPostgres(options: NativePostgresOptions = {}): Promise<NativePostgresServer> {
   const root = await mkdtemp(join(tmpdir(), 'outbox-pg-'));
   // The cluster runs as the postgres user: it must be able to reach its data directory.
   await chmod(root, 0o755);
@@ -60,16 +77,18 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
       '-c', 'max_connections=300',
       '-c', 'max_locks_per_transaction=256',
       ...(fast ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'] : []),
+      ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
     ],
     onLog: keep,
     onError: keep,
   });
   const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`;
   let pid: number | undefined;
+  const readPid = async () => Number((await readFile(join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
   try {
     await server.initialise();
     await server.start();
-    pid = Number((await readFile(join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+    pid = await readPid();
     await waitFor(`Postgres at 127.0.0.1:${port}`, () => postgresAnswers(url), { timeoutMs: 30_000 });
   } catch (error) {
     await server.stop().catch(() => undefined);
@@ -81,14 +100,67 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
     );
   }
   let stopped = false;
+  let crashed = false;
+  const children = () => (pid === undefined ? [] : childProcessesOf(pid));
   return {
     url,
-    pid,
+    get pid() {
+      return pid;
+    },
+    children,
+    async crash() {
+      if (pid === undefined || crashed) return;
+      const postmaster = pid;
+      const all = [...children(), postmaster];
+      for (const victim of all) {
+        try {
+          process.kill(victim, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      crashed = true;
+      await waitFor('the killed Postgres processes to exit', async () => all.every((victim) => !alive(victim)), { timeoutMs: 10_000, intervalMs: 20 });
+    },
+    async restart() {
+      if (!crashed) throw new StackError('restart() follows crash(): this server is running');
+      await server.start();
+      crashed = false;
+      pid = await readPid();
+      await waitFor(`Postgres at 127.0.0.1:${port} after its restart`, () => postgresAnswers(url), { timeoutMs: 30_000 });
+    },
     async stop() {
       if (stopped) return;
       stopped = true;
-      await server.stop();
+      // After a crash nothing is left to stop (and the package would wait for an exit long past).
+      if (!crashed) await server.stop();
       await rm(root, { recursive: true, force: true });
     },
   };
+}
+
+/** Whether a process exists and is not a zombie. */
+function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** The direct children of `parent`, from /proc (a postmaster's children are the whole cluster). */
+function childProcessesOf(parent: number): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === parent) found.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
 }

@@ -1,0 +1,22 @@
+import type { Logger } from '@outbox/drainer';
+import pg from 'pg';
+
+/**
+ * A service's pg pool, wired so that a lost Postgres connection is logged instead of ending the
+ * process. pg reports a connection lost while it idles in the pool on the pool, and one lost while
+ * it is checked out on the client, where nothing listens unless told to — and the drainer holds a
+ * connection for as long as its sink delivers, so a database restart or failover would otherwise
+ * arrive as an uncaught exception. The query in flight still fails, the pool drops the client, and
+ * the next checkout opens a new connection.
+ *
+ * @example
+ * const db = new Kysely({ dialect: new PostgresDialect({ pool: createServicePool(databaseUrl, 10, logger) }) });
+ */
+export function createServicePool(connectionString: string, max: number, logger: Logger): pg.Pool {
+  const pool = new pg.Pool({ connectionString, max });
+  pool.on('error', (error) => logger.warn(`postgres connection lost while idle in the pool: ${error.message}`));
+  pool.on('connect', (client) => {
+    client.on('error', (error) => logger.warn(`postgres connection lost: ${error.message}`));
+  });
+  return pool;
+}
