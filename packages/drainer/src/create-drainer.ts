@@ -91,6 +91,8 @@ const consoleLogger: Logger = {
 };
 
 const BEGIN = 'begin isolation level read committed';
+/** How long a pass keeps one pooled connection before handing it back between two batches. */
+const SEGMENT_MS = 200;
 
 function positiveInteger(field: string, value: number | undefined, fallback: number): number {
   const result = value ?? fallback;
@@ -210,44 +212,53 @@ export function createDrainer(config: DrainerConfig): Drainer {
 
   let stopping = false;
   /**
-   * One pass: batches until nothing is claimable, on one connection of the pool, each batch in its
-   * own READ COMMITTED transaction (the claim, settle and reconciler rely on it, whatever the
-   * pool's default isolation). A batch's COMMIT and the next batch's BEGIN go in one message: one
-   * round trip per batch fewer than separate statements (see docs/drainer-throughput.md).
+   * One pass: batches until nothing is claimable. Each batch is its own READ COMMITTED transaction
+   * (the claim, settle and reconciler rely on it, whatever the pool's default isolation). The
+   * batches run on one connection of the pool for up to SEGMENT_MS at a time, and on it a batch's
+   * COMMIT and the next batch's BEGIN go in one message: one round trip per batch fewer than
+   * separate statements (see docs/drainer-throughput.md). Between segments the connection goes back
+   * to the pool, so the service's own queries (and `flush`'s polling) on a small pool wait for at
+   * most a segment, not for a whole backlog.
    */
   async function pass(): Promise<DrainResult> {
     await verify();
     const totals = { batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false };
-    try {
-      await db.connection().execute(async (conn) => {
-        let open = false;
-        try {
-          while (!stopping) {
-            if (!open) {
-              await sql.raw(BEGIN).execute(conn);
-              open = true;
-            }
-            const batch = await runBatch(conn);
-            if (batch === undefined) break;
-            // A batch where nothing moved forward (all retried/released) would spin: leave it to the timer.
-            const more = !stopping && batch.delivered + batch.poisoned > 0;
-            open = false; // a failed COMMIT ends the transaction too
-            await sql.raw(more ? `commit; ${BEGIN}` : 'commit').execute(conn);
-            open = more;
-            totals.batches += 1;
-            totals.claimed += batch.claimed;
-            totals.delivered += batch.delivered;
-            totals.retried += batch.retried;
-            totals.poisoned += batch.poisoned;
-            totals.released += batch.released;
-            batch.announce();
-            if (!more) break;
+    /** One segment on one connection; true when the pass should go on with another. */
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const segment = async (conn: Kysely<any>): Promise<boolean> => {
+      const until = performance.now() + SEGMENT_MS;
+      let open = false;
+      try {
+        for (;;) {
+          if (!open) {
+            await sql.raw(BEGIN).execute(conn);
+            open = true;
           }
-        } finally {
-          // The transaction of a failed batch, or the empty one that found nothing to claim.
-          if (open) await sql.raw('rollback').execute(conn).catch(() => undefined);
+          const batch = await runBatch(conn);
+          if (batch === undefined) return false;
+          // A batch where nothing moved forward (all retried/released) would spin: leave it to the timer.
+          const progressed = batch.delivered + batch.poisoned > 0;
+          const stay = progressed && !stopping && performance.now() < until;
+          open = false; // a failed COMMIT ends the transaction too
+          await sql.raw(stay ? `commit; ${BEGIN}` : 'commit').execute(conn);
+          open = stay;
+          totals.batches += 1;
+          totals.claimed += batch.claimed;
+          totals.delivered += batch.delivered;
+          totals.retried += batch.retried;
+          totals.poisoned += batch.poisoned;
+          totals.released += batch.released;
+          batch.announce();
+          if (!stay) return progressed && !stopping;
         }
-      });
+      } finally {
+        // The transaction of a failed batch, or the empty one that found nothing to claim.
+        if (open) await sql.raw('rollback').execute(conn).catch(() => undefined);
+      }
+    };
+    try {
+      let more = true;
+      while (more && !stopping) more = await db.connection().execute(segment);
     } catch (error) {
       const halted = error instanceof SinkHaltError;
       const err = error instanceof Error ? error : new Error(String(error));

@@ -295,6 +295,24 @@ describe('a pass and its transactions', () => {
     await db.destroy();
   });
 
+  test('a long pass hands its connection back now and then: on a one-connection pool, other queries get in before the pass ends', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, Array.from({ length: 5_000 }, (_, i) => `vpc:${i % 50}`));
+    const db = t.kysely({ max: 1 });
+    const sink = createRecordingSink();
+    let passDone = false;
+    const pass = createDrainer({ db, spec, sink, batchSize: 10, logger: quiet })
+      .drainOnce()
+      .finally(() => (passDone = true));
+    await sleep(50);
+    // A query of the service on the same pool, while the pass has hundreds of batches to go.
+    const other = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where sent_at is null`.execute(db);
+    expect(passDone).toBe(false);
+    expect(other.rows[0]!.n).toBeGreaterThan(0);
+    expect((await pass).delivered).toBe(5_000);
+    await db.destroy();
+  });
+
   test('a batch that fails rolls back; the connection is clean for the next pass', async () => {
     const spec = await freshOutbox(t.db);
     const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:b']);
