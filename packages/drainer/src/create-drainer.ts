@@ -171,14 +171,20 @@ export function createDrainer(config: DrainerConfig): Drainer {
     readonly released: number;
     /** Emits the outcome events; called once the batch committed. */
     readonly announce: () => void;
+    /** The batch committed, and the next one's transaction began, with its settle call. */
+    readonly chained: boolean;
   }
 
   /**
-   * Claims, delivers and records one batch in the transaction open on `conn` (the caller commits).
-   * Returns undefined when nothing was claimable.
+   * Claims, delivers and records one batch in the transaction open on `conn`. The caller commits,
+   * except when the batch was one partition's full run and everything was delivered while
+   * `mayChain()` still says the caller would go on: then the settle call, the COMMIT and the next
+   * BEGIN go in one message (`chained`), and the settle's answer, which only tunes the head limit,
+   * is taken as what a full run nearly always leaves: a next head. Returns undefined when nothing
+   * was claimable.
    */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  async function runBatch(conn: Kysely<any>): Promise<BatchResult | undefined> {
+  async function runBatch(conn: Kysely<any>, mayChain: () => boolean): Promise<BatchResult | undefined> {
     const claimStarted = performance.now();
     const batch = await claimBatch(conn, spec, batchSize, headLimit, runs, synchronousCommit);
     if (batch.intents.length === 0) return undefined;
@@ -186,11 +192,18 @@ export function createDrainer(config: DrainerConfig): Drainer {
     const deliverStarted = performance.now();
     const outcomes = await deliverBatch(sink, batch.intents, deliveryTimeoutMs);
     const deliverMs = performance.now() - deliverStarted;
-    const recorded = await recordOutcomes(conn, spec, applyOrdering(batch.intents, outcomes), (intent) =>
-      backoffDelayMs(intent.attemptCount, config.backoff),
+    const fullRun = batch.heads === 1 && batch.intents.length === batchSize && mayChain();
+    const recorded = await recordOutcomes(
+      conn,
+      spec,
+      applyOrdering(batch.intents, outcomes),
+      (intent) => backoffDelayMs(intent.attemptCount, config.backoff),
+      fullRun ? { sendWith: `commit; ${BEGIN}` } : {},
     );
-    adaptHeadLimit(batch.heads, recorded.settled);
+    const chained = recorded.settled === undefined;
+    adaptHeadLimit(batch.heads, recorded.settled ?? { partitions: 1, withNextHead: 1 });
     return {
+      chained,
       claimed: batch.intents.length,
       delivered: recorded.delivered.length,
       retried: recorded.retried.length,
@@ -234,14 +247,16 @@ export function createDrainer(config: DrainerConfig): Drainer {
             await sql.raw(BEGIN).execute(conn);
             open = true;
           }
-          const batch = await runBatch(conn);
+          const batch = await runBatch(conn, () => !stopping && performance.now() < until);
           if (batch === undefined) return false;
           // A batch where nothing moved forward (all retried/released) would spin: leave it to the timer.
           const progressed = batch.delivered + batch.poisoned > 0;
-          const stay = progressed && !stopping && performance.now() < until;
-          open = false; // a failed COMMIT ends the transaction too
-          await sql.raw(stay ? `commit; ${BEGIN}` : 'commit').execute(conn);
-          open = stay;
+          const stay = batch.chained || (progressed && !stopping && performance.now() < until);
+          if (!batch.chained) {
+            open = false; // a failed COMMIT ends the transaction too
+            await sql.raw(stay ? `commit; ${BEGIN}` : 'commit').execute(conn);
+            open = stay;
+          }
           totals.batches += 1;
           totals.claimed += batch.claimed;
           totals.delivered += batch.delivered;

@@ -32,8 +32,8 @@ async function enqueueRows(db: Kysely<any>, spec: OutboxSpec, keys: string[]): P
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 async function rows(db: Kysely<any>, spec: OutboxSpec) {
   const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null; is_head: boolean }>`
-    select id::text, resource_id, sent_at is not null as sent, attempt_count, last_error, is_head
-    from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} order by id`.execute(db);
+    select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error, is_head
+    from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} t order by t.id`.execute(db);
   return result.rows;
 }
 
@@ -310,6 +310,41 @@ describe('a pass and its transactions', () => {
     expect(passDone).toBe(false);
     expect(other.rows[0]!.n).toBeGreaterThan(0);
     expect((await pass).delivered).toBe(5_000);
+    await db.destroy();
+  });
+
+  test('a full one-partition run goes out with its COMMIT and the next BEGIN in the settle\'s message; a short or failed one does not', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, Array.from({ length: 35 }, () => 'vpc:hot'));
+    const statements: string[] = [];
+    const db = new KyselyClass({
+      dialect: new PostgresDialect({ pool: t.pool({ max: 1 }) }),
+      log: (event) => {
+        statements.push(event.query.sql);
+      },
+    });
+    const sink = createRecordingSink();
+    const result = await createDrainer({ db, spec, sink, batchSize: 10, logger: quiet }).drainOnce();
+    expect(result).toMatchObject({ batches: 4, delivered: 35 });
+    expect(sink.delivered.map((i) => i.id)).toEqual(ids);
+    const settles = statements.filter((q) => q.includes('_settle"('));
+    expect(settles.map((q) => q.endsWith('; commit; begin isolation level read committed'))).toEqual([true, true, true, false]);
+    expect((await rows(t.db, spec)).every((r) => r.sent && !r.is_head)).toBe(true);
+
+    // A failure in a full run: the settle goes alone, after the failure's update.
+    const failing = await freshOutbox(t.db);
+    await enqueueRows(t.db, failing, Array.from({ length: 10 }, () => 'vpc:hot'));
+    statements.length = 0;
+    let calls = 0;
+    const flaky = createRecordingSink({
+      // The fifth intent of the first batch fails once: four delivered, the rest released.
+      outcome: () => ((calls += 1) === 5 ? { kind: 'transient', error: 'try again' } : undefined),
+    });
+    await createDrainer({ db, spec: failing, sink: flaky, batchSize: 10, logger: quiet }).drainOnce();
+    const failedBatch = statements.filter((q) => q.includes('_settle"('));
+    expect(failedBatch).toHaveLength(1);
+    expect(failedBatch[0]).not.toContain('commit');
+    expect((await rows(t.db, failing)).map((r) => r.sent)).toEqual([true, true, true, true, ...Array.from({ length: 6 }, () => false)]);
     await db.destroy();
   });
 

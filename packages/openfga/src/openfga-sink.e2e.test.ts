@@ -28,8 +28,8 @@ async function enqueue(spec: OutboxSpec, intents: readonly EnqueueInput[]): Prom
 
 async function rows(spec: OutboxSpec) {
   const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null }>`
-    select id::text, resource_id, sent_at is not null as sent, attempt_count, last_error
-    from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} order by id`.execute(t.db);
+    select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error
+    from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} t order by t.id`.execute(t.db);
   return result.rows;
 }
 

@@ -26,28 +26,41 @@ export async function promoteHeads(
   trx: Kysely<any>,
   spec: OutboxSpec,
   keys: readonly string[],
-  options: {
-    readonly markDelivered?: readonly string[];
-    /**
-     * Per key, an id the next head is known to follow (the drainer's last delivered or poisoned row
-     * of the key): the look-up starts there, past the index entries of rows delivered before it,
-     * which stay in the partition-head index until vacuum.
-     */
-    readonly after?: ReadonlyMap<string, string>;
-  } = {},
+  options: SettleOptions = {},
 ): Promise<PromotedHead[]> {
+  const statement = settleStatement(spec, keys, options);
+  if (statement === undefined) return [];
+  const result = await sql.raw<{ partition_key: string; head_id: string | null }>(statement).execute(trx);
+  return result.rows.map((r) => ({ partitionKey: r.partition_key, headId: r.head_id === null ? null : String(r.head_id) }));
+}
+
+/** What {@link promoteHeads} and {@link settleStatement} take besides the keys. */
+export interface SettleOptions {
+  readonly markDelivered?: readonly string[];
+  /**
+   * Per key, an id the next head is known to follow (the drainer's last delivered or poisoned row
+   * of the key): the look-up starts there, past the index entries of rows delivered before it,
+   * which stay in the partition-head index until vacuum.
+   */
+  readonly after?: ReadonlyMap<string, string>;
+}
+
+/**
+ * The SQL of {@link promoteHeads}' one call of the settle function, its arguments as literals (one
+ * simple-protocol message; see `sqlLiteral`), or undefined when there is nothing to settle. The
+ * drainer sends it together with its `COMMIT` when it does not need the result.
+ *
+ * @internal shared by @outbox/drainer; not for application code.
+ */
+export function settleStatement(spec: OutboxSpec, keys: readonly string[], options: SettleOptions = {}): string | undefined {
   const delivered = options.markDelivered ?? [];
-  if (keys.length === 0 && delivered.length === 0) return [];
+  if (keys.length === 0 && delivered.length === 0) return undefined;
   const distinct = [...new Set(keys)];
   const after = distinct.map((key) => options.after?.get(key) ?? '0');
-  // Literals, not bind parameters: one simple-protocol message per call (see sqlLiteral).
-  const result = await sql
-    .raw<{ partition_key: string; head_id: string | null }>(
-      `select partition_key, head_id from ${tableNames(spec).settleFunction}(${sqlLiteral.bigintArray(delivered)}, ` +
-        `${sqlLiteral.textArray(distinct)}, ${sqlLiteral.bigintArray(after)}, ${sqlLiteral.integer(spec.maxAttempts)})`,
-    )
-    .execute(trx);
-  return result.rows.map((r) => ({ partitionKey: r.partition_key, headId: r.head_id === null ? null : String(r.head_id) }));
+  return (
+    `select partition_key, head_id from ${tableNames(spec).settleFunction}(${sqlLiteral.bigintArray(delivered)}, ` +
+    `${sqlLiteral.textArray(distinct)}, ${sqlLiteral.bigintArray(after)}, ${sqlLiteral.integer(spec.maxAttempts)})`
+  );
 }
 
 /**

@@ -12,7 +12,7 @@ export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, ty
 export { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type IntentPayload, type TupleKey } from './payload.js';
 export type { Logger } from './logger.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
-export { promoteHeads, resetHeads, type PromotedHead } from './heads.js';
+export { promoteHeads, resetHeads, settleStatement, type PromotedHead, type SettleOptions } from './heads.js';
 export { outboxStats, outboxStatsQuery, type OutboxStats } from './stats.js';
 export { SQLSTATE, sqlState } from './sqlstate.js';
 export { sqlLiteral } from './sql-literal.js';
