@@ -1,8 +1,8 @@
 import { createDrainer, type Sink } from '@outbox/drainer';
 import { createOutboxTable, defineOutbox, type OutboxSpec } from '@outbox/outbox';
-import { createDatabase, startStack } from '@outbox/test-stack';
+import { createDatabase, processes, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import pg from 'pg';
 import { claimBatch } from '../packages/drainer/src/claim.js';
 
@@ -112,20 +112,9 @@ const rate = (rows: number, ms: number) => Math.round(rows / (ms / 1000));
 function cpuMs(): number | undefined {
   if (!existsSync('/proc/self/stat')) return undefined;
   const own = process.cpuUsage();
-  let postgres = 0;
-  const tick = 1000 / 100; // USER_HZ is 100 on Linux
-  for (const pid of readdirSync('/proc')) {
-    if (!/^\d+$/.test(pid)) continue;
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const close = stat.lastIndexOf(')');
-      if (!stat.slice(stat.indexOf('(') + 1, close).startsWith('postgres')) continue;
-      const fields = stat.slice(close + 2).split(' ');
-      postgres += (Number(fields[11]) + Number(fields[12])) * tick;
-    } catch {
-      // the process ended meanwhile
-    }
-  }
+  const postgres = processes()
+    .filter((p) => p.name.startsWith('postgres'))
+    .reduce((sum, p) => sum + p.cpuMs, 0);
   return (own.user + own.system) / 1000 + postgres;
 }
 const median = (values: readonly number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;

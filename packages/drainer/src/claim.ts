@@ -20,9 +20,9 @@ export interface ClaimedBatch {
  *    that is backing off or locked by another drainer is itself the head, so its successors wait.
  * 2. Runs (unless `runs` is false: the caller knows of no partition with more than one row): with
  *    batch room left, the deliverable rows that follow each claimed head in its partition (the
- *    oldest head's run takes all the room, the others share what it leaves), locked without ever waiting and cut at the first row that is not due or
- *    not lockable, so a run is always consecutive and a hot partition is not capped at one row per
- *    batch.
+ *    oldest head's run takes all the room, the others share what it leaves), locked without ever
+ *    waiting and cut at the first row that is not due or not lockable, so a run is always
+ *    consecutive and a hot partition is not capped at one row per batch.
  *
  * Unless `synchronousCommit`, the call also sets `synchronous_commit = off` for the transaction.
  * The arguments go as literals (one simple-protocol message; see `sqlLiteral`).

@@ -151,9 +151,8 @@ export function createDrainer(config: DrainerConfig): Drainer {
   // run, fewer heads with longer runs fill the batch with fewer head promotions and leave other
   // partitions to other drainers (10 hot keys: two drainers share them instead of one taking all);
   // while most partitions run dry, more heads (halving from the heads last claimed, doubling up to
-  // batchSize).
-  // When a batch of mostly heads found no settled partition with a next head (every key held one
-  // row, e.g. one intent per new resource), the claim skips looking for runs until one does.
+  // batchSize). When a batch of mostly heads found no settled partition with a next head (every key
+  // held one row, e.g. one intent per new resource), the claim skips looking for runs until one does.
   let headLimit = batchSize;
   let runs = true;
   const adaptHeadLimit = (heads: number, settled: { partitions: number; withNextHead: number }) => {
@@ -240,6 +239,7 @@ export function createDrainer(config: DrainerConfig): Drainer {
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
     const segment = async (conn: Kysely<any>): Promise<boolean> => {
       const until = performance.now() + SEGMENT_MS;
+      const goOn = () => !stopping && performance.now() < until;
       let open = false;
       try {
         for (;;) {
@@ -247,11 +247,11 @@ export function createDrainer(config: DrainerConfig): Drainer {
             await sql.raw(BEGIN).execute(conn);
             open = true;
           }
-          const batch = await runBatch(conn, () => !stopping && performance.now() < until);
+          const batch = await runBatch(conn, goOn);
           if (batch === undefined) return false;
           // A batch where nothing moved forward (all retried/released) would spin: leave it to the timer.
           const progressed = batch.delivered + batch.poisoned > 0;
-          const stay = batch.chained || (progressed && !stopping && performance.now() < until);
+          const stay = batch.chained || (progressed && goOn());
           if (!batch.chained) {
             open = false; // a failed COMMIT ends the transaction too
             await sql.raw(stay ? `commit; ${BEGIN}` : 'commit').execute(conn);

@@ -85,8 +85,8 @@ export async function recordOutcomes(
   // Failures are written first so that the settle call, which also marks the delivered rows, sees them.
   const settle = { markDelivered: outcomes.delivered.map((i) => i.id), after };
   const allDelivered = outcomes.transient.length === 0 && poisoned.length === 0 && outcomes.released.length === 0;
-  const statement = settleStatement(spec, [...moved], settle);
-  if (options.sendWith !== undefined && allDelivered && statement !== undefined) {
+  const statement = options.sendWith !== undefined && allDelivered ? settleStatement(spec, [...moved], settle) : undefined;
+  if (statement !== undefined) {
     await sql.raw(`${statement}; ${options.sendWith}`).execute(trx);
     return { delivered: outcomes.delivered, retried, poisoned, released: outcomes.released, settled: undefined };
   }

