@@ -112,9 +112,10 @@ const rate = (rows: number, ms: number) => Math.round(rows / (ms / 1000));
 function cpuMs(): number | undefined {
   if (!existsSync('/proc/self/stat')) return undefined;
   const own = process.cpuUsage();
+  // Backends that closed are gone from /proc: their time is in the postmaster's children's time.
   const postgres = processes()
     .filter((p) => p.name.startsWith('postgres'))
-    .reduce((sum, p) => sum + p.cpuMs, 0);
+    .reduce((sum, p) => sum + p.cpuMs + p.childrenCpuMs, 0);
   return (own.user + own.system) / 1000 + postgres;
 }
 const median = (values: readonly number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;

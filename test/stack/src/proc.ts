@@ -10,6 +10,11 @@ export interface ProcessStat {
   readonly parent: number;
   /** User plus system CPU time so far, in ms. */
   readonly cpuMs: number;
+  /**
+   * The same of its children that ended and were waited for, in ms (a postmaster's backends that
+   * closed: their own /proc entries are gone).
+   */
+  readonly childrenCpuMs: number;
 }
 
 const TICK_MS = 1000 / 100; // USER_HZ is 100 on Linux
@@ -31,6 +36,7 @@ export function processStat(pid: number): ProcessStat | undefined {
     state: fields[0] ?? '',
     parent: Number(fields[1]),
     cpuMs: (Number(fields[11]) + Number(fields[12])) * TICK_MS,
+    childrenCpuMs: (Number(fields[13]) + Number(fields[14])) * TICK_MS,
   };
 }
 
