@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import { compareIds, sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
 import type { Intent } from './sink.js';
 
 /** A claimed batch: every intent row-locked by this transaction, heads first then their runs. */
@@ -53,7 +53,6 @@ export async function claimBatch(
     if (row.head) heads += 1;
     return { id: String(row.id), partitionKey: row.partition_key, payload: row.payload, attemptCount: row.attempt_count };
   });
-  // Ids are decimal bigints without leading zeros: shorter is smaller, equal lengths compare as text.
-  intents.sort((a, b) => a.id.length - b.id.length || (a.id < b.id ? -1 : 1));
+  intents.sort((a, b) => compareIds(a.id, b.id));
   return { intents, heads };
 }

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { promoteHeads, settleStatement, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { compareIds, promoteHeads, settleStatement, tableNames, type OutboxSpec } from '@outbox/outbox';
 import type { BatchOutcomes } from './deliver.js';
 import type { Intent } from './sink.js';
 
@@ -80,7 +80,7 @@ export async function recordOutcomes(
   const after = new Map<string, string>();
   for (const intent of [...outcomes.delivered, ...poisoned.map((p) => p.intent)]) {
     const seen = after.get(intent.partitionKey);
-    if (seen === undefined || BigInt(intent.id) > BigInt(seen)) after.set(intent.partitionKey, intent.id);
+    if (seen === undefined || compareIds(intent.id, seen) > 0) after.set(intent.partitionKey, intent.id);
   }
   // Failures are written first so that the settle call, which also marks the delivered rows, sees them.
   const settle = { markDelivered: outcomes.delivered.map((i) => i.id), after };

@@ -1,6 +1,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, PayloadError } from './errors.js';
+import { compareIds } from './ids.js';
 import { lockPartitions } from './partition-lock.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
 import { tableNames } from './table-names.js';
@@ -89,7 +90,7 @@ async function insertIntents(
       with ordinality as x(k, p, h, ord)
     order by ord
     returning id`.execute(trx);
-  return inserted.rows.map((r) => String(r.id)).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1));
+  return inserted.rows.map((r) => String(r.id)).sort(compareIds);
 }
 
 /**

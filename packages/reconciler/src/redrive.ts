@@ -1,5 +1,5 @@
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import { lockPartitions, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { compareIds, lockPartitions, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
 import type { Logger } from './logger.js';
 import { partitionIndexPresent } from './partition-index.js';
 
@@ -239,7 +239,7 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
     // keys and their advisory locks, so this touches no row anyone else can hold.
     await resetHeads(trx, spec, distinct(revive));
   }
-  superseded.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+  superseded.sort((a, b) => compareIds(a.id, b.id));
   return { revived: revive.map(toIntent), superseded, deferred, skipped: false, more };
 }
 

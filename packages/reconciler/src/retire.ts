@@ -1,5 +1,5 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
-import { lockPartitions, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { compareIds, lockPartitions, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
 import { RetireRefusedError, type RefusedRetirement, type RetireRefusal } from './errors.js';
 import { partitionIndexPresent } from './partition-index.js';
 import { deliveredSuccessor, lockPendingRows, reconcilerLockKey, type RedrivenIntent, type SuccessorCheck } from './redrive.js';
@@ -123,7 +123,7 @@ export async function retireSuperseded(
     if (repair.length > 0) await resetHeads(trx, spec, repair);
     return wanted
       .map((id) => rows.get(id) as RetireRow)
-      .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1))
+      .sort((a, b) => compareIds(String(a.id), String(b.id)))
       .map((r) => ({ id: String(r.id), partitionKey: r.key, lastError: r.last_error }));
   });
 }
