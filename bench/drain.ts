@@ -143,14 +143,16 @@ export async function benchDrain(): Promise<string> {
       '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     );
     const kinds = ['bare', 'sink', 'bareAsync', 'ours', 'oursSync'] as const;
+    const byKind = <T>(value: (kind: (typeof kinds)[number]) => T) =>
+      Object.fromEntries(kinds.map((k) => [k, value(k)])) as Record<(typeof kinds)[number], T>;
     const cpuLines: string[] = [];
     const ratio = (baseline: number, ours: number) => `${(baseline / ours).toFixed(2)}×`;
     let n = 0;
     for (const shape of SHAPES) {
       n += 1;
       if (only && !only.includes(n)) continue;
-      const times = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;
-      const cpu = Object.fromEntries(kinds.map((k) => [k, [] as number[]])) as Record<(typeof kinds)[number], number[]>;
+      const times = byKind((): number[] => []);
+      const cpu = byKind((): number[] => []);
       for (let trial = 1; trial <= trials; trial += 1) {
         // Each trial starts with another loop, so a drift of the machine over a trial (checkpoints,
         // autovacuum, the VM's neighbours) does not always fall on the same loop.
@@ -172,7 +174,7 @@ export async function benchDrain(): Promise<string> {
           if (cpuBefore !== undefined && cpuAfter !== undefined) cpu[kind].push(cpuAfter - cpuBefore);
         }
       }
-      const m = Object.fromEntries(kinds.map((k) => [k, median(times[k])])) as Record<(typeof kinds)[number], number>;
+      const m = byKind((k) => median(times[k]));
       const rows = (ms: number) => `${rate(ROWS, ms).toLocaleString('en')} rows/s`;
       lines.push(
         `| ${shape.name} | ${rows(m.bare)} | ${rows(m.sink)} | ${rows(m.bareAsync)} | ${rows(m.ours)} | ${rows(m.oursSync)} | ` +
@@ -180,7 +182,7 @@ export async function benchDrain(): Promise<string> {
           `${ratio(m.sink, m.ours)} | ${ratio(m.bare, m.oursSync)} | ${ratio(m.bareAsync, m.ours)} |`,
       );
       if (cpu.bare.length > 0) {
-        const c = Object.fromEntries(kinds.map((k) => [k, median(cpu[k])])) as Record<(typeof kinds)[number], number>;
+        const c = byKind((k) => median(cpu[k]));
         const perK = (ms: number) => (ms / (ROWS / 1000)).toFixed(1);
         cpuLines.push(
           `| ${shape.name} | ${perK(c.bare)} | ${perK(c.sink)} | ${perK(c.bareAsync)} | ${perK(c.ours)} | ${perK(c.oursSync)} | ` +
