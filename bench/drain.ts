@@ -118,6 +118,37 @@ function cpuMs(): number | undefined {
     .reduce((sum, p) => sum + p.cpuMs + p.childrenCpuMs, 0);
   return (own.user + own.system) / 1000 + postgres;
 }
+/** What a drain loop leaves for later: the WAL it wrote, the table it leaves, the VACUUM that table then needs. */
+interface LeftBehind {
+  readonly walMb: number;
+  readonly heapMb: number;
+  readonly indexMb: number;
+  readonly vacuumMs: number;
+}
+
+const walLsn = async (db: Db): Promise<string> =>
+  (await sql<{ lsn: string }>`select pg_current_wal_insert_lsn()::text as lsn`.execute(db)).rows[0]?.lsn as string;
+
+/**
+ * Measured right after a loop drained `table`: WAL written since `walBefore` (the loop's updates,
+ * row locks, on-access pruning and full-page images, plus whatever autovacuum did meanwhile), the
+ * table's and its indexes' size, and how long a plain VACUUM of it then takes: what pruning as it
+ * goes (or not) did to the table.
+ */
+async function leftBehind(db: Db, table: string, walBefore: string): Promise<LeftBehind> {
+  const wal = await sql<{ bytes: string }>`select pg_wal_lsn_diff(pg_current_wal_insert_lsn(), ${walBefore}::pg_lsn)::text as bytes`.execute(db);
+  const size = await tableMb(db, table);
+  const started = performance.now();
+  await sql.raw(`vacuum ${table}`).execute(db);
+  return { walMb: Number(wal.rows[0]?.bytes) / 1e6, ...size, vacuumMs: performance.now() - started };
+}
+
+async function tableMb(db: Db, table: string): Promise<{ heapMb: number; indexMb: number }> {
+  const size = await sql<{ heap: string; indexes: string }>`
+    select pg_table_size(${table}::regclass)::text as heap, pg_indexes_size(${table}::regclass)::text as indexes`.execute(db);
+  return { heapMb: Number(size.rows[0]?.heap) / 1e6, indexMb: Number(size.rows[0]?.indexes) / 1e6 };
+}
+
 const median = (values: readonly number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 
 /** The drain benchmark (issue 4): ordered drain vs raw SKIP LOCKED per backlog shape, and claim cost vs delivered rows. */
@@ -146,6 +177,8 @@ export async function benchDrain(): Promise<string> {
     const byKind = <T>(value: (kind: (typeof kinds)[number]) => T) =>
       Object.fromEntries(kinds.map((k) => [k, value(k)])) as Record<(typeof kinds)[number], T>;
     const cpuLines: string[] = [];
+    const afterLines: string[] = [];
+    let filled: { heapMb: number; indexMb: number } | undefined;
     const ratio = (baseline: number, ours: number) => `${(baseline / ours).toFixed(2)}×`;
     let n = 0;
     for (const shape of SHAPES) {
@@ -153,6 +186,7 @@ export async function benchDrain(): Promise<string> {
       if (only && !only.includes(n)) continue;
       const times = byKind((): number[] => []);
       const cpu = byKind((): number[] => []);
+      const after = byKind((): LeftBehind[] => []);
       for (let trial = 1; trial <= trials; trial += 1) {
         // Each trial starts with another loop, so a drift of the machine over a trial (checkpoints,
         // autovacuum, the VM's neighbours) does not always fall on the same loop.
@@ -161,6 +195,8 @@ export async function benchDrain(): Promise<string> {
           await createOutboxTable(db, spec);
           await fill(db, spec, shape.key, ROWS);
           const table = `"${spec.schema}"."${spec.tableName}"`;
+          filled ??= await tableMb(db, table);
+          const walBefore = await walLsn(db);
           const cpuBefore = cpuMs();
           const ms =
             kind === 'ours' || kind === 'oursSync'
@@ -168,10 +204,11 @@ export async function benchDrain(): Promise<string> {
               : await rawLoop(url, table, kind === 'sink' ? 'id, resource_id, payload, attempt_count' : 'id', kind === 'bareAsync');
           const left = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(table)} where sent_at is null`.execute(db);
           if (left.rows[0]?.n !== 0) throw new Error(`${kind} drain left ${left.rows[0]?.n} rows undelivered`);
-          await sql.raw(`drop table ${table}`).execute(db);
-          times[kind].push(ms);
           const cpuAfter = cpuMs();
+          times[kind].push(ms);
           if (cpuBefore !== undefined && cpuAfter !== undefined) cpu[kind].push(cpuAfter - cpuBefore);
+          after[kind].push(await leftBehind(db, table, walBefore));
+          await sql.raw(`drop table ${table}`).execute(db);
         }
       }
       const m = byKind((k) => median(times[k]));
@@ -189,6 +226,11 @@ export async function benchDrain(): Promise<string> {
             `**${ratio(c.bare, c.ours)}** | ${ratio(c.sink, c.ours)} | ${ratio(c.bare, c.oursSync)} | ${ratio(c.bareAsync, c.ours)} |`,
         );
       }
+      const left = (k: (typeof kinds)[number]) => {
+        const pick = (field: keyof LeftBehind) => median(after[k].map((a) => a[field]));
+        return `${pick('walMb').toFixed(0)} MB; ${pick('heapMb').toFixed(0)} + ${pick('indexMb').toFixed(0)} MB; ${Math.round(pick('vacuumMs'))} ms`;
+      };
+      afterLines.push(`| ${shape.name} | ${kinds.map(left).join(' | ')} |`);
       console.error(lines.at(-1), JSON.stringify({ times, cpu }, (_, v: unknown) => (typeof v === 'number' ? Math.round(v) : v)));
     }
     if (cpuLines.length > 0) {
@@ -204,6 +246,17 @@ export async function benchDrain(): Promise<string> {
         ...cpuLines,
       );
     }
+    lines.push(
+      '',
+      'What each loop leaves behind (median of the same trials): WAL written during the drain; the table and its indexes',
+      `after it (filled with ${ROWS / 1000}k pending rows they were ${filled?.heapMb.toFixed(0)} + ${filled?.indexMb.toFixed(0)} MB); then how long a plain VACUUM of the drained table`,
+      'takes. A loop whose batches return to pages it updated before prunes them as it goes (CPU during the drain, a',
+      'smaller table); one that leaves its dead versions for VACUUM puts the new ones on new pages and grows the table.',
+      '',
+      '| backlog shape | raw, `id` only | raw, sink columns | raw, `id` only, async commit | drainer (default) | drainer, `synchronousCommit: true` |',
+      '| --- | --- | --- | --- | --- | --- |',
+      ...afterLines,
+    );
     if (process.env.BENCH_SKIP_CLAIM) {
       await db.destroy();
       return lines.join('\n');
