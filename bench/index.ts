@@ -1,13 +1,14 @@
 import { cpus } from 'node:os';
 
 /**
- * `pnpm bench [drain|openfga|reconciler]…`: runs the benchmarks against a fresh stock (fsync on)
+ * `pnpm bench [drain|openfga|reconciler|latency]…`: runs the benchmarks against a fresh stock (fsync on)
  * Postgres and a real OpenFGA, and prints markdown for docs/BENCHMARKS.md.
  */
 const sections: Record<string, () => Promise<string>> = {
   drain: async () => (await import('./drain.js')).benchDrain(),
   openfga: async () => (await import('./openfga.js')).benchOpenFga(),
   reconciler: async () => (await import('./reconciler.js')).benchReconciler(),
+  latency: async () => (await import('./latency.js')).benchLatency(),
 };
 
 async function main(): Promise<void> {
