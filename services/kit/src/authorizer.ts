@@ -67,13 +67,18 @@ export function createAuthorizer(connection: OpenFgaConnection): Authorizer {
       }
     },
     async listObjectIds(user, relation, type) {
+      // Streamed: ListObjects stops at OpenFGA's max results (1,000 by default) without saying so,
+      // and a caller who may view more would silently get a partial list.
+      const prefix = `${type}:`;
+      const ids: string[] = [];
       try {
-        const { objects } = await client.listObjects({ user, relation, type }, READ_OPTIONS);
-        const prefix = `${type}:`;
-        return objects.filter((o) => o.startsWith(prefix)).map((o) => o.slice(prefix.length));
+        for await (const { object } of client.streamedListObjects({ user, relation, type }, READ_OPTIONS)) {
+          if (object.startsWith(prefix)) ids.push(object.slice(prefix.length));
+        }
       } catch (error) {
         return unavailable(error);
       }
+      return ids;
     },
   };
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
 import type { ResourceColumn, ResourceTable } from '@outbox/migrations';
 import { enqueue, REGISTER_OUTBOX_PARTITION, type IntentPayload, type OutboxSpec, type TupleKey } from '@outbox/outbox';
 import { findById } from './find-by-id.js';
@@ -131,7 +132,8 @@ export function createRegisterService<const N extends string, C extends Readonly
             if (projectId !== null && !ID_PATTERN.test(projectId)) throw new HttpError(400, 'invalid_query', `project_id: expected ${ID_FIELD.description}`);
             const ids = await authorizer.listObjectIds(`user:${caller}`, 'can_view', fgaType);
             if (ids.length === 0) return { status: 200, body: { items: [] } };
-            let query = rows().where('id', 'in', ids);
+            // One array parameter, not one per id: a long list stays one small statement.
+            let query = rows().where(sql<boolean>`id = any(${ids}::text[])`);
             if (projectId !== null) query = query.where('project_id', '=', projectId);
             const items = await query.orderBy('created_at').orderBy('id').execute();
             return { status: 200, body: { items } };
