@@ -37,22 +37,19 @@ const named = (x: 's' | 't') =>
  * When a delivered iam row `s` supersedes a poisoned earlier row `t` of the same grant: when `s`
  * wrote or deleted ANY relation that `t` wrote or deleted.
  *
- * iam rows are diffs of one grant's relation set (writes = added, deletes = removed; `relations`
- * is only a summary of the new set), computed against the grants table, which already holds `t`'s
- * change. For each relation the latest delivered row naming it carries the truth, so:
- * - a relation `t` named and no delivered successor re-named is safe to replay: diffs on disjoint
- *   relations commute;
- * - a relation a delivered successor re-named must NOT be replayed from `t`: that is a stale
- *   decision. Example: `t` = {} → {editor, viewer} (writes both) is poisoned; `s` = {editor,
- *   viewer} → {viewer} (deletes editor) is delivered. Containment (`s` names all `t` named) is
- *   false, so a containment rule would revive `t` and re-grant editor, which was revoked.
- *   `s.payload->'relations' @> t.payload->'relations'` is also wrong: `relations` lists the new
- *   set, not what the row re-determined ({viewer} ⊇ {editor, viewer} is false: same resurrection;
- *   and a successor whose set merely contains `t`'s may never have written those tuples).
- * So overlap parks the row. When the overlap is partial (here: viewer was never written), parking
- * under-grants, the safe direction: the row is reported as superseded, a human retires it and
- * re-asserts the grant (iam's PUT of an unchanged set re-writes the whole set, which names every
- * grantable relation and so re-determines all of them).
+ * iam's PUT enqueues the grant's whole new state (see `grantIntent` in services/iam): it writes the
+ * set and deletes every other grantable relation, so every row names every grantable relation and
+ * any delivered successor re-determined everything an earlier row named. For those rows this clause
+ * is always true and parking is exact: the poisoned row's decisions are all moot, nothing is lost.
+ *
+ * The clause is overlap rather than containment for rows iam did not write that way (a row from an
+ * earlier build, which enqueued diffs, or one written by hand): for each relation the latest
+ * delivered row naming it holds the truth, and overlap never revives a row over a successor that
+ * re-decided any of its relations — reviving it would replay a stale decision, the resurrection
+ * §6 forbids (`t` = {} → {editor, viewer} poisoned, `s` = {editor, viewer} → {viewer} delivered:
+ * containment is false and would re-grant the revoked editor). What a parked partial row did to
+ * the relations its successor did not name is then missing (a write or a delete); the reconciler
+ * reports it at WARN, and a human retires it and re-PUTs the grant, which re-asserts the whole set.
  */
 export const IAM_SUPERSEDED_COVERAGE_SQL = `${named('s')} ?| array(select jsonb_array_elements_text(${named('t')}))`;
 

@@ -5,7 +5,7 @@ import { grantIntent, relationsProblem } from './grant-diff.js';
 const names = (keys: readonly { relation: string }[] | undefined) => (keys ?? []).map((k) => k.relation);
 
 describe('grantIntent', () => {
-  test('a change is a diff: added relations written, removed ones deleted, the new set summarised', () => {
+  test('every intent is the whole new state: the set written, every other grantable relation deleted', () => {
     const intent = grantIntent('user:bob', 'project:p1', ['viewer'], ['editor', 'owner']);
     expect(intent.changed).toBe(true);
     expect(names(intent.payload.writes)).toEqual(['owner', 'editor']);
@@ -13,9 +13,12 @@ describe('grantIntent', () => {
     expect(intent.payload.relations).toEqual(['owner', 'editor']);
     expect(intent.payload.writes?.[0]).toEqual({ user: 'user:bob', relation: 'owner', object: 'project:p1' });
     expect(() => validatePayload(intent.payload)).not.toThrow();
+    // Not a diff: relations neither held before nor now are deleted too, held ones written again.
+    const grown = grantIntent('user:bob', 'project:p1', ['viewer'], ['viewer', 'editor']);
+    expect([names(grown.payload.writes), names(grown.payload.deletes)]).toEqual([['editor', 'viewer'], ['owner']]);
   });
 
-  test('an unchanged set (empty included) re-asserts every grantable relation', () => {
+  test('an unchanged set (empty included) gives the same whole-state intent, marked unchanged', () => {
     const same = grantIntent('user:bob', 'project:p1', ['editor'], ['editor']);
     expect([same.changed, names(same.payload.writes), names(same.payload.deletes)]).toEqual([false, ['editor'], ['owner', 'viewer']]);
     const none = grantIntent('user:bob', 'project:p1', [], []);

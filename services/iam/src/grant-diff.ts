@@ -4,44 +4,46 @@ import type { IntentPayload, TupleKey } from '@outbox/outbox';
 export const GRANTABLE_RELATIONS = Object.freeze(['owner', 'editor', 'viewer'] as const);
 export type GrantableRelation = (typeof GRANTABLE_RELATIONS)[number];
 
-/** The intent of one grant change: a diff, or a full re-assertion when nothing changed. */
+/** The intent of one grant change: the grant's whole new state. */
 export interface GrantIntent {
   readonly payload: IntentPayload & { readonly relations: readonly GrantableRelation[] };
-  /** The relations written (granted now, not before; or all of the set, for a re-assertion). */
+  /** The relations written: the whole new set. */
   readonly written: readonly GrantableRelation[];
-  /** The relations deleted (removed; or every grantable relation outside the set, for a re-assertion). */
+  /** The relations deleted: every grantable relation outside the new set. */
   readonly deleted: readonly GrantableRelation[];
-  /** False when `next` equals `previous`: the payload then re-asserts the whole set. */
+  /** Whether the set differs from `previous` (the intent is the same either way). */
   readonly changed: boolean;
 }
 
 const ordered = (set: ReadonlySet<string>) => GRANTABLE_RELATIONS.filter((r) => set.has(r));
 
 /**
- * The intent that moves `user`'s direct relations on `object` from `previous` to `next`:
- * `writes` = added, `deletes` = removed, `relations` = the new set (a summary for operators; the
- * coverage rule reads `writes` and `deletes`, see IAM_SUPERSEDED_COVERAGE_SQL).
+ * The intent that gives `user` exactly the direct relations `next` on `object`: it writes every
+ * relation of the set and deletes every other grantable relation (`relations` = the new set, a
+ * summary for operators). OpenFGA's idempotent writes and deletes (duplicates and missing tuples
+ * ignored) make the ones already in place harmless.
  *
- * When the set does not change, the intent re-asserts it instead of being empty: writes the whole
- * set and deletes every other grantable relation. That is the repair for a grant whose earlier
- * intent was parked as superseded, and it re-determines every grantable relation, so it supersedes
- * any poisoned row of the grant. OpenFGA's idempotent writes make it harmless otherwise.
+ * Never a diff against `previous`. A diff is computed against the grants table, which assumes the
+ * grant's earlier intents were delivered; when one of them is poisoned and later parked as
+ * superseded, a diff successor applies only its own change and whatever the parked row did to the
+ * other relations is lost — if that was a delete, access the table no longer grants stays in
+ * OpenFGA. A whole-state intent re-determines every grantable relation, so any delivered successor
+ * makes every earlier row of the grant moot, and the reconciler's parking is exact (see
+ * IAM_SUPERSEDED_COVERAGE_SQL). At most three operations per intent.
  *
  * @example
  * grantIntent('user:bob', 'project:p1', ['viewer'], ['editor']).payload
- * // { writes: [editor], deletes: [viewer], relations: ['editor'] } (as tuple keys)
+ * // { writes: [editor], deletes: [owner, viewer], relations: ['editor'] } (as tuple keys)
  */
 export function grantIntent(user: string, object: string, previous: readonly string[], next: readonly GrantableRelation[]): GrantIntent {
   const before = new Set(previous);
   const after = new Set<string>(next);
   const changed = before.size !== after.size || [...after].some((r) => !before.has(r));
-  const written = changed ? ordered(new Set([...after].filter((r) => !before.has(r)))) : ordered(after);
-  const deleted = changed
-    ? ordered(new Set([...before].filter((r) => !after.has(r))))
-    : GRANTABLE_RELATIONS.filter((r) => !after.has(r));
+  const written = ordered(after);
+  const deleted = GRANTABLE_RELATIONS.filter((r) => !after.has(r));
   const tuple = (relation: string): TupleKey => ({ user, relation, object });
   return {
-    payload: { writes: written.map(tuple), deletes: deleted.map(tuple), relations: ordered(after) },
+    payload: { writes: written.map(tuple), deletes: deleted.map(tuple), relations: written },
     written,
     deleted,
     changed,

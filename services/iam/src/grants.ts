@@ -21,9 +21,9 @@ function grantBody(body: unknown): GrantableRelation[] {
  * on the project (`[]` revokes them all); only an owner of the project may. `GET
  * /projects/:id/grants` lists the direct grants (`can_view`).
  *
- * The grants table is the truth the diff is computed against: the PUT locks the grant's row, reads
- * the previous set, writes the new one and enqueues the diff in one transaction, so two PUTs for one
- * grant serialise and their intents carry consecutive diffs in commit order.
+ * The PUT locks the grant's row, reads the previous set (for the answer), writes the new one and
+ * enqueues the grant's whole new state (see `grantIntent`) in one transaction, so two PUTs for one
+ * grant serialise and their intents are delivered in commit order.
  */
 export function grantRoutes(ctx: ServiceContext): Route[] {
   const db = ctx.db as Kysely<IamDatabase>;
@@ -48,14 +48,14 @@ export function grantRoutes(ctx: ServiceContext): Route[] {
         const object = `project:${projectId}`;
         const partitionKey = grantTupleKey(user, object);
         const result = await db.transaction().execute(async (trx) => {
-          // Make sure the row exists, then lock it: a concurrent PUT for this grant waits here.
-          await trx.insertInto('iam.project_grants').values({ project_id: projectId, user_id: userId, relations: [] }).onConflict((c) => c.doNothing()).execute();
+          // Insert the row or lock the existing one, in one statement: a concurrent PUT for this
+          // grant waits here. (Insert-if-missing, then SELECT … FOR UPDATE, finds no row when a
+          // concurrent revoke deletes it in between.) The no-op update returns the current set.
           const current = await trx
-            .selectFrom('iam.project_grants')
-            .select('relations')
-            .where('project_id', '=', projectId)
-            .where('user_id', '=', userId)
-            .forUpdate()
+            .insertInto('iam.project_grants')
+            .values({ project_id: projectId, user_id: userId, relations: [] })
+            .onConflict((c) => c.columns(['project_id', 'user_id']).doUpdateSet({ relations: sql`iam.project_grants.relations` }))
+            .returning('relations')
             .executeTakeFirstOrThrow();
           const intent = grantIntent(user, object, current.relations, next);
           if (next.length === 0) {
