@@ -7,6 +7,7 @@ import { createServicePool } from './pool.js';
 import { startHttpServer, type Route } from './http-server.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
 import { resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
+import { verifyOpenFgaTarget } from './verify-openfga.js';
 
 /** What a service's routes are built with. */
 export interface ServiceContext {
@@ -93,6 +94,8 @@ export async function startService<N extends string>(definition: ServiceDefiniti
   try {
     // Fail before listening: a service whose outbox is missing must not accept writes.
     await verifyOutboxTable(db, definition.outbox);
+    // And before delivering: a mistyped store or model id would poison every intent.
+    await verifyOpenFgaTarget(resolved.openfga, logger);
     if (resolved.runDrainer) await outbox.drainer.start();
     if (resolved.runReconciler) await outbox.reconciler.start();
     const routes = [

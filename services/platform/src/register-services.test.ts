@@ -1,7 +1,7 @@
 import { OpenFgaClient, type TupleKey } from '@openfga/sdk';
 import { outboxStats, tableNames } from '@outbox/outbox';
 import { serviceClient, startService, type RegisterServiceDefinition, type RunningService } from '@outbox/service-kit';
-import { serviceOptionsFor, waitFor } from '@outbox/service-kit/testing';
+import { recordingLogger, serviceOptionsFor, waitFor } from '@outbox/service-kit/testing';
 import { openFgaClientConfig, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -174,5 +174,29 @@ test('list: a caller who may view more than one OpenFGA page of resources (1,000
     expect((await api.as('bob').get<{ items: unknown[] }>(definition.resourcePath)).body.items).toEqual([]);
   } finally {
     await service.stop();
+  }
+});
+
+test('a mistyped OpenFGA store or model id stops the service at start; an OpenFGA that does not answer does not', async () => {
+  const definition = registerServices.find((d) => d.name === 'vpc') as RegisterServiceDefinition;
+  const options = serviceOptionsFor(t, fga);
+  const missing = '01JBZZZZZZZZZZZZZZZZZZZZZZ';
+  await expect(startService(definition, { ...options, openfga: { ...options.openfga, storeId: missing } })).rejects.toMatchObject({
+    name: 'ServiceConfigError',
+    field: 'openfga.storeId',
+    message: expect.stringContaining(missing),
+  });
+  await expect(startService(definition, { ...options, openfga: { ...options.openfga, authorizationModelId: missing } })).rejects.toMatchObject({
+    name: 'ServiceConfigError',
+    field: 'openfga.authorizationModelId',
+  });
+  // Down at start: the service still takes writes (that is what the outbox is for), and says why it could not check.
+  const logger = recordingLogger();
+  const down = await startService(definition, { ...options, logger, runDrainer: false, runReconciler: false, openfga: { ...options.openfga, apiUrl: 'http://127.0.0.1:9' } });
+  try {
+    expect(logger.entries.some((e) => e.level === 'warn' && e.message.includes('could not check the OpenFGA store'))).toBe(true);
+    expect((await serviceClient(down.url).get('/healthz')).status).toBe(200);
+  } finally {
+    await down.stop();
   }
 });

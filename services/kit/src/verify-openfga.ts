@@ -1,0 +1,47 @@
+import { FgaApiNotFoundError, FgaApiValidationError, OpenFgaClient } from '@openfga/sdk';
+import type { Logger } from '@outbox/drainer';
+import type { OpenFgaConnection } from './authorizer.js';
+import { ServiceConfigError } from './errors.js';
+
+/**
+ * Checks at start that the store exists and that the model the service writes against does (the
+ * pinned one, or else the store has a model at all). A mistyped store or model id is refused here
+ * with a {@link ServiceConfigError}: left to the drainer, OpenFGA's `authorization_model_not_found`
+ * is a permanent error, which would poison every intent the service writes until someone noticed.
+ *
+ * An OpenFGA that does not answer (down, throttled, credentials refused) only logs a warning: the
+ * outbox exists so that a service keeps taking writes while OpenFGA is away, and the drainer's own
+ * error handling (retry, or halt without counting attempts) covers it.
+ */
+export async function verifyOpenFgaTarget(connection: OpenFgaConnection, logger: Logger): Promise<void> {
+  const client = new OpenFgaClient({
+    apiUrl: connection.apiUrl,
+    storeId: connection.storeId,
+    ...(connection.credentials ? { credentials: connection.credentials } : {}),
+  });
+  const noRetry = { retryParams: { maxRetry: 0 } };
+  try {
+    await client.getStore(noRetry);
+    if (connection.authorizationModelId) {
+      await client.readAuthorizationModel({ ...noRetry, authorizationModelId: connection.authorizationModelId });
+    } else if (!(await client.readLatestAuthorizationModel(noRetry)).authorization_model) {
+      throw new ServiceConfigError('openfga.storeId', `store ${connection.storeId} has no authorization model yet (pnpm migrate writes it)`);
+    }
+  } catch (error) {
+    if (error instanceof ServiceConfigError) throw error;
+    if (error instanceof FgaApiNotFoundError) {
+      throw new ServiceConfigError('openfga.storeId', `OpenFGA at ${connection.apiUrl} has no store ${connection.storeId}`, { cause: error });
+    }
+    if (error instanceof FgaApiValidationError && error.apiErrorCode === 'authorization_model_not_found') {
+      throw new ServiceConfigError(
+        'openfga.authorizationModelId',
+        `store ${connection.storeId} has no authorization model ${connection.authorizationModelId ?? ''} (OPENFGA_MODEL_ID; pnpm migrate prints the current one)`,
+        { cause: error },
+      );
+    }
+    logger.warn(`could not check the OpenFGA store and model at start; going on (the drainer retries): ${error instanceof Error ? error.message : String(error)}`, {
+      apiUrl: connection.apiUrl,
+      storeId: connection.storeId,
+    });
+  }
+}
