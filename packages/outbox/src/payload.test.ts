@@ -163,6 +163,28 @@ describe('validatePayload', () => {
   });
 });
 
+describe('validatePayload: only what jsonb stores unchanged', () => {
+  const cyclic: Record<string, unknown> = { a: 1 };
+  cyclic.self = cyclic;
+  test.each([
+    ['a NUL in a condition context', { writes: [tuple({ condition: { name: 'c', context: { note: 'a\0b' } } })] }, 'payload.writes[0].condition.context.note'],
+    ['a NUL in an extra field', { writes: [tuple()], note: ['ok', 'x\0'] }, 'payload.note[1]'],
+    ['a lone surrogate in a condition context', { writes: [tuple({ condition: { name: 'c', context: { s: 'a\uD800' } } })] }, 'payload.writes[0].condition.context.s'],
+    ['a lone surrogate in an extra key', { writes: [tuple()], extra: { ['k\uDC00']: 1 } }, 'payload.extra key "k\\udc00"'],
+    ['a BigInt', { writes: [tuple({ condition: { name: 'c', context: { n: 10n } } })] }, 'payload.writes[0].condition.context.n'],
+    ['NaN (JSON would store null)', { writes: [tuple()], score: Number.NaN }, 'payload.score'],
+    ['a function', { writes: [tuple()], f: () => 1 }, 'payload.f'],
+    ['a cycle', { writes: [tuple()], cyclic }, 'payload.cyclic.self'],
+  ])('refuses %s, naming where', (_what, payload, path) => {
+    expect(refusal(payload).path).toBe(path);
+  });
+
+  test('accepts what JSON writes faithfully: paired surrogates (emoji), a Date, nulls, nested extras', () => {
+    const payload = { writes: [tuple({ condition: { name: 'c', context: { at: new Date(0), who: '🙂', none: null } } })], meta: { list: [1, 'two', true] } };
+    expect(validatePayload(payload)).toBe(payload);
+  });
+});
+
 describe('validatePartitionKey', () => {
   test('accepts any non-empty text up to 1024 UTF-8 bytes', () => {
     expect(validatePartitionKey('vpc:v1')).toBe('vpc:v1');
@@ -177,6 +199,7 @@ describe('validatePartitionKey', () => {
     ['1025 bytes long', 'k'.repeat(1_025)],
     ['1026 bytes in 342 three-byte characters', '界'.repeat(342)],
     ['with a NUL character', 'vpc:\0v1'],
+    ['with a lone surrogate (it would be stored as U+FFFD: another key)', 'vpc:\uD800v1'],
   ])('refuses a key that is %s', (_what, key) => {
     expect(() => validatePartitionKey(key, 'intents[3].partitionKey')).toThrow(
       expect.objectContaining({ name: 'PayloadError', path: 'intents[3].partitionKey' }),
@@ -251,6 +274,13 @@ describe('enqueue refuses bad input before writing anything', () => {
     const many = Array.from({ length: MAX_INTENTS_PER_ENQUEUE + 1 }, (_, i) => good(`vpc:v${i}`));
     const error = await failedTransaction((trx) => enqueueMany(trx, spec, many));
     expect((error as PayloadError).path).toBe('intents');
+  });
+
+  test('text jsonb cannot store (a NUL in a condition context) is a PayloadError, not a driver error', async () => {
+    const bad = { writes: [tuple({ condition: { name: 'c', context: { note: 'a\0b' } } })] };
+    const error = await failedTransaction((trx) => enqueue(trx, spec, { partitionKey: 'vpc:v1', payload: bad }));
+    expect(error).toBeInstanceOf(PayloadError);
+    expect((error as PayloadError).path).toBe('payload.writes[0].condition.context.note');
   });
 
   test('enqueueMany of something that is not an array', async () => {

@@ -75,7 +75,8 @@ function tupleList(path: string, value: unknown): readonly TupleKey[] {
 /**
  * Checks an intent payload against DESIGN §4: writes/deletes of well-formed tuple keys, 1 to 100
  * operations, no tuple key twice (OpenFGA refuses a request that names one twice, even once as a
- * write and once as a delete). Throws a {@link PayloadError} naming the offending path.
+ * write and once as a delete), and nothing in it — condition contexts and extra fields included —
+ * that jsonb cannot store unchanged. Throws a {@link PayloadError} naming the offending path.
  */
 export function validatePayload(payload: unknown, path = 'payload'): IntentPayload {
   if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
@@ -101,18 +102,64 @@ export function validatePayload(payload: unknown, path = 'payload'): IntentPaylo
     });
   check(writes, 'writes');
   check(deletes, 'deletes');
+  storableJson(path, record, new Set());
   return record as IntentPayload;
+}
+
+// A UTF-16 surrogate without its pair: JSON.stringify writes it as an escape jsonb refuses.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function storableString(path: string, value: string): void {
+  if (value.includes('\0')) throw new PayloadError(path, 'contains a NUL character, which Postgres cannot store');
+  if (LONE_SURROGATE.test(value)) throw new PayloadError(path, 'contains a lone UTF-16 surrogate (broken text), which Postgres cannot store');
+}
+
+/**
+ * Everything in the payload — condition contexts and extra fields included — must survive
+ * `JSON.stringify` into a jsonb column unchanged: otherwise the caller's transaction would fail
+ * with a driver error (NUL, lone surrogates), `JSON.stringify` would throw a TypeError (a BigInt, a
+ * cycle), or a value would be silently changed (NaN and Infinity become null, a function vanishes).
+ */
+function storableJson(path: string, value: unknown, seen: Set<object>): void {
+  switch (typeof value) {
+    case 'string':
+      return storableString(path, value);
+    case 'number':
+      if (!Number.isFinite(value)) throw new PayloadError(path, `is ${value}, which JSON cannot hold (it would be stored as null)`);
+      return;
+    case 'boolean':
+    case 'undefined':
+      return;
+    case 'bigint':
+    case 'function':
+    case 'symbol':
+      throw new PayloadError(path, `is a ${typeof value}, which JSON cannot hold`);
+  }
+  if (value === null) return;
+  const object = value as object;
+  if (seen.has(object)) throw new PayloadError(path, 'refers back to an enclosing value (a cycle), which JSON cannot hold');
+  if (typeof (object as { toJSON?: unknown }).toJSON === 'function') return; // a Date, say: JSON asks it
+  seen.add(object);
+  if (Array.isArray(object)) object.forEach((item, index) => storableJson(`${path}[${index}]`, item, seen));
+  else {
+    for (const [key, item] of Object.entries(object)) {
+      storableString(`${path} key ${JSON.stringify(key)}`, key);
+      storableJson(`${path}.${key}`, item, seen);
+    }
+  }
+  seen.delete(object);
 }
 
 /**
  * Checks a partition key: a non-empty string of at most 1024 UTF-8 bytes (it is indexed, and a
- * btree entry holds at most ~2.7 kB) without NUL characters (Postgres text cannot hold them).
+ * btree entry holds at most ~2.7 kB) without NUL characters (Postgres text cannot hold them) or lone
+ * UTF-16 surrogates (the driver would store U+FFFD instead: another key).
  */
 export function validatePartitionKey(key: unknown, path = 'partitionKey'): string {
   if (typeof key !== 'string' || key.length === 0) {
     throw new PayloadError(path, `expected a non-empty string (the resource id or tuple key), got ${JSON.stringify(key)}`);
   }
   if (Buffer.byteLength(key, 'utf8') > 1_024) throw new PayloadError(path, 'is longer than 1024 bytes (UTF-8)');
-  if (key.includes('\0')) throw new PayloadError(path, 'contains a NUL character, which Postgres cannot store');
+  storableString(path, key);
   return key;
 }
