@@ -18,16 +18,25 @@ export interface DrainerConfig {
   readonly spec: OutboxSpec;
   readonly sink: Sink;
   /**
-   * Most intents claimed and delivered per transaction. Default 100: OpenFGA's per-request limit is
-   * 100 tuples, and a batch holds its row locks for one delivery round trip.
+   * Most intents claimed and delivered per transaction. Default 100, at most 1000: OpenFGA's
+   * per-request limit is 100 tuples, a batch holds its row locks for one delivery round trip, and
+   * its settle takes one advisory lock per partition in the batch from the Postgres lock table
+   * (~6.4k slots at stock settings, shared with every enqueue).
    */
   readonly batchSize?: number;
   /**
-   * Milliseconds between scheduled passes (`start()`). Default 1000: the schedule is what guarantees
-   * progress when notifications are lost; LISTEN cuts latency below it.
+   * Milliseconds between scheduled passes (`start()`). Default 1000, at most 2147483647 (Node's
+   * timer limit): the schedule is what guarantees progress when notifications are lost; LISTEN cuts
+   * latency below it.
    */
   readonly interval?: number;
-  /** Retry spacing for transient failures. Defaults: base 1 s, cap 5 min, full jitter. */
+  /**
+   * Retry spacing for transient failures. Defaults: base 1 s, cap 5 min, full jitter. Both are
+   * integers from 0 to 2147483647 ms, with `baseMs <= maxMs`. With maxAttempts 10 the default
+   * poisons an intent that keeps failing transiently (OpenFGA unreachable, 5xx) after its 10th
+   * attempt: the 9 delays before it have ceilings of 1, 2, 4, … 256 s, at most ~8.5 min in all
+   * (~4.3 min on average). Raise `baseMs` (or the spec's `maxAttempts`) to ride out longer outages.
+   */
   readonly backoff?: BackoffOptions;
   /**
    * LISTEN on the spec's channel through a dedicated connection (Kysely's pool cannot hold one).
@@ -35,8 +44,9 @@ export interface DrainerConfig {
    */
   readonly listen?: false | { readonly connectionString: string };
   /**
-   * Deadline for one sink call, in ms. Default 30000: longer than any sane OpenFGA write, shorter
-   * than the time a stuck batch may hold its row locks. Past it the batch is transient.
+   * Deadline for one sink call, in ms. Default 30000, at most 2147483647 (Node's timer limit):
+   * longer than any sane OpenFGA write, shorter than the time a stuck batch may hold its row locks.
+   * Past it the batch is transient.
    */
   readonly deliveryTimeoutMs?: number;
   /**
@@ -80,6 +90,9 @@ export interface Drainer {
   /**
    * Resolves when every intent of `partitionKey` committed before the call (and deliverable then)
    * is delivered; rejects with {@link FlushPoisonedError} or {@link FlushTimeoutError}.
+   * `partitionKey` must be a string (`''` included: rows with an empty key group under it); `timeoutMs`
+   * (default 10000) an integer from 1 to 2147483647. Anything else rejects with an
+   * `OutboxConfigError` naming `flush.partitionKey` or `flush.timeoutMs`.
    */
   flush(options: { partitionKey: string; timeoutMs?: number }): Promise<void>;
 }
@@ -94,10 +107,30 @@ const BEGIN = 'begin isolation level read committed';
 /** How long a pass keeps one pooled connection before handing it back between two batches. */
 const SEGMENT_MS = 200;
 
-function positiveInteger(field: string, value: number | undefined, fallback: number): number {
+/** Node's timers take at most 2^31 - 1 ms: a longer delay is silently replaced by 1 ms. */
+const MAX_TIMER_MS = 2_147_483_647;
+/** A batch's settle takes one advisory lock per partition in it (DESIGN §5: bound keys per batch). */
+const MAX_BATCH_SIZE = 1_000;
+
+/** `value` (or `fallback` when undefined) if it is an integer from `min` to `max`; else an OutboxConfigError naming `field`. */
+function integerInRange(field: string, value: unknown, fallback: number, min: number, max: number): number {
   const result = value ?? fallback;
-  if (!Number.isInteger(result) || result < 1) throw new OutboxConfigError(field, `expected a positive integer, got ${String(value)}`);
+  if (typeof result !== 'number' || !Number.isInteger(result) || result < min || result > max) {
+    throw new OutboxConfigError(field, `expected an integer from ${min} to ${max}, got ${String(value)}`);
+  }
   return result;
+}
+
+/** The backoff options with their defaults, checked: a NaN or negative delay would break or skip the retry spacing. */
+function resolveBackoff(options: BackoffOptions | undefined): Required<BackoffOptions> {
+  if (options !== undefined && (options === null || typeof options !== 'object')) {
+    throw new OutboxConfigError('backoff', `expected { baseMs?, maxMs? }, got ${String(options)}`);
+  }
+  const maxMs = integerInRange('backoff.maxMs', options?.maxMs, 300_000, 0, MAX_TIMER_MS);
+  // A cap given alone below the default base lowers the base with it: `{ maxMs: 500 }` means "never wait longer".
+  const baseMs = integerInRange('backoff.baseMs', options?.baseMs, Math.min(1_000, maxMs), 0, MAX_TIMER_MS);
+  if (baseMs > maxMs) throw new OutboxConfigError('backoff.maxMs', `expected at least backoff.baseMs (${baseMs}), got ${maxMs}`);
+  return { baseMs, maxMs };
 }
 
 /**
@@ -121,9 +154,10 @@ export function createDrainer(config: DrainerConfig): Drainer {
   }
   if (!config.sink || typeof config.sink.deliver !== 'function') throw new OutboxConfigError('sink', 'expected an object with deliver(intents, context)');
   const { db, spec, sink } = config;
-  const batchSize = positiveInteger('batchSize', config.batchSize, 100);
-  const interval = positiveInteger('interval', config.interval, 1_000);
-  const deliveryTimeoutMs = positiveInteger('deliveryTimeoutMs', config.deliveryTimeoutMs, 30_000);
+  const batchSize = integerInRange('batchSize', config.batchSize, 100, 1, MAX_BATCH_SIZE);
+  const interval = integerInRange('interval', config.interval, 1_000, 1, MAX_TIMER_MS);
+  const deliveryTimeoutMs = integerInRange('deliveryTimeoutMs', config.deliveryTimeoutMs, 30_000, 1, MAX_TIMER_MS);
+  const backoff = resolveBackoff(config.backoff);
   if (config.synchronousCommit !== undefined && typeof config.synchronousCommit !== 'boolean') {
     throw new OutboxConfigError('synchronousCommit', `expected a boolean, got ${String(config.synchronousCommit)}`);
   }
@@ -196,7 +230,7 @@ export function createDrainer(config: DrainerConfig): Drainer {
       conn,
       spec,
       applyOrdering(batch.intents, outcomes),
-      (intent) => backoffDelayMs(intent.attemptCount, config.backoff),
+      (intent) => backoffDelayMs(intent.attemptCount, backoff),
       fullRun ? { sendWith: `commit; ${BEGIN}` } : {},
     );
     const chained = recorded.settled === undefined;
@@ -323,8 +357,13 @@ export function createDrainer(config: DrainerConfig): Drainer {
   }
 
   async function flush(options: { partitionKey: string; timeoutMs?: number }): Promise<void> {
+    if (!options || typeof options !== 'object') throw new OutboxConfigError('flush', 'expected { partitionKey, timeoutMs? }');
+    // '' is a key like any other (rows written with an empty key group under it); undefined or a number is not.
+    if (typeof options.partitionKey !== 'string') {
+      throw new OutboxConfigError('flush.partitionKey', `expected a string, got ${String(options.partitionKey)}`);
+    }
+    const timeoutMs = integerInRange('flush.timeoutMs', options.timeoutMs, 10_000, 1, MAX_TIMER_MS);
     if (stopping) throw new DrainerStoppedError();
-    const timeoutMs = options.timeoutMs ?? 10_000;
     const n = tableNames(spec);
     // The intents this call waits for: committed now, and deliverable now (already-poisoned rows
     // are the reconciler's, and do not block their successors either).

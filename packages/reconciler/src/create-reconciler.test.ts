@@ -61,6 +61,22 @@ describe('validation', () => {
     // @ts-expect-error: the spec is required
     expect(() => createReconciler({ db: t.db })).toThrow(/spec/);
   });
+
+  test('interval above 2^31 - 1 ms (which setTimeout turns into a 1 ms loop) is an OutboxConfigError naming interval', async () => {
+    const spec = await createTestOutbox(t.db);
+    for (const interval of [2_147_483_648, 2 ** 32, 1e12]) {
+      let error: unknown;
+      try {
+        createReconciler({ db: t.db, spec, interval });
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(OutboxConfigError);
+      expect((error as OutboxConfigError).field).toBe('interval');
+      expect((error as OutboxConfigError).message).toMatch(/from 1 to 2147483647/);
+    }
+    expect(() => createReconciler({ db: t.db, spec, interval: 2_147_483_647 })).not.toThrow();
+  });
 });
 
 describe('schedule', () => {

@@ -19,7 +19,8 @@ export interface ReconcilerConfig {
   /** Where the reconciler logs. Default: console, warnings (superseded intents) and errors only. */
   readonly logger?: Logger;
   /**
-   * Milliseconds between scheduled passes (`start()`). Default 300000 (5 min): poisoned rows are
+   * Milliseconds between scheduled passes (`start()`). Default 300000 (5 min), at most 2147483647
+   * (Node's timer limit: a longer delay would silently become 1 ms). Poisoned rows are
    * rare, so a pass mostly finds nothing; an intent poisoned by an outage is retried within minutes
    * of the outage ending, while one poisoned for good costs one delivery attempt per interval.
    */
@@ -58,6 +59,8 @@ export interface Reconciler {
 }
 
 const MAX_BATCH_SIZE = 1_000;
+/** Node's timers take at most 2^31 - 1 ms: a longer delay is silently replaced by 1 ms. */
+const MAX_TIMER_MS = 2_147_483_647;
 
 function positiveInteger(field: string, value: number | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
   const result = value ?? fallback;
@@ -89,7 +92,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
   }
   const { db, spec } = config;
-  const interval = positiveInteger('interval', config.interval, 300_000);
+  const interval = positiveInteger('interval', config.interval, 300_000, MAX_TIMER_MS);
   const batchSize = positiveInteger('batchSize', config.batchSize, 500, MAX_BATCH_SIZE);
   const logger = config.logger ?? consoleLogger;
 

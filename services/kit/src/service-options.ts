@@ -37,8 +37,10 @@ export interface ServiceOptions {
   /** How long `stop()` lets requests in flight finish. Default 10000. */
   readonly shutdownTimeoutMs?: number;
   /**
-   * The drainer's retry spacing. Default: the drainer's (base 1 s, cap 5 min), so an intent is
-   * poisoned after ~20 minutes of failures. The demo shortens it to show a poisoning in seconds.
+   * The drainer's retry spacing. Default: the drainer's (base 1 s, cap 5 min, full jitter), so an
+   * intent that keeps failing is poisoned at most ~8.5 minutes (~4.3 on average) after its first
+   * attempt, and the reconciler revives it on its timer. The demo shortens it to show a poisoning in
+   * seconds.
    */
   readonly retryBackoff?: BackoffOptions;
   /** Connections in the service's pool. Default 5: each request uses one at a time. */

@@ -1,0 +1,155 @@
+import { createOutboxTable, defineOutbox, OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { useTestDatabase } from '@outbox/test-stack';
+import { sql } from 'kysely';
+import { describe, expect, test } from 'vitest';
+import { createDrainer, createRecordingSink, type DrainerConfig } from './index.js';
+
+const t = useTestDatabase();
+const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+/** Node's setTimeout limit: one more and the delay silently becomes 1 ms. */
+const MAX_TIMER_MS = 2_147_483_647;
+const unchecked = { table: 'config.never_created', partitionColumn: 'resource_id' } as const;
+
+let tables = 0;
+async function freshOutbox(): Promise<OutboxSpec> {
+  tables += 1;
+  const spec = defineOutbox({ table: `config.outbox_${tables}`, partitionColumn: 'resource_id' });
+  await createOutboxTable(t.db, spec);
+  return spec;
+}
+
+/** What createDrainer throws for `overrides`, which must be an OutboxConfigError. */
+function configError(overrides: Partial<Record<keyof DrainerConfig, unknown>>): OutboxConfigError {
+  const config = { db: t.db, spec: defineOutbox(unchecked), sink: createRecordingSink(), logger: quiet, ...overrides } as DrainerConfig;
+  let thrown: unknown;
+  try {
+    createDrainer(config);
+  } catch (error) {
+    thrown = error;
+  }
+  expect(thrown).toBeInstanceOf(OutboxConfigError);
+  return thrown as OutboxConfigError;
+}
+
+const accepts = (overrides: Partial<DrainerConfig>) => () =>
+  createDrainer({ db: t.db, spec: defineOutbox(unchecked), sink: createRecordingSink(), logger: quiet, ...overrides });
+
+async function flushError(promise: Promise<unknown>): Promise<OutboxConfigError> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(OutboxConfigError);
+  return error as OutboxConfigError;
+}
+
+describe('timer bounds', () => {
+  test.each(['interval', 'deliveryTimeoutMs'] as const)('%s above 2^31 - 1 ms (which setTimeout turns into 1 ms) is an OutboxConfigError naming it', (field) => {
+    for (const value of [MAX_TIMER_MS + 1, 2 ** 32, 1e12]) {
+      const error = configError({ [field]: value });
+      expect(error.field).toBe(field);
+      expect(error.message).toMatch(new RegExp(`^${field}: expected an integer from 1 to 2147483647, got ${value}`));
+    }
+    expect(accepts({ [field]: MAX_TIMER_MS })).not.toThrow();
+  });
+
+  test.each(['interval', 'deliveryTimeoutMs', 'batchSize'] as const)('%s must still be a positive integer', (field) => {
+    for (const value of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '100']) expect(configError({ [field]: value }).field).toBe(field);
+  });
+});
+
+describe('batchSize', () => {
+  test('at most 1000: the settle takes one advisory lock per partition of a batch', () => {
+    expect(accepts({ batchSize: 1_000 })).not.toThrow();
+    for (const value of [1_001, 10_000]) {
+      const error = configError({ batchSize: value });
+      expect(error.field).toBe('batchSize');
+      expect(error.message).toMatch(/from 1 to 1000/);
+    }
+  });
+});
+
+describe('backoff', () => {
+  test.each([
+    ['NaN base', { baseMs: Number.NaN }, 'backoff.baseMs'],
+    ['negative base', { baseMs: -1 }, 'backoff.baseMs'],
+    ['fractional base', { baseMs: 0.5 }, 'backoff.baseMs'],
+    ['infinite base', { baseMs: Number.POSITIVE_INFINITY }, 'backoff.baseMs'],
+    ['base past the bound', { baseMs: MAX_TIMER_MS + 1 }, 'backoff.baseMs'],
+    ['string base', { baseMs: '1000' }, 'backoff.baseMs'],
+    ['NaN cap', { maxMs: Number.NaN }, 'backoff.maxMs'],
+    ['negative cap', { baseMs: 0, maxMs: -5 }, 'backoff.maxMs'],
+    ['cap past the bound', { maxMs: MAX_TIMER_MS + 1 }, 'backoff.maxMs'],
+    ['cap below the base', { baseMs: 5_000, maxMs: 1_000 }, 'backoff.maxMs'],
+    ['not an object', 1_000, 'backoff'],
+    ['null', null, 'backoff'],
+  ])('%s is an OutboxConfigError naming the field', (_what, backoff, field) => {
+    const error = configError({ backoff });
+    expect(error.field).toBe(field);
+    expect(error.message.startsWith(`${field}: `)).toBe(true);
+  });
+
+  test('valid settings are accepted, including no backoff at all and the bounds', () => {
+    for (const backoff of [undefined, {}, { baseMs: 0 }, { baseMs: 0, maxMs: 0 }, { baseMs: 50, maxMs: 400 }, { baseMs: MAX_TIMER_MS, maxMs: MAX_TIMER_MS }, { maxMs: 1_000 }, { maxMs: 500 }]) {
+      expect(accepts({ backoff })).not.toThrow();
+    }
+  });
+
+  test('a checked backoff spaces the retries: the failed row is due again no sooner than now and within the base', async () => {
+    const spec = await freshOutbox();
+    const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
+    await sql`insert into ${table} (resource_id, payload, is_head) values ('vpc:b', ${JSON.stringify({ writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:b' }] })}, true)`.execute(t.db);
+    const sink = createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'down' }) });
+    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000, maxMs: 60_000 } }).drainOnce();
+    expect(result.retried).toBe(1);
+    const [row] = (
+      await sql<{ attempt_count: number; wait_ms: number }>`
+        select attempt_count, extract(epoch from next_attempt_at - now()) * 1000 as wait_ms from ${table}`.execute(t.db)
+    ).rows;
+    expect(row!.attempt_count).toBe(1);
+    expect(Number(row!.wait_ms)).toBeLessThanOrEqual(60_000);
+    expect(Number(row!.wait_ms)).toBeGreaterThan(-5_000);
+  });
+});
+
+describe('flush arguments', () => {
+  test.each([
+    ['NaN (never timed out)', Number.NaN],
+    ['negative', -1],
+    ['zero', 0],
+    ['fractional', 1.5],
+    ['past the timer bound', MAX_TIMER_MS + 1],
+    ['a string', '100'],
+  ])('timeoutMs %s is an OutboxConfigError naming flush.timeoutMs', async (_what, timeoutMs) => {
+    const spec = await freshOutbox();
+    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });
+    const error = await flushError(drainer.flush({ partitionKey: 'vpc:x', timeoutMs: timeoutMs as number }));
+    expect(error.field).toBe('flush.timeoutMs');
+    await drainer.stop();
+  });
+
+  test.each([
+    ['undefined', undefined],
+    ['null', null],
+    ['a number', 42],
+  ])('partitionKey %s is an OutboxConfigError naming flush.partitionKey, not a false "all delivered"', async (_what, partitionKey) => {
+    const spec = await freshOutbox();
+    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });
+    const error = await flushError(drainer.flush({ partitionKey: partitionKey as unknown as string, timeoutMs: 1_000 }));
+    expect(error.field).toBe('flush.partitionKey');
+    await expect(flushError(drainer.flush(undefined as unknown as { partitionKey: string }))).resolves.toMatchObject({ field: 'flush' });
+    await drainer.stop();
+  });
+
+  test('the empty key is a key: flush({ partitionKey: "" }) waits for and delivers the rows stored with an empty key', async () => {
+    const spec = await freshOutbox();
+    const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
+    const payload = JSON.stringify({ writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:e' }] });
+    await sql`insert into ${table} (resource_id, payload, is_head) values ('', ${payload}, true), ('', ${payload}, false)`.execute(t.db);
+    const sink = createRecordingSink();
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: MAX_TIMER_MS });
+    await drainer.flush({ partitionKey: '', timeoutMs: 5_000 });
+    expect(sink.delivered.map((i) => i.partitionKey)).toEqual(['', '']);
+    await drainer.stop();
+  });
+});
