@@ -23,7 +23,9 @@ export function haltError(failure: Classification): SinkHaltError {
   const what =
     failure.rule === 'credentials'
       ? 'OpenFGA refused the sink\'s credentials; fix them (apiUrl, token or client credentials). The batch is released, no attempt counted'
-      : 'OpenFGA cannot take writes as configured; no intent is at fault, the batch is released, no attempt counted';
+      : failure.rule === 'token-exchange'
+        ? 'The token issuer refused the sink\'s client credentials; fix them (clientId, clientSecret, apiTokenIssuer, apiAudience). The batch is released, no attempt counted'
+        : 'OpenFGA cannot take writes as configured; no intent is at fault, the batch is released, no attempt counted';
   return new SinkHaltError(`${what}: ${failure.message}`, { cause: failure.error });
 }
 

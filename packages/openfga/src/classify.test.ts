@@ -13,7 +13,7 @@ import {
 } from '@outbox/test-stack';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { classifyWriteError } from './classify.js';
-import { key } from './testing/fixtures.js';
+import { clientCredentials, key, startRefusingTokenIssuer } from './testing/fixtures.js';
 
 // Every status and code below is what a real OpenFGA (the test stack's pinned version) answered.
 
@@ -169,6 +169,57 @@ describe('against servers of its own', () => {
   });
 });
 
+describe('a token issuer refusing the client credentials (a local stand-in issuer, the real SDK and OpenFGA)', () => {
+  test.each([
+    [400, 'unauthorized_client'],
+    [400, 'invalid_grant'],
+    [401, 'invalid_client'],
+  ])('%i %s: halt (rule token-exchange) before the status rules, naming the issuer, never the secret', async (status, code) => {
+    const issuer = await startRefusingTokenIssuer(status, code);
+    try {
+      const client = new OpenFgaClient({
+        ...openFgaClientConfig(fga.storeId, fga.authorizationModelId),
+        ...NO_RETRY,
+        credentials: clientCredentials(`${issuer.url}/`, 'the-client-secret'),
+      });
+      const error = await failure(client, { writes: [key('user:t owner vpc:1')] });
+      // What the SDK throws: FgaApiAuthenticationError with the issuer's status.
+      expect(error).toMatchObject({ name: 'FgaApiAuthenticationError', statusCode: status });
+      const c = classifyWriteError(error, undefined, 1_000);
+      expect({ verdict: c.verdict, scope: c.scope, rule: c.rule, status: c.error.status, code: c.error.code, tokenIssuer: c.error.tokenIssuer }).toEqual({
+        verdict: 'halt',
+        scope: 'request',
+        rule: 'token-exchange',
+        status,
+        code,
+        tokenIssuer: `${issuer.url}/oauth/token`,
+      });
+      expect(c.message).toBe(`OpenFGA token exchange refused by the token issuer ${issuer.url}/oauth/token ${status} ${code}: ${status === 400 ? 'Bad Request' : 'Unauthorized'}`);
+      expect(c.message).not.toContain('the-client-secret');
+      expect(issuer.requests).toHaveLength(1);
+    } finally {
+      await issuer.close();
+    }
+  });
+
+  test('the issuer URL is logged without userinfo or query', () => {
+    const error = Object.assign(new Error('FGA Authentication Error. Bad Request'), {
+      name: 'FgaApiAuthenticationError',
+      statusCode: 400,
+      statusText: 'Bad Request',
+      requestURL: 'https://admin:hunter2@issuer.example/oauth/token?client_secret=s3cret',
+      grantType: 'client_credentials',
+      responseData: { error: 'invalid_client', error_description: 'Client authentication failed' },
+    });
+    const c = classifyWriteError(error, undefined, 1_000);
+    expect({ verdict: c.verdict, rule: c.rule, message: c.message }).toEqual({
+      verdict: 'halt',
+      rule: 'token-exchange',
+      message: 'OpenFGA token exchange refused by the token issuer https://issuer.example/oauth/token 400 invalid_client: Client authentication failed',
+    });
+  });
+});
+
 describe('statuses this stack cannot provoke (the SDK error shape, built by hand)', () => {
   const apiError = (name: string, statusCode: number, code: string, message: string) => Object.assign(new Error('x'), { name, statusCode, responseData: { code, message } });
 
@@ -178,6 +229,7 @@ describe('statuses this stack cannot provoke (the SDK error shape, built by hand
     [422, 'FgaApiValidationError', 'throttled_timeout_error', 'transient', 'server-busy'],
     [429, 'FgaApiRateLimitExceededError', 'rate_limit_exceeded', 'transient', 'server-busy'],
     [403, 'FgaApiAuthenticationError', 'forbidden', 'halt', 'credentials'],
+    [400, 'FgaApiAuthenticationError', 'whatever', 'halt', 'credentials'],
     [404, 'FgaApiNotFoundError', 'undefined_endpoint', 'halt', 'endpoint-not-found'],
     [413, 'FgaApiError', 'too_large', 'permanent', 'other-4xx'],
   ])('%i → %s', (status, name, code, verdict, rule) => {

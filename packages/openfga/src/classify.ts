@@ -29,10 +29,15 @@ export interface Classification {
 
 /** What the classification looks at: where the failure came from, and what OpenFGA said. */
 interface Facts {
-  readonly source: 'http' | 'network' | 'sdk' | 'deadline' | 'timeout' | 'unknown';
+  /** `token`: the SDK's client-credentials token exchange failed (OpenFGA was never asked). */
+  readonly source: 'http' | 'network' | 'sdk' | 'token' | 'deadline' | 'timeout' | 'unknown';
   readonly status: number | undefined;
   readonly code: string | undefined;
   readonly message: string;
+  /** The SDK said "authentication" (`FgaApiAuthenticationError`), whatever the status. */
+  readonly authentication: boolean;
+  /** For `token`: the token endpoint asked, without credentials, query or fragment. */
+  readonly tokenIssuer: string | undefined;
 }
 
 interface Rule {
@@ -52,12 +57,16 @@ const RULES: readonly Rule[] = [
   // The drainer's deadline passed, or our per-request timeout: the server may be slow, not wrong.
   { rule: 'deadline', when: (f) => f.source === 'deadline', verdict: 'transient', scope: 'request' },
   { rule: 'timeout', when: (f) => f.source === 'timeout', verdict: 'transient', scope: 'request' },
+  // The token issuer refused the client-credentials exchange (RFC 6749 invalid_client,
+  // unauthorized_client, invalid_grant answer 400 or 401; or it kept failing): OpenFGA never saw the
+  // request, and no intent is at fault. Before the status rules: a 400 here is not invalid input.
+  { rule: 'token-exchange', when: (f) => f.source === 'token', verdict: 'halt', scope: 'request' },
   // The SDK refused to build the request (a missing store id, a malformed model id): configuration.
   { rule: 'sdk-refused', when: (f) => f.source === 'sdk', verdict: 'halt', scope: 'request' },
   // No HTTP answer at all: connection refused or reset, DNS. OpenFGA down or restarting.
   { rule: 'network', when: (f) => f.source === 'network', verdict: 'transient', scope: 'request' },
   // 401 unauthenticated / bearer_token_missing, 403: our credentials, not any intent.
-  { rule: 'credentials', when: (f) => f.status === 401 || f.status === 403, verdict: 'halt', scope: 'request' },
+  { rule: 'credentials', when: (f) => f.authentication || f.status === 401 || f.status === 403, verdict: 'halt', scope: 'request' },
   // 409 Aborted "…already exists with a different condition": that intent can never apply as written.
   {
     rule: 'different-condition',
@@ -113,31 +122,63 @@ interface SdkErrorShape {
   readonly statusCode?: unknown;
   readonly statusText?: unknown;
   readonly apiErrorMessage?: unknown;
-  readonly responseData?: { readonly code?: unknown; readonly message?: unknown } | null;
+  readonly responseData?: {
+    readonly code?: unknown;
+    readonly message?: unknown;
+    // What an OAuth token endpoint answers (RFC 6749 §5.2).
+    readonly error?: unknown;
+    readonly error_description?: unknown;
+  } | null;
+  // Set by FgaApiAuthenticationError: `grantType` only when the token exchange failed (the SDK adds
+  // it there), `requestURL` is then the token endpoint.
+  readonly grantType?: unknown;
+  readonly requestURL?: unknown;
 }
 
 const text = (value: unknown): string | undefined => (typeof value === 'string' && value !== '' ? value : undefined);
 
+/** The token endpoint as safe to log: no userinfo, query or fragment (they may carry secrets). */
+function endpoint(value: unknown): string | undefined {
+  const raw = text(value);
+  if (raw === undefined) return undefined;
+  try {
+    const url = new URL(raw);
+    return `${url.protocol}//${url.host}${url.pathname}`;
+  } catch {
+    return undefined;
+  }
+}
+
+const NO_FACTS = { status: undefined, code: undefined, authentication: false, tokenIssuer: undefined } as const;
+
 function facts(error: unknown, abortCause: AbortCause | undefined): Facts {
-  if (abortCause !== undefined) return { source: abortCause, status: undefined, code: undefined, message: '' };
+  if (abortCause !== undefined) return { ...NO_FACTS, source: abortCause, message: '' };
   const e = (typeof error === 'object' && error !== null ? error : {}) as SdkErrorShape;
   const name = text(e.name) ?? '';
   const errorMessage = text(e.message) ?? String(error);
+  const status = typeof e.statusCode === 'number' ? e.statusCode : undefined;
+  if (name === 'FgaApiAuthenticationError' && text(e.grantType) !== undefined) {
+    // ClientCredentials: the SDK exchanges the client secret for a token before the Write, and throws
+    // this (with the issuer's status, e.g. 400 unauthorized_client) when the issuer refuses.
+    const code = text(e.responseData?.error) ?? text(e.responseData?.code);
+    const message = text(e.responseData?.error_description) ?? text(e.responseData?.message) ?? text(e.statusText) ?? errorMessage;
+    return { source: 'token', status, code, message, authentication: true, tokenIssuer: endpoint(e.requestURL) };
+  }
   if (name.startsWith('FgaApi')) {
     // FgaApiError and its subclasses (validation, authentication, not found, rate limit, internal).
     const code = text(e.responseData?.code);
     const message = text(e.responseData?.message) ?? text(e.apiErrorMessage) ?? text(e.statusText) ?? errorMessage;
-    if (typeof e.statusCode !== 'number') return { source: 'network', status: undefined, code, message };
-    return { source: 'http', status: e.statusCode, code, message };
+    const authentication = name === 'FgaApiAuthenticationError';
+    return { ...NO_FACTS, source: status === undefined ? 'network' : 'http', status, code, message, authentication };
   }
   if (name === 'FgaValidationError' || name === 'FgaRequiredParamError') {
-    return { source: 'sdk', status: undefined, code: undefined, message: errorMessage };
+    return { ...NO_FACTS, source: 'sdk', message: errorMessage };
   }
   if (name === 'FgaError') {
     // The SDK wraps transport failures (ECONNREFUSED, ECONNRESET, ENOTFOUND) as "FGA Error: <reason>".
-    return { source: 'network', status: undefined, code: undefined, message: errorMessage.replace(/^FGA Error:\s*/, '') };
+    return { ...NO_FACTS, source: 'network', message: errorMessage.replace(/^FGA Error:\s*/, '') };
   }
-  return { source: 'unknown', status: undefined, code: undefined, message: errorMessage };
+  return { ...NO_FACTS, source: 'unknown', message: errorMessage };
 }
 
 function describe(f: Facts, timeoutMs: number): string {
@@ -150,6 +191,11 @@ function describe(f: Facts, timeoutMs: number): string {
       return `OpenFGA unreachable: ${f.message}`;
     case 'sdk':
       return `OpenFGA SDK refused to send the Write request: ${f.message}`;
+    case 'token': {
+      const said = [f.status, f.code].filter((part) => part !== undefined).join(' ');
+      const detail = f.message === f.code ? '' : `: ${f.message}`;
+      return `OpenFGA token exchange refused by the token issuer ${f.tokenIssuer ?? '(unknown URL)'}${said ? ` ${said}` : ''}${detail}`;
+    }
     case 'http':
       return `OpenFGA ${f.status}${f.code ? ` ${f.code}` : ''}: ${f.message}`;
     default:
@@ -174,6 +220,10 @@ export function classifyWriteError(error: unknown, abortCause: AbortCause | unde
     scope: match.scope,
     rule: match.rule,
     message,
-    error: new OpenFgaWriteError(message, { status: f.status, code: f.code, openFgaMessage: scrub(f.message) }, { cause: error }),
+    error: new OpenFgaWriteError(
+      message,
+      { status: f.status, code: f.code, openFgaMessage: scrub(f.message), ...(f.tokenIssuer !== undefined ? { tokenIssuer: f.tokenIssuer } : {}) },
+      { cause: error },
+    ),
   };
 }

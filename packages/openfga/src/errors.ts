@@ -23,31 +23,41 @@ export class OpenFgaSinkConfigError extends Error {
  * One Write request to OpenFGA failed. It carries what OpenFGA said (`status`, `code`,
  * `openFgaMessage`) and never the request's headers, so it is safe to log; the SDK's error is kept
  * as `cause`. It is the `cause` of the `SinkHaltError` the sink throws when OpenFGA refuses its
- * credentials.
+ * credentials, or when the token issuer refuses the client-credentials exchange (`tokenIssuer` set).
  *
  * @example
  * catch (error) {
  *   if (error instanceof SinkHaltError && error.cause instanceof OpenFgaWriteError) {
  *     console.error(error.cause.status, error.cause.code); // 401 'unauthenticated'
+ *     // or 400 'unauthorized_client' with error.cause.tokenIssuer set: the token exchange was refused
  *   }
  * }
  */
 export class OpenFgaWriteError extends Error {
   override readonly name = 'OpenFgaWriteError';
-  /** HTTP status, when OpenFGA answered at all. */
+  /** HTTP status, when OpenFGA answered at all (the token issuer's when `tokenIssuer` is set). */
   readonly status: number | undefined;
-  /** OpenFGA's error code, e.g. `validation_error`, `Aborted`, `unauthenticated`. */
+  /**
+   * OpenFGA's error code, e.g. `validation_error`, `Aborted`, `unauthenticated`; when `tokenIssuer`
+   * is set, the issuer's OAuth error, e.g. `invalid_client`, `unauthorized_client`.
+   */
   readonly code: string | undefined;
-  /** OpenFGA's own message (or the network error's), as stored in `last_error`. */
+  /** OpenFGA's own message (or the network error's, or the token issuer's), as stored in `last_error`. */
   readonly openFgaMessage: string;
+  /**
+   * Set when the failure was the client-credentials token exchange, not OpenFGA: the token endpoint
+   * that refused it (e.g. `https://issuer.example/oauth/token`, without query or userinfo).
+   */
+  readonly tokenIssuer: string | undefined;
   constructor(
     message: string,
-    details: { status: number | undefined; code: string | undefined; openFgaMessage: string },
+    details: { status: number | undefined; code: string | undefined; openFgaMessage: string; tokenIssuer?: string },
     options?: { cause?: unknown },
   ) {
     super(message, options);
     this.status = details.status;
     this.code = details.code;
     this.openFgaMessage = details.openFgaMessage;
+    this.tokenIssuer = details.tokenIssuer;
   }
 }

@@ -5,7 +5,7 @@ import { createOpenFgaStore, openFgaClientConfig, startOpenFga, useOpenFgaStore,
 import { sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { createOpenFgaSink } from './openfga-sink.js';
-import { key, stored, storedOn } from './testing/fixtures.js';
+import { clientCredentials, key, startRefusingTokenIssuer, stored, storedOn } from './testing/fixtures.js';
 
 // DB rows → the real drainer → this sink → the real OpenFGA.
 
@@ -85,6 +85,35 @@ describe('the real drainer delivering through the OpenFGA sink', () => {
     });
     expect(all.filter((row) => row.sent)).toHaveLength(49);
     expect(await stored(fga.client, key('user:cy owner vpc:e2ebad16'))).toBe(true);
+  });
+
+  test('client credentials refused by the token issuer (400 unauthorized_client): the pass halts, rows are released untouched, the issuer asked once', async () => {
+    const issuer = await startRefusingTokenIssuer(400, 'unauthorized_client');
+    try {
+      const spec = await freshOutbox(t.db);
+      await enqueue(spec, Array.from({ length: 30 }, (_, i) => ({ partitionKey: `vpc:e2etok${i}`, payload: { writes: [key(`user:di owner vpc:e2etok${i}`)] } })));
+      const refused = createDrainer({
+        db: t.db,
+        spec,
+        sink: createOpenFgaSink({
+          apiUrl: fga.apiUrl,
+          storeId: fga.storeId,
+          authorizationModelId: fga.authorizationModelId,
+          credentials: clientCredentials(issuer.url, 'the-client-secret'),
+        }),
+        logger: quiet,
+      });
+      try {
+        expect(await refused.drainOnce()).toMatchObject({ delivered: 0, retried: 0, poisoned: 0, halted: true });
+      } finally {
+        await refused.stop();
+      }
+      // Not poisoned, not blamed on OpenFGA: no attempt counted, no last_error written.
+      expect((await rows(spec)).every((row) => !row.sent && row.attempt_count === 0 && row.last_error === null)).toBe(true);
+      expect(issuer.requests).toHaveLength(1);
+    } finally {
+      await issuer.close();
+    }
   });
 
   test('credentials refused: the pass halts, rows are released untouched (no attempt, no error); the right key sends them', async () => {

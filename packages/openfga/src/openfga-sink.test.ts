@@ -1,12 +1,12 @@
 import { createServer, type Socket } from 'node:net';
-import { OpenFgaClient } from '@openfga/sdk';
-import type { Outcome } from '@outbox/drainer';
+import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
+import { SinkHaltError, type Outcome } from '@outbox/drainer';
 import type { IntentPayload } from '@outbox/outbox';
 import { freePort, openFgaClientConfig, useOpenFgaStore } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
-import { OpenFgaSinkConfigError } from './errors.js';
+import { OpenFgaSinkConfigError, OpenFgaWriteError } from './errors.js';
 import { createOpenFgaSink, type OpenFgaSinkOptions } from './openfga-sink.js';
-import { bodyKeys, intent, key, noDeadline, recordingClient, stored, storedOn } from './testing/fixtures.js';
+import { bodyKeys, clientCredentials, intent, key, noDeadline, recordingClient, startRefusingTokenIssuer, stored, storedOn } from './testing/fixtures.js';
 import type { OpenFgaWriteEvent } from './write-request.js';
 
 const fga = useOpenFgaStore();
@@ -243,6 +243,54 @@ describe('transient failures', () => {
   });
 });
 
+describe('halts', () => {
+  // A token issuer is not OpenFGA: a local stand-in answers as RFC 6749 §5.2 says. The sink is real
+  // and points at the real OpenFGA, which it never reaches: the SDK exchanges the secret first.
+  test.each([
+    [400, 'unauthorized_client'],
+    [400, 'invalid_grant'],
+    [401, 'invalid_client'],
+  ])(
+    'client credentials refused by the token issuer (%i %s): SinkHaltError naming the token exchange, nothing poisoned, the issuer asked once (no bisecting)',
+    async (status, code) => {
+      const issuer = await startRefusingTokenIssuer(status, code);
+      try {
+        const events: OpenFgaWriteEvent[] = [];
+        const sink = createOpenFgaSink({
+          apiUrl: fga.apiUrl,
+          storeId: fga.storeId,
+          authorizationModelId: fga.authorizationModelId,
+          credentials: clientCredentials(issuer.url, 'the-client-secret'),
+          onRequest: (event) => events.push(event),
+        });
+        const batch = Array.from({ length: 8 }, (_, i) => intent(`vpc:tok${code}${i}`, writes(`user:lee owner vpc:tok${code}${i}`)));
+        const halted = await sink.deliver(batch, noDeadline()).then(
+          () => undefined,
+          (error: unknown) => error,
+        );
+
+        expect(halted).toBeInstanceOf(SinkHaltError);
+        const halt = halted as SinkHaltError;
+        expect(halt.message).toMatch(/^The token issuer refused the sink's client credentials/);
+        expect(halt.message).toContain(`OpenFGA token exchange refused by the token issuer ${issuer.url}/oauth/token ${status} ${code}`);
+        expect(halt.message).not.toMatch(/OpenFGA \d{3}/);
+        expect(halt.message).not.toContain('the-client-secret');
+        expect(halt.cause).toBeInstanceOf(OpenFgaWriteError);
+        expect(halt.cause).toMatchObject({ status, code, tokenIssuer: `${issuer.url}/oauth/token` });
+        expect(JSON.stringify(halt.cause)).not.toContain('the-client-secret');
+        // One Write request, one token exchange: a refusal is not bisected (each half would ask again).
+        expect(events).toEqual([expect.objectContaining({ intents: 8, result: 'halt', rule: 'token-exchange' })]);
+        expect(issuer.requests).toHaveLength(1);
+        expect(issuer.requests[0]?.path).toBe('/oauth/token');
+        expect(issuer.requests[0]?.form.get('grant_type')).toBe('client_credentials');
+        expect(await stored(fga.client, key(`user:lee owner vpc:tok${code}0`))).toBe(false);
+      } finally {
+        await issuer.close();
+      }
+    },
+  );
+});
+
 describe('configuration', () => {
   const base = () => ({ apiUrl: fga.apiUrl, storeId: fga.storeId });
   test.each([
@@ -268,6 +316,31 @@ describe('configuration', () => {
     expect(thrown).toBeInstanceOf(OpenFgaSinkConfigError);
     expect((thrown as OpenFgaSinkConfigError).field).toBe(field);
     expect((thrown as Error).message).toMatch(new RegExp(`^${field}: `));
+  });
+
+  test.each([
+    ['authorizationModelId', { authorizationModelId: '01ARZ3NDEKTSV4RRFFQ69G5FAV' }],
+    ['credentials', { credentials: { method: CredentialsMethod.ApiToken, config: { token: 'secret' } } }],
+    ['apiUrl', { apiUrl: 'http://openfga:8080' }],
+    ['storeId', { storeId: '01ARZ3NDEKTSV4RRFFQ69G5FAV' }],
+  ])('%s next to a client is refused (it would be ignored), naming it', (field, extra) => {
+    let thrown: unknown;
+    try {
+      createOpenFgaSink({ client: fga.client, ...extra } as never);
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(OpenFgaSinkConfigError);
+    expect((thrown as OpenFgaSinkConfigError).field).toBe('client');
+    expect((thrown as Error).message).toContain(`not both: ${field} would be ignored (set it on the client)`);
+    expect((thrown as Error).message).not.toContain('secret');
+  });
+
+  test('connection fields next to a client do not compile either', () => {
+    // @ts-expect-error the model is pinned on the client, not next to it
+    expect(() => createOpenFgaSink({ client: fga.client, authorizationModelId: fga.authorizationModelId })).toThrow(OpenFgaSinkConfigError);
+    // @ts-expect-error credentials are set on the client, not next to it
+    expect(() => createOpenFgaSink({ client: fga.client, credentials: { method: CredentialsMethod.None } })).toThrow(OpenFgaSinkConfigError);
   });
 
   test('a client without a store is refused; defaults are reported', () => {

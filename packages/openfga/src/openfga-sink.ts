@@ -36,14 +36,20 @@ export interface OpenFgaSinkOptions {
 }
 
 /**
- * Use a client you built (store and model set on it). `OpenFgaClient` fits. Its own retry settings
- * are overridden per request (no SDK retries).
+ * Use a client you built (store, model and credentials set on it). `OpenFgaClient` fits. Its own
+ * retry settings are overridden per request (no SDK retries). The connection fields (`apiUrl`,
+ * `storeId`, `authorizationModelId`, `credentials`) are refused next to a client: the sink would
+ * ignore them.
  *
  * @example
  * createOpenFgaSink({ client: new OpenFgaClient({ apiUrl, storeId, authorizationModelId }) });
  */
 export interface OpenFgaSinkClientConfig extends OpenFgaSinkOptions {
   readonly client: OpenFgaWriteClient;
+  /** Not with a client: set it on the client (`new OpenFgaClient({ …, authorizationModelId })`). */
+  readonly authorizationModelId?: never;
+  /** Not with a client: set it on the client (`new OpenFgaClient({ …, credentials })`). */
+  readonly credentials?: never;
 }
 
 /**
@@ -97,6 +103,9 @@ export interface OpenFgaSink extends Sink {
  * createOpenFgaSink({ client, timeoutMs: OPENFGA_SINK_DEFAULTS.timeoutMs / 2 });
  */
 export const OPENFGA_SINK_DEFAULTS = { maxTuplesPerWrite: 100, timeoutMs: 10_000, maxConcurrentRequests: 4 } as const;
+
+/** What builds a client: refused next to a given one. */
+const CONNECTION_FIELDS = ['apiUrl', 'storeId', 'authorizationModelId', 'credentials'] as const;
 
 function integer(field: string, value: unknown, fallback: number, max: number): number {
   if (value === undefined) return fallback;
@@ -178,7 +187,8 @@ async function runBounded(tasks: ReadonlyArray<() => Promise<void>>, limit: numb
  *   only when their keys are disjoint, else in a later round, and is `skipped` if the earlier failed;
  * - writes idempotently (`on_duplicate` / `on_missing` "ignore": OpenFGA ≥ 1.10), without SDK retries;
  * - bisects a request refused because of some intent, so only the bad intents are `permanent`;
- * - throws `SinkHaltError` when OpenFGA refuses the credentials: the batch is released, nothing poisoned.
+ * - throws `SinkHaltError` when OpenFGA refuses the credentials, or the token issuer refuses the
+ *   client-credentials exchange: the batch is released, nothing poisoned.
  *
  * Bad config throws {@link OpenFgaSinkConfigError} naming the field.
  *
@@ -203,8 +213,14 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
   }
   let client: OpenFgaWriteClient;
   if ('client' in config && config.client !== undefined) {
-    if ('apiUrl' in config || 'storeId' in config) {
-      throw new OpenFgaSinkConfigError('client', 'give either a client or { apiUrl, storeId, … }, not both');
+    // A connection field next to a client would be silently ignored (a model the user believes
+    // pinned, credentials never sent): refuse it, naming it.
+    const ignored = CONNECTION_FIELDS.filter((field) => field in config);
+    if (ignored.length > 0) {
+      throw new OpenFgaSinkConfigError(
+        'client',
+        `give either a client or { apiUrl, storeId, authorizationModelId?, credentials? }, not both: ${ignored.join(', ')} would be ignored (set ${ignored.length === 1 ? 'it' : 'them'} on the client)`,
+      );
     }
     if (config.client === null || typeof config.client.write !== 'function') {
       throw new OpenFgaSinkConfigError('client', 'expected an OpenFgaClient (an object with write(body, options))');

@@ -29,8 +29,9 @@ export interface Authorizer {
 const READ_OPTIONS = { consistency: ConsistencyPreference.HigherConsistency } as const;
 
 function unavailable(error: unknown): never {
-  if (error instanceof FgaApiValidationError) {
-    // A check OpenFGA refuses as malformed is our bug (a type or relation the model lacks): 500.
+  // The SDK throws FgaApiValidationError for both 400 and 422. A 400 (a type or relation the model
+  // lacks) is our bug: 500. A 422 is OpenFGA throttling (throttled_timeout_error): unavailable, 503.
+  if (error instanceof FgaApiValidationError && error.statusCode === 400) {
     throw error;
   }
   throw new HttpError(503, 'authorization_unavailable', 'OpenFGA did not answer the authorization check: retry shortly', { cause: error });

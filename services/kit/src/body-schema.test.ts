@@ -33,6 +33,14 @@ describe('validateBody', () => {
     }
   });
 
+  test('names of Object.prototype are unknown fields too (constructor, toString, __proto__, hasOwnProperty)', () => {
+    // As the server parses it: JSON.parse makes "__proto__" an own key, like any other.
+    const body = JSON.parse('{"project_id":"p1","name":"a","port":1,"constructor":1,"toString":"x","__proto__":{"admin":true},"hasOwnProperty":false}');
+    const message = problem(body);
+    for (const name of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) expect(message).toContain(`${name}: unknown field`);
+    expect(message).not.toContain('project_id:');
+  });
+
   test('refuses what is not an object, wrong types and ids OpenFGA would not take', () => {
     expect(problem([])).toMatch(/expected a JSON object/);
     expect(problem(undefined)).toMatch(/expected a JSON object/);

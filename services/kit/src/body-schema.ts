@@ -104,7 +104,8 @@ export function validateBody(body: unknown, rules: Readonly<Record<string, Field
     else values[name] = value as string | number | boolean;
   }
   for (const name of Object.keys(input)) {
-    if (!(name in rules)) problems.push(`${name}: unknown field (expected ${Object.keys(rules).join(', ')})`);
+    // Own keys only: `in` would take `constructor`, `toString`, `__proto__` for known fields.
+    if (!Object.hasOwn(rules, name)) problems.push(`${name}: unknown field (expected ${Object.keys(rules).join(', ')})`);
   }
   if (problems.length > 0) throw new HttpError(400, 'invalid_body', `invalid request body: ${problems.join('; ')}`);
   return values;

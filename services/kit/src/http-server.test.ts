@@ -1,8 +1,25 @@
-import { request } from 'node:http';
+import { createServer as createHttpServer, request } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { useOpenFgaStore } from '@outbox/test-stack';
 import { afterEach, describe, expect, test } from 'vitest';
+import { createAuthorizer } from './authorizer.js';
 import { HttpError } from './errors.js';
 import { MAX_BODY_BYTES, startHttpServer, type HttpServer, type Route } from './http-server.js';
 import { recordingLogger } from './testing/recording-logger.js';
+
+const fga = useOpenFgaStore();
+
+/** Sends `head` as is over a TCP socket (no client-side URL checks) and returns the whole answer. */
+async function rawRequest(port: number, head: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(head));
+    let answer = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (answer += chunk));
+    socket.on('end', () => resolve(answer));
+    socket.on('error', reject);
+  });
+}
 
 let server: HttpServer | undefined;
 afterEach(async () => {
@@ -57,6 +74,71 @@ describe('routing and errors', () => {
     expect(bug.status).toBe(500);
     expect(await bug.text()).not.toContain('secret detail');
     expect(logger.entries.some((e) => e.level === 'error' && JSON.stringify(e.fields).includes('secret detail'))).toBe(true);
+  });
+});
+
+describe('request targets', () => {
+  test.each(['//[', '//[::1/things/1'])('a target WHATWG URL refuses (GET %s over a raw socket): 400 invalid_url, not 500', async (target) => {
+    const logger = recordingLogger();
+    const errors: string[] = [];
+    server = await startHttpServer({ routes: [echo], host: '127.0.0.1', port: 0, logger: { ...logger, error: (message) => void errors.push(message) } });
+    const answer = await rawRequest(server.port, `GET ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('invalid_url');
+    expect(body.error.message).toContain(JSON.stringify(target));
+    expect(errors).toEqual([]); // the caller's fault: nothing logged as ours
+  });
+});
+
+describe('authorizer failures as the caller sees them', () => {
+  const errors: string[] = [];
+  const startQuiet = async (routes: Route[]) => {
+    errors.length = 0;
+    return (server = await startHttpServer({ routes, host: '127.0.0.1', port: 0, logger: { ...recordingLogger(), error: (message) => void errors.push(message) } }));
+  };
+  const guarded = (connection: Parameters<typeof createAuthorizer>[0]): Route => {
+    const authorizer = createAuthorizer(connection);
+    return {
+      method: 'GET',
+      path: '/guarded/:relation',
+      handle: async (r) => {
+        await authorizer.require('user:alice', r.params.relation as string, 'vpc:1');
+        return { status: 200, body: { ok: true } };
+      },
+    };
+  };
+
+  test('OpenFGA throttling (422 throttled_timeout_error) is a 503 authorization_unavailable, like any unavailability', async () => {
+    // A real OpenFGA answers 422 only under dispatch throttling past the request deadline, which the
+    // test stack does not configure: a stand-in answers Check as OpenFGA does then; the SDK is real.
+    let checks = 0;
+    const throttling = createHttpServer((req, res) => {
+      req.resume();
+      if (req.url?.endsWith('/check')) checks += 1;
+      res.writeHead(422, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'throttled_timeout_error', message: 'timeout due to throttling on complex request' }));
+    });
+    await new Promise<void>((resolve) => throttling.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = throttling.address() as AddressInfo;
+      const { url } = await startQuiet([guarded({ apiUrl: `http://127.0.0.1:${port}`, storeId: fga.storeId })]);
+      const answer = await fetch(`${url}/guarded/can_view`, { headers: { 'x-user-id': 'alice' } });
+      expect(answer.status).toBe(503);
+      expect(await answer.json()).toMatchObject({ error: { code: 'authorization_unavailable' } });
+      expect(checks).toBe(1); // the SDK does not retry a 422: it reached OpenFGA's answer
+      expect(errors).toEqual([]); // not logged as the service's bug
+    } finally {
+      throttling.closeAllConnections();
+      await new Promise<void>((resolve) => throttling.close(() => resolve()));
+    }
+  });
+
+  test('a check the real OpenFGA refuses as malformed (400 validation_error, a relation the model lacks) stays a 500: our bug', async () => {
+    const { url } = await startQuiet([guarded({ apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId })]);
+    const answer = await fetch(`${url}/guarded/no_such_relation`, { headers: { 'x-user-id': 'alice' } });
+    expect(answer.status).toBe(500);
+    expect(await answer.json()).toMatchObject({ error: { code: 'internal' } });
+    expect(errors).toEqual(['GET /guarded/no_such_relation failed']);
   });
 });
 

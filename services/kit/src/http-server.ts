@@ -81,6 +81,19 @@ async function readJson(request: IncomingMessage): Promise<unknown> {
   }
 }
 
+/**
+ * The request target as a URL. Node's parser lets through targets WHATWG URL refuses (`//[`, which
+ * reads as a protocol-relative URL with a bad host): the caller's fault, a 400, not a 500.
+ */
+function parseTarget(target: string | undefined): URL {
+  try {
+    return new URL(target ?? '/', 'http://service.invalid');
+  } catch {
+    const shown = JSON.stringify((target ?? '').slice(0, 200));
+    throw new HttpError(400, 'invalid_url', `the request target ${shown} is not a valid path and query`);
+  }
+}
+
 /** Turns anything a handler threw into the response the caller sees; logs what is our fault. */
 function errorResponse(error: unknown, logger: Logger, where: string): ServiceResponse {
   if (error instanceof HttpError) {
@@ -121,7 +134,7 @@ export async function startHttpServer(options: { routes: readonly Route[]; host:
   const idle = new Set<() => void>();
 
   async function respond(request: IncomingMessage): Promise<ServiceResponse> {
-    const url = new URL(request.url ?? '/', 'http://service.invalid');
+    const url = parseTarget(request.url);
     const parts = url.pathname.replace(/\/+$/, '').split('/').slice(1);
     const candidates = routes.map((route) => ({ route, params: match(route, parts.length === 0 ? [''] : parts) })).filter((c) => c.params);
     if (candidates.length === 0) throw new HttpError(404, 'not_found', `no route for ${request.method} ${url.pathname}`);

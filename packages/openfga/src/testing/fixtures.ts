@@ -1,4 +1,6 @@
-import type { ClientWriteRequest, OpenFgaClient } from '@openfga/sdk';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { CredentialsMethod, type ClientWriteRequest, type OpenFgaClient } from '@openfga/sdk';
 import type { Intent, SinkContext } from '@outbox/drainer';
 import type { IntentPayload, TupleKey } from '@outbox/outbox';
 import type { OpenFgaWriteClient, WriteOptions } from '../write-request.js';
@@ -58,3 +60,40 @@ export function recordingClient(client: OpenFgaClient): { client: OpenFgaWriteCl
 export function bodyKeys(body: ClientWriteRequest): string[] {
   return [...(body.writes ?? []), ...(body.deletes ?? [])].map((k) => `${k.user} ${k.relation} ${k.object}`);
 }
+
+/**
+ * A stand-in OAuth token issuer (not OpenFGA) that refuses every client-credentials exchange the
+ * way RFC 6749 §5.2 says: `status` with `{ "error": code }`. It records each request's form body.
+ */
+export async function startRefusingTokenIssuer(
+  status: number,
+  code: string,
+): Promise<{ url: string; requests: Array<{ path: string; form: URLSearchParams }>; close(): Promise<void> }> {
+  const requests: Array<{ path: string; form: URLSearchParams }> = [];
+  const server = createServer((request, response) => {
+    let body = '';
+    request.setEncoding('utf8');
+    request.on('data', (chunk: string) => (body += chunk));
+    request.on('end', () => {
+      requests.push({ path: request.url ?? '', form: new URLSearchParams(body) });
+      response.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify({ error: code }));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Client-credentials settings for `@openfga/sdk` that exchange `secret` at `issuer`. */
+export const clientCredentials = (issuer: string, secret: string) => ({
+  method: CredentialsMethod.ClientCredentials as const,
+  config: { clientId: 'outbox-drainer', clientSecret: secret, apiTokenIssuer: issuer, apiAudience: 'https://openfga.example/' },
+});
