@@ -2,7 +2,7 @@ import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
 import { findById, HttpError, ID_DESCRIPTION, ID_PATTERN, writeAnswer, type Route, type ServiceContext, type ServiceRequest } from '@outbox/service-kit';
 import { sql, type Kysely } from 'kysely';
-import { grantIntent, relationsProblem, type GrantableRelation } from './grant-diff.js';
+import { grantIntent, relationsProblem, type GrantableRelation } from './grant-intent.js';
 
 /** The relation set of a PUT body, or a 400 saying what is wrong with it. */
 function grantBody(body: unknown): GrantableRelation[] {

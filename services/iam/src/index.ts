@@ -21,4 +21,4 @@ export function start(options: ServiceOptions): Promise<RunningService<'iam'>> {
   return startService(iamService, options);
 }
 
-export { GRANTABLE_RELATIONS, grantIntent, relationsProblem, type GrantableRelation, type GrantIntent } from './grant-diff.js';
+export { GRANTABLE_RELATIONS, grantIntent, relationsProblem, type GrantableRelation, type GrantIntent } from './grant-intent.js';

@@ -1,6 +1,6 @@
 import { validatePayload } from '@outbox/outbox';
 import { describe, expect, test } from 'vitest';
-import { grantIntent, relationsProblem } from './grant-diff.js';
+import { grantIntent, relationsProblem } from './grant-intent.js';
 
 const names = (keys: readonly { relation: string }[] | undefined) => (keys ?? []).map((k) => k.relation);
 
