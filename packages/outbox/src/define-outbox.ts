@@ -23,7 +23,9 @@ export interface OutboxSpecInput {
   /**
    * Attempts before an intent is poisoned (skipped, left for the reconciler). Default 10: with the
    * drainer's default backoff that is about 20 minutes of retrying, long enough to ride out an
-   * OpenFGA restart, short enough that a poisoned row is noticed the same day.
+   * OpenFGA restart, short enough that a poisoned row is noticed the same day. The table records
+   * the value it was created with: to change it later, run `setMaxAttempts` in a migration
+   * (`verifyOutboxTable` refuses a spec whose value differs from the table's).
    */
   readonly maxAttempts?: number;
   /**

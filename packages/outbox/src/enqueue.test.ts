@@ -283,3 +283,66 @@ describe('the partition advisory lock', () => {
     expect(await rows()).toHaveLength(orders.length * 10 * keys.length);
   });
 });
+
+describe('isolation level: enqueue needs READ COMMITTED', () => {
+  /** The advisory locks held by the backend of `db` (a transaction's connection). */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  async function advisoryLocks(db: Kysely<any>): Promise<number> {
+    const result = await sql<{ held: string }>`
+      select count(*) as held from pg_locks where pid = pg_backend_pid() and locktype = 'advisory'`.execute(db);
+    return Number(result.rows[0]!.held);
+  }
+
+  const refusal = (isolation: string) => (e: unknown) =>
+    e instanceof OutboxConfigError &&
+    e.field === 'trx' &&
+    e.message.includes(isolation) &&
+    e.message.includes("setIsolationLevel('read committed')");
+
+  test.each([
+    ['repeatable read', 'REPEATABLE READ'],
+    ['serializable', 'SERIALIZABLE'],
+  ] as const)('in a %s transaction, enqueue and enqueueMany refuse with an OutboxConfigError, take no lock and write nothing', async (level, named) => {
+    await t.db.transaction().setIsolationLevel(level).execute(async (trx) => {
+      await sql`insert into app.resources values ('v1')`.execute(trx);
+      await expect(enqueue(trx, spec, intent('vpc:v1'))).rejects.toSatisfy(refusal(named));
+      await expect(enqueueMany(trx, spec, [intent('vpc:v1'), intent('vpc:v2')])).rejects.toSatisfy(refusal(named));
+      // The refusal is not a database error: the transaction is still usable, and holds no partition lock.
+      expect(await advisoryLocks(trx)).toBe(0);
+      const inside = await sql<{ n: string }>`select count(*) as n from app.outbox`.execute(trx);
+      expect(inside.rows[0]!.n).toBe('0');
+    });
+    // The caller's own row committed; no intent did.
+    expect(await rows()).toEqual([]);
+    // Another transaction can take the partition at once: nothing was left locked.
+    const id = await t.db.transaction().execute((trx) => enqueue(trx, spec, intent('vpc:v1')));
+    expect((await rows()).map((r) => r.id)).toEqual([id]);
+  });
+
+  test('a refused enqueue inside a transaction the caller then commits leaves no row behind', async () => {
+    await t.db
+      .transaction()
+      .setIsolationLevel('serializable')
+      .execute(async (trx) => {
+        await enqueue(trx, spec, intent('vpc:v1')).catch(() => undefined);
+      });
+    expect(await rows()).toEqual([]);
+  });
+
+  test('with a pool whose default is SERIALIZABLE: refused by default, accepted in a transaction set to READ COMMITTED', async () => {
+    const db = t.kysely({ max: 1, options: '-c default_transaction_isolation=serializable' });
+    try {
+      await expect(db.transaction().execute((trx) => enqueue(trx, spec, intent('vpc:v1')))).rejects.toSatisfy(refusal('SERIALIZABLE'));
+      expect(await rows()).toEqual([]);
+      const ids = await db
+        .transaction()
+        .setIsolationLevel('read committed')
+        .execute((trx) => enqueueMany(trx, spec, [intent('vpc:v1'), intent('vpc:v1', 'second')]));
+      expect((await rows()).map((r) => r.id)).toEqual(ids);
+      const heads = await sql<{ id: string }>`select id from app.outbox where is_head order by id`.execute(t.db);
+      expect(heads.rows.map((r) => r.id)).toEqual([ids[0]]);
+    } finally {
+      await db.destroy();
+    }
+  });
+});

@@ -2,7 +2,8 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, PayloadError } from './errors.js';
 import { compareIds } from './ids.js';
-import { lockPartitions } from './partition-lock.js';
+import { recordedMaxAttemptsSql } from './max-attempts.js';
+import { partitionLockKey } from './partition-lock.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
 import { tableNames } from './table-names.js';
 
@@ -30,12 +31,46 @@ function requireTransaction(trx: Kysely<any>): void {
   }
 }
 
+const READ_COMMITTED = 'read committed';
+
+/**
+ * The partitions' advisory locks, sorted by hash (as `lockPartitions` takes them), taken only when
+ * the transaction is READ COMMITTED; returns the isolation level either way, in the same round trip.
+ * The guard is an init-plan: when it is false no lock is taken.
+ */
+function lockPartitionsIfReadCommitted(spec: OutboxSpec, keys: readonly string[]) {
+  const hash = partitionLockKey(spec, sql`k`);
+  return sql<{ isolation: string }>`
+    with locks as (
+      select pg_advisory_xact_lock(h) from (select distinct ${hash} as h from unnest(${[...keys]}::text[]) as k) l
+      where current_setting('transaction_isolation') = ${READ_COMMITTED}
+      order by h
+    )
+    select current_setting('transaction_isolation') as isolation, (select count(*) from locks) as locked`;
+}
+
+function notReadCommitted(isolation: string): OutboxConfigError {
+  return new OutboxConfigError(
+    'trx',
+    `enqueue needs a READ COMMITTED transaction, and this one is ${isolation.toUpperCase()}: under it, enqueue ` +
+      'would decide the partition\'s head from a snapshot older than its lock, and strand or reorder the partition. ' +
+      "Run the enqueueing transaction at READ COMMITTED: db.transaction().setIsolationLevel('read committed').execute(…)",
+  );
+}
+
 /**
  * Writes several intents into the outbox inside the caller's transaction: they commit or roll back
  * with the caller's own rows. Everything is validated first (a {@link PayloadError} leaves nothing
  * written); then the partitions' advisory locks are taken, sorted, so two transactions for one
  * partition commit in id order; then one INSERT. Returns the new ids (as strings: they are
  * bigints), in input order.
+ *
+ * The transaction must be READ COMMITTED (Postgres' default): enqueue decides whether the new row
+ * is its partition's head by looking, after the partition's lock is granted, at what the previous
+ * holder committed, which a REPEATABLE READ or SERIALIZABLE snapshot does not show. In any other
+ * isolation level it throws an {@link OutboxConfigError} (field `trx`) before it takes a lock or
+ * writes anything. Where the pool's default is another level, start the transaction with
+ * `db.transaction().setIsolationLevel('read committed')`.
  *
  * @example
  * await db.transaction().execute(async (trx) => {
@@ -71,12 +106,18 @@ async function insertIntents(
   const distinct = [...new Set(keys)];
   const n = tableNames(spec);
 
-  await lockPartitions(spec, distinct).execute(trx);
-  // A later statement than the lock: its snapshot sees every row committed by the lock's previous holder.
+  const lock = await lockPartitionsIfReadCommitted(spec, distinct).execute(trx);
+  const isolation = lock.rows[0]?.isolation ?? '';
+  if (isolation !== READ_COMMITTED) throw notReadCommitted(isolation);
+  // A later statement than the lock: its snapshot sees every row committed by the lock's previous
+  // holder. Deliverable is counted with the maxAttempts the table records (the spec's when it
+  // records none), as the drainers that verified the table do, even when this writer's spec is
+  // older or newer than the table's (a rolling change of maxAttempts, see setMaxAttempts).
   const live = await sql<{ key: string }>`
     select distinct ${sql.raw(n.partition)} as key from ${sql.raw(n.table)}
     where ${sql.raw(n.partition)} = any(${distinct}::text[])
-      and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}`.execute(trx);
+      and sent_at is null and retired_at is null
+      and attempt_count < coalesce(${recordedMaxAttemptsSql(spec)}, ${spec.maxAttempts})`.execute(trx);
   const hasHead = new Set(live.rows.map((r) => r.key));
   const heads = keys.map((key) => {
     if (hasHead.has(key)) return false;
@@ -95,6 +136,9 @@ async function insertIntents(
 
 /**
  * Writes one intent into the outbox inside the caller's transaction. See {@link enqueueMany}.
+ *
+ * The transaction must be READ COMMITTED (Postgres' default); in REPEATABLE READ or SERIALIZABLE
+ * enqueue throws an {@link OutboxConfigError} and writes nothing (see {@link enqueueMany} for why).
  *
  * @example
  * await db.transaction().execute(async (trx) => {

@@ -10,6 +10,12 @@ export { compareIds } from './ids.js';
 export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 export { createDrainFunctions } from './drain-functions.js';
 export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, type OutboxTableOptions } from './migration.js';
+export {
+  recordedMaxAttempts,
+  setMaxAttempts,
+  type SetMaxAttemptsOptions,
+  type SetMaxAttemptsResult,
+} from './max-attempts.js';
 export { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type IntentPayload, type TupleKey } from './payload.js';
 export type { Logger } from './logger.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';

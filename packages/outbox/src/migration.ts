@@ -2,6 +2,7 @@ import { sql, type Kysely } from 'kysely';
 import type { Migration } from 'kysely/migration';
 import type { OutboxSpec } from './define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
+import { maxAttemptsCommentDdl } from './max-attempts.js';
 import { tableNames } from './table-names.js';
 
 /** Options of the outbox migration. */
@@ -43,6 +44,8 @@ export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {
       autovacuum_analyze_scale_factor = 0.02
     )`,
     `comment on column ${n.table}.is_head is 'drainer: true on the earliest deliverable row of each partition, maintained by enqueue, outcome updates and redrive'`,
+    // Records spec.maxAttempts: verifyOutboxTable compares, enqueue counts with it, setMaxAttempts changes it.
+    maxAttemptsCommentDdl(spec, spec.maxAttempts),
     `create index "${n.partitionHeadIndex}" on ${n.table} (${n.partition}, id) where ${pending}`,
     `create index "${n.pendingIndex}" on ${n.table} (id) where ${pending}`,
     `create index "${n.claimIndex}" on ${n.table} (next_attempt_at, id) where is_head`,

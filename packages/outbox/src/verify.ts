@@ -1,7 +1,8 @@
 import { sql, type Kysely } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
 import { drainFunctionMarker } from './drain-functions.js';
-import { OutboxTableError } from './errors.js';
+import { OutboxConfigError, OutboxTableError } from './errors.js';
+import { recordedMaxAttempts } from './max-attempts.js';
 
 /** Column → the type `format_type` reports for it. */
 function expectedColumns(spec: OutboxSpec): Record<string, string> {
@@ -33,6 +34,12 @@ const normalise = (text: string | null) => (text ?? '').replace(/[()\s]+/g, ' ')
  * channel, and the drainer's claim and settle functions. Throws one {@link OutboxTableError}
  * listing everything missing. Drainer and reconciler call it at start, so a spec pointed at the
  * wrong table or column fails fast.
+ *
+ * Then it compares `spec.maxAttempts` with the value the table records (see `setMaxAttempts`)
+ * and throws an {@link OutboxConfigError} on field `maxAttempts` when they differ: the rows were
+ * counted against the recorded value, and a drainer or reconciler counting with another one would
+ * strand or reorder partitions. A table that records no value (created by an earlier release) is
+ * accepted with any value.
  *
  * @example
  * await verifyOutboxTable(db, vpcOutbox);
@@ -100,4 +107,14 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
     }
   }
   if (missing.length > 0) throw new OutboxTableError(spec.table, missing);
+
+  const recorded = await recordedMaxAttempts(db, spec);
+  if (recorded !== undefined && recorded !== spec.maxAttempts) {
+    throw new OutboxConfigError(
+      'maxAttempts',
+      `the spec says ${spec.maxAttempts}, but ${spec.table} records ${recorded}: its rows were counted against ${recorded}. ` +
+        `To change it, run setMaxAttempts(db, spec) with this spec in a migration (after stopping the drainers and reconcilers ` +
+        `that run with ${recorded}); otherwise deploy the spec with maxAttempts ${recorded}.`,
+    );
+  }
 }

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { tableNames, type OutboxSpec } from '@outbox/outbox';
+import { defineOutbox, OutboxConfigError, setMaxAttempts, tableNames, type OutboxSpec } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
 import { createReconciler } from './index.js';
@@ -221,5 +221,36 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])('redrivePoi
     const result = await createReconciler({ db: t.db, spec, logger: recordingLogger() }).redrivePoisoned();
     expect(result).toEqual({ revived: [], superseded: [], deferred: [], skipped: false, more: false });
     expect(await heads(t.db, spec)).toEqual([a]);
+  });
+});
+
+describe('after a change of maxAttempts (setMaxAttempts)', () => {
+  test('raised: rows poisoned under the old value are redriven by the new spec, and a superseded one is reported, never revived', async () => {
+    const old = await createTestOutbox(t.db, { maxAttempts: 3 });
+    const raised = defineOutbox({ table: old.table, partitionColumn: old.partitionColumn, maxAttempts: 6 });
+    const stuck = await enqueueIntent(t.db, old, 'vpc:a', register('a'));
+    const next = await enqueueIntent(t.db, old, 'vpc:a', deregister('a'));
+    const reg = await enqueueIntent(t.db, old, 'vpc:b', register('b'));
+    const dereg = await enqueueIntent(t.db, old, 'vpc:b', deregister('b'));
+    await poison(t.db, old, stuck);
+    await poison(t.db, old, reg, 'validation_error: type vpc not found');
+    await deliver(t.db, old, dereg);
+
+    // The new spec's reconciler refuses to run before the migration…
+    await expect(createReconciler({ db: t.db, spec: raised, logger: recordingLogger() }).redrivePoisoned()).rejects.toSatisfy(
+      (e) => e instanceof OutboxConfigError && e.field === 'maxAttempts',
+    );
+    expect(await setMaxAttempts(t.db, raised)).toEqual({ from: 3, to: 6, adjusted: 2 });
+    expect(await headViolations(t.db, raised)).toEqual([]);
+
+    // …and after it, the rows poisoned under 3 are still poisoned under 6: the pass sees them.
+    const result = await createReconciler({ db: t.db, spec: raised, logger: recordingLogger() }).redrivePoisoned();
+    expect(ids(result.revived)).toEqual([stuck]);
+    expect(ids(result.superseded)).toEqual([reg]);
+    expect(await readRow(t.db, raised, stuck)).toMatchObject({ attempt_count: 0, is_head: true });
+    expect(await readRow(t.db, raised, next)).toMatchObject({ is_head: false });
+    expect(await readRow(t.db, raised, reg)).toMatchObject({ attempt_count: 6, is_head: false });
+    expect(await claimable(raised)).toEqual([stuck]);
+    expect(await headViolations(t.db, raised)).toEqual([]);
   });
 });
