@@ -59,6 +59,12 @@ describe('defineOutbox', () => {
     }
   });
 
+  test.each(['id', 'payload', 'created_at', 'attempt_count', 'sent_at', 'is_head'])('partitionColumn cannot take the name of a column the table has anyway: %s', (partitionColumn) => {
+    const error = refusal({ table: 'vpc.outbox', partitionColumn });
+    expect(error.field).toBe('partitionColumn');
+    expect(error.message).toContain('own columns');
+  });
+
   test.each([
     ['no schema', 'fga_register_outbox'],
     ['three parts', 'db.vpc.outbox'],

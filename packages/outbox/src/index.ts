@@ -9,7 +9,7 @@ export { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
 export { compareIds } from './ids.js';
 export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 export { createDrainFunctions } from './drain-functions.js';
-export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, type OutboxTableOptions } from './migration.js';
+export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, type OutboxMigration, type OutboxTableOptions } from './migration.js';
 export {
   recordedMaxAttempts,
   setMaxAttempts,

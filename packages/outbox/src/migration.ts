@@ -1,5 +1,4 @@
 import { sql, type Kysely } from 'kysely';
-import type { Migration } from 'kysely/migration';
 import type { OutboxSpec } from './define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
 import { maxAttemptsCommentDdl } from './max-attempts.js';
@@ -89,12 +88,23 @@ export async function dropOutboxTable(db: Kysely<any>, spec: OutboxSpec): Promis
 }
 
 /**
+ * The shape of a Kysely migration (`Migration` of `kysely/migration` in 0.29, of `kysely` in 0.28),
+ * spelled out so the types work with every kysely the peer range allows.
+ */
+export interface OutboxMigration {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  up(db: Kysely<any>): Promise<void>;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  down(db: Kysely<any>): Promise<void>;
+}
+
+/**
  * A Kysely migration that creates the outbox table on `up` and drops it on `down`.
  *
  * @example
  * const migrations = { '0001_vpc_outbox': outboxMigration(vpcOutbox) };
  */
-export function outboxMigration(spec: OutboxSpec, options: OutboxTableOptions = {}): Migration {
+export function outboxMigration(spec: OutboxSpec, options: OutboxTableOptions = {}): OutboxMigration {
   return {
     up: (db) => createOutboxTable(db, spec, options),
     down: (db) => dropOutboxTable(db, spec),
