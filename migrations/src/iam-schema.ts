@@ -20,8 +20,8 @@ export interface ProjectTable {
 
 /**
  * `iam.project_grants`: the relation set each user holds DIRECTLY on a project (inherited access,
- * e.g. an organization admin's ownership, is OpenFGA's business). It is the source of truth the
- * grant diff is computed against, inside the transaction that enqueues the diff.
+ * e.g. an organization admin's ownership, is OpenFGA's business). It is the source of truth: the
+ * PUT that changes a row enqueues, in the same transaction, the grant's whole new state.
  */
 export interface ProjectGrantTable {
   project_id: string;
