@@ -79,9 +79,13 @@ export interface DrainResult {
 
 /** A running (or runnable) drainer for one outbox table. */
 export interface Drainer {
-  /** Verifies the table, starts the timer and (if configured) LISTEN, and kicks a first pass. */
+  /**
+   * Verifies the table, starts the timer and (if configured) LISTEN, and kicks a first pass. Called
+   * again while started, it returns the same promise (one timer, one LISTEN connection); a `stop()`
+   * during the start wins (nothing is left running). It can start again after `stop()`.
+   */
   start(): Promise<void>;
-  /** Stops the timer and listener and waits for the in-flight batch. Waiting flushes reject. */
+  /** Stops the timer and listener and waits for the in-flight batch. Waiting flushes (even one still on its first query) reject. */
   stop(): Promise<void>;
   /** One pass: batches until nothing is claimable (waits for an in-flight pass first). */
   drainOnce(): Promise<DrainResult>;
@@ -365,19 +369,21 @@ export function createDrainer(config: DrainerConfig): Drainer {
     const timeoutMs = integerInRange('flush.timeoutMs', options.timeoutMs, 10_000, 1, MAX_TIMER_MS);
     if (stopping) throw new DrainerStoppedError();
     const n = tableNames(spec);
-    // The intents this call waits for: committed now, and deliverable now (already-poisoned rows
-    // are the reconciler's, and do not block their successors either).
-    const target = await sql<{ id: string }>`
-      select id from ${sql.raw(n.table)}
-      where ${sql.raw(n.partition)} = ${options.partitionKey}
-        and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}`.execute(db);
-    let waiting = target.rows.map((r) => String(r.id));
-    if (waiting.length === 0) return;
     const deadline = Date.now() + timeoutMs;
+    // Registered before the first query: a stop() from here on rejects this flush.
     let stoppedError: Error | undefined;
     const onStop = (error: Error) => (stoppedError = error);
     flushWaiters.add(onStop);
     try {
+      // The intents this call waits for: committed now, and deliverable now (already-poisoned rows
+      // are the reconciler's, and do not block their successors either).
+      const target = await sql<{ id: string }>`
+        select id from ${sql.raw(n.table)}
+        where ${sql.raw(n.partition)} = ${options.partitionKey}
+          and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}`.execute(db);
+      let waiting = target.rows.map((r) => String(r.id));
+      if (waiting.length === 0) return;
+      if (stoppedError) throw stoppedError;
       for (let round = 0; ; round += 1) {
         kick();
         await Promise.race([
@@ -405,18 +411,38 @@ export function createDrainer(config: DrainerConfig): Drainer {
     }
   }
 
+  // Lifecycle: one start at a time (a second start() while started returns the same promise: one
+  // timer, one LISTEN connection), and a stop() while start() is still verifying or connecting wins:
+  // the start then leaves nothing running. `generation` tells a start it was overtaken.
+  let starting: Promise<void> | undefined;
+  let generation = 0;
+  async function startOnce(current: number): Promise<void> {
+    await verify();
+    if (current !== generation) return; // stopped meanwhile
+    if (config.listen) {
+      const started = new NotificationListener({ connectionString: config.listen.connectionString, channel: spec.channel, onNotify: kick, logger });
+      listener = started; // visible to a stop() from now on, which stops it
+      await started.start();
+      if (current !== generation) return;
+    }
+    schedule();
+    kick();
+  }
+
   return {
-    async start() {
-      await verify();
+    start() {
+      if (starting) return starting;
       stopping = false;
-      if (config.listen) {
-        listener = new NotificationListener({ connectionString: config.listen.connectionString, channel: spec.channel, onNotify: kick, logger });
-        await listener.start();
-      }
-      schedule();
-      kick();
+      const current = ++generation;
+      starting = startOnce(current).catch((error: unknown) => {
+        if (current === generation) starting = undefined; // a failed start can be retried
+        throw error;
+      });
+      return starting;
     },
     async stop() {
+      generation += 1;
+      starting = undefined;
       stopping = true;
       clearTimeout(timer);
       timer = undefined;

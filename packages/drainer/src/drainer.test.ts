@@ -4,7 +4,7 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { claimBatch } from './claim.js';
-import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError, SinkHaltError, type DrainerEvent, type Intent, type Outcome, type Sink } from './index.js';
+import { createDrainer, createRecordingSink, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, SinkHaltError, type DrainerEvent, type Intent, type Outcome, type Sink } from './index.js';
 
 const t = useTestDatabase();
 let tables = 0;
@@ -528,5 +528,52 @@ describe('flush', () => {
     const spec = await freshOutbox(t.db);
     const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });
     await expect(drainer.flush({ partitionKey: 'vpc:none', timeoutMs: 100 })).resolves.toBeUndefined();
+  });
+});
+
+describe('lifecycle', () => {
+  const listeners = async (spec: OutboxSpec) =>
+    Number(
+      (
+        await sql<{ n: string }>`select count(*) as n from pg_stat_activity where datname = current_database() and query = ${`listen "${spec.channel}"`}`.execute(t.db)
+      ).rows[0]?.n,
+    );
+
+  test('a stop() while start() is still starting wins: no timer, no LISTEN connection, nothing delivered after', async () => {
+    const spec = await freshOutbox(t.db);
+    const sink = createRecordingSink();
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 20, listen: { connectionString: t.url } });
+    const starting = drainer.start();
+    await drainer.stop();
+    await starting;
+    await enqueueRows(t.db, spec, ['vpc:after-stop']);
+    await sleep(300);
+    expect(sink.delivered).toHaveLength(0);
+    expect(await listeners(spec)).toBe(0);
+  });
+
+  test('start() twice is one start: one LISTEN connection, and stop() leaves none', async () => {
+    const spec = await freshOutbox(t.db);
+    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, interval: 3_600_000, listen: { connectionString: t.url } });
+    await Promise.all([drainer.start(), drainer.start()]);
+    await drainer.start();
+    expect(await listeners(spec)).toBe(1);
+    await drainer.stop();
+    expect(await listeners(spec)).toBe(0);
+    // And it starts again after a stop.
+    await drainer.start();
+    expect(await listeners(spec)).toBe(1);
+    await drainer.stop();
+  });
+
+  test('a flush still on its first query when stop() comes rejects with DrainerStoppedError, not a timeout', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:waiting']);
+    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'down' }) }), logger: quiet, backoff: { baseMs: 60_000 } });
+    const started = Date.now();
+    const flushing = drainer.flush({ partitionKey: 'vpc:waiting', timeoutMs: 5_000 }).catch((e: unknown) => e);
+    await drainer.stop();
+    expect(await flushing).toBeInstanceOf(DrainerStoppedError);
+    expect(Date.now() - started).toBeLessThan(2_000);
   });
 });

@@ -38,9 +38,16 @@ export class NotificationListener {
   private async connect(): Promise<void> {
     if (this.stopped) return;
     const client = new pg.Client({ connectionString: this.options.connectionString });
+    // Until LISTEN is in place, a failure is the catch's to report (with its real cause); after,
+    // the connection's own events are.
+    let listening = false;
     client.on('notification', () => this.options.onNotify());
-    client.on('error', (error) => this.lost(client, error));
-    client.on('end', () => this.lost(client, new Error('connection ended')));
+    client.on('error', (error) => {
+      if (listening) this.lost(client, error);
+    });
+    client.on('end', () => {
+      if (listening) this.lost(client, new Error('connection ended'));
+    });
     try {
       await client.connect();
       if (this.stopped) {
@@ -48,6 +55,7 @@ export class NotificationListener {
         return;
       }
       await client.query(`listen "${this.options.channel}"`);
+      listening = true;
       this.client = client;
       this.failures = 0;
       // Whatever was committed while we were not listening: one pass picks it up.
