@@ -39,3 +39,21 @@ export const SERVICE_SQLSTATE = Object.freeze({
   UNIQUE_VIOLATION: '23505',
   FOREIGN_KEY_VIOLATION: '23503',
 });
+
+const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+const UNAVAILABLE_MESSAGES = [/^Connection terminated/, /timeout exceeded when trying to connect/, /Client has encountered a connection error/, /^Connection ended/];
+
+/**
+ * Whether `error` says the database could not be reached or dropped the connection (as opposed to a
+ * statement it refused): a Node socket error, pg's "Connection terminated…", a pool checkout that
+ * timed out, or a SQLSTATE of class 08 (connection exception) or 57P01–57P03 (shutting down,
+ * starting up), 53300 (too many connections).
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (typeof code === 'string') {
+    if (UNAVAILABLE_CODES.has(code) || code.startsWith('08') || ['57P01', '57P02', '57P03', '53300'].includes(code)) return true;
+  }
+  return typeof message === 'string' && UNAVAILABLE_MESSAGES.some((pattern) => pattern.test(message));
+}

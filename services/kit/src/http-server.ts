@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from '@outbox/drainer';
 import { PayloadError, sqlState } from '@outbox/outbox';
 import { callerOf } from './caller.js';
-import { HttpError, SERVICE_SQLSTATE } from './errors.js';
+import { HttpError, isDatabaseUnavailable, SERVICE_SQLSTATE } from './errors.js';
 
 /** HTTP methods the services route. */
 export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -106,6 +106,14 @@ function errorResponse(error: unknown, logger: Logger, where: string): ServiceRe
   if (sqlState(error) === SERVICE_SQLSTATE.UNIQUE_VIOLATION) {
     const detail = (error as { detail?: string }).detail;
     return { status: 409, body: { error: { code: 'conflict', message: `already exists${detail ? `: ${detail}` : ''}` } } };
+  }
+  if (isDatabaseUnavailable(error)) {
+    logger.warn(`${where}: the database is unavailable: ${error instanceof Error ? error.message : String(error)}`);
+    return {
+      status: 503,
+      body: { error: { code: 'database_unavailable', message: 'the database did not answer: retry shortly' } },
+      headers: { 'retry-after': '1' },
+    };
   }
   logger.error(`${where} failed`, { error: error instanceof Error ? error.stack ?? error.message : String(error) });
   return { status: 500, body: { error: { code: 'internal', message: 'internal error (logged by the service)' } } };

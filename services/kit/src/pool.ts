@@ -13,7 +13,9 @@ import pg from 'pg';
  * const db = new Kysely({ dialect: new PostgresDialect({ pool: createServicePool(databaseUrl, 10, logger) }) });
  */
 export function createServicePool(connectionString: string, max: number, logger: Logger): pg.Pool {
-  const pool = new pg.Pool({ connectionString, max });
+  // A Postgres that does not answer (frozen, a dead network path) fails a checkout after 5 s instead
+  // of hanging requests, and TCP keepalive finds a dead connection that would otherwise wait forever.
+  const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5_000, keepAlive: true });
   pool.on('error', (error) => logger.warn(`postgres connection lost while idle in the pool: ${error.message}`));
   pool.on('connect', (client) => {
     client.on('error', (error) => logger.warn(`postgres connection lost: ${error.message}`));

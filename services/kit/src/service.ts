@@ -1,8 +1,9 @@
 import type { Logger } from '@outbox/drainer';
 import { verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
 import type { RedriveResult } from '@outbox/reconciler';
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
 import { createAuthorizer, type Authorizer } from './authorizer.js';
+import { HttpError } from './errors.js';
 import { createServicePool } from './pool.js';
 import { startHttpServer, type Route } from './http-server.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
@@ -52,9 +53,22 @@ export interface RunningService<N extends string = string> {
   /**
    * Graceful stop: stops accepting requests, lets those in flight finish (bounded by
    * `shutdownTimeoutMs`), stops the drainer and the reconciler (waiting for their batch), closes
-   * the pool. Idempotent.
+   * the pool. Idempotent. Each of the last two steps gets `shutdownTimeoutMs` too: against a
+   * Postgres that does not answer, stop() logs what it gave up on and resolves (the process can
+   * exit; its connections die with it, and an unfinished batch's rows are delivered again later).
    */
   stop(): Promise<void>;
+}
+
+const READY_TIMEOUT_MS = 2_000;
+
+/** `work`, or the error `late()` makes when it has not settled within `ms` (work goes on in the background). */
+function within<T>(ms: number, work: Promise<T>, late: () => Error): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(late()), ms);
+  });
+  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }
 
 /**
@@ -100,7 +114,16 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     if (resolved.runReconciler) await outbox.reconciler.start();
     const routes = [
       ...definition.routes(context),
+      // Liveness: the process answers. Readiness: it can reach its database (a load balancer's check).
       { method: 'GET' as const, path: '/healthz', handle: async () => ({ status: 200, body: { status: 'ok', service: definition.name } }) },
+      {
+        method: 'GET' as const,
+        path: '/readyz',
+        handle: async () => {
+          await within(READY_TIMEOUT_MS, sql`select 1`.execute(db), () => new HttpError(503, 'database_unavailable', `the database did not answer within ${READY_TIMEOUT_MS} ms`));
+          return { status: 200, body: { status: 'ready', service: definition.name } };
+        },
+      },
     ];
     server = await startHttpServer({ routes, host: resolved.host, port: resolved.port, logger });
   } catch (error) {
@@ -122,8 +145,15 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     stop() {
       stopped ??= (async () => {
         await http.close(resolved.shutdownTimeoutMs);
-        await stopOutbox();
-        await db.destroy();
+        const gaveUp = (what: string) => () => new Error(`${what} did not finish within ${resolved.shutdownTimeoutMs} ms (is Postgres answering?)`);
+        for (const [step, what] of [
+          [stopOutbox, 'stopping the drainer and the reconciler'],
+          [() => db.destroy(), 'closing the pool'],
+        ] as const) {
+          await within(resolved.shutdownTimeoutMs, step(), gaveUp(what)).catch((error: unknown) =>
+            logger.error(`stop: ${error instanceof Error ? error.message : String(error)}; going on`),
+          );
+        }
         logger.info('stopped');
       })();
       return stopped;

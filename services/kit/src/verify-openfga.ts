@@ -10,8 +10,9 @@ import { ServiceConfigError } from './errors.js';
  * is a permanent error, which would poison every intent the service writes until someone noticed.
  *
  * An OpenFGA that does not answer (down, throttled, credentials refused) only logs a warning: the
- * outbox exists so that a service keeps taking writes while OpenFGA is away, and the drainer's own
- * error handling (retry, or halt without counting attempts) covers it.
+ * service starts, its requests answer 503 while their authorization checks cannot be made, and the
+ * drainer's own error handling (retry, or halt without counting attempts) delivers what is in the
+ * outbox once OpenFGA is back.
  */
 export async function verifyOpenFgaTarget(connection: OpenFgaConnection, logger: Logger): Promise<void> {
   const client = new OpenFgaClient({
