@@ -117,7 +117,8 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
         return;
       end if;
       select coalesce(array_agg(h.id order by h.next_attempt_at, h.id), '{}'), coalesce(array_agg(h.key order by h.next_attempt_at, h.id), '{}'),
-             coalesce(array_agg(h.payload), '{}'), coalesce(array_agg(h.attempt_count), '{}')
+             coalesce(array_agg(h.payload order by h.next_attempt_at, h.id), '{}'),
+             coalesce(array_agg(h.attempt_count order by h.next_attempt_at, h.id), '{}')
         into v_ids, v_keys, v_payloads, v_attempts
       from ${heads('greatest(least(p_heads, p_batch), 1)')};
       if cardinality(v_ids) = 0 then
