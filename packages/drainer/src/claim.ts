@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { compareIds, sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import { compareIds, OutboxConfigError, recordedMaxAttemptsSql, sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
 import type { Intent } from './sink.js';
 
 /** A claimed batch: every intent row-locked by this transaction, heads first then their runs. */
@@ -43,11 +43,23 @@ export async function claimBatch(
     sqlLiteral.boolean(runs),
     sqlLiteral.boolean(synchronousCommit),
   ];
+  // With the claimed rows, the maxAttempts the table records (read once per statement): a drainer
+  // left running across a setMaxAttempts would count attempts with the old value and strand
+  // partitions, so it refuses the batch (rolled back by the caller) until restarted with the new spec.
+  const recorded = recordedMaxAttemptsSql(spec).compile(trx).sql;
   const result = await sql
-    .raw<{ id: string; partition_key: string; payload: IntentPayload; attempt_count: number; head: boolean }>(
-      `select id, partition_key, payload, attempt_count, head from ${tableNames(spec).claimFunction}(${args.join(', ')})`,
+    .raw<{ id: string; partition_key: string; payload: IntentPayload; attempt_count: number; head: boolean; recorded: number | null }>(
+      `select c.id, c.partition_key, c.payload, c.attempt_count, c.head, ${recorded} as recorded from ${tableNames(spec).claimFunction}(${args.join(', ')}) c`,
     )
     .execute(trx);
+  const table = result.rows[0]?.recorded;
+  if (table !== null && table !== undefined && Number(table) !== spec.maxAttempts) {
+    throw new OutboxConfigError(
+      'maxAttempts',
+      `${spec.table} now records maxAttempts ${table} (setMaxAttempts ran), this drainer counts with ${spec.maxAttempts}: ` +
+        'restart it with the new spec; it claims nothing until then',
+    );
+  }
   let heads = 0;
   const intents = result.rows.map((row): Intent => {
     if (row.head) heads += 1;

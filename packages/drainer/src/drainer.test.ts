@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec } from '@outbox/outbox';
+import { createOutboxTable, defineOutbox, enqueueMany, setMaxAttempts, type OutboxSpec } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
@@ -469,7 +469,8 @@ describe('commit durability', () => {
     const db = new KyselyClass({
       dialect: new PostgresDialect({ pool: t.pool({ max: 1 }) }),
       log: (event) => {
-        if (event.query.sql.includes('_claim"(')) claims.push(event.query.sql.slice(event.query.sql.lastIndexOf('(')));
+        const call = /_claim"\(([^)]*)\)/.exec(event.query.sql);
+        if (call) claims.push(`(${call[1]})`);
       },
     });
     await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, logger: quiet }).drainOnce();
@@ -575,5 +576,27 @@ describe('lifecycle', () => {
     await drainer.stop();
     expect(await flushing).toBeInstanceOf(DrainerStoppedError);
     expect(Date.now() - started).toBeLessThan(2_000);
+  });
+});
+
+describe('a drainer left running across setMaxAttempts', () => {
+  test('refuses its batches with an OutboxConfigError naming maxAttempts, touching no row, until restarted with the new spec', async () => {
+    const spec = await freshOutbox(t.db, { maxAttempts: 3 });
+    const sink = createRecordingSink();
+    const old = createDrainer({ db: t.db, spec, sink, logger: quiet });
+    await old.drainOnce(); // verifies the table (once per drainer), with nothing to deliver yet
+    const raised = defineOutbox({ table: spec.table, partitionColumn: 'resource_id', maxAttempts: 5 });
+    await setMaxAttempts(t.db, raised);
+    await enqueueRows(t.db, spec, ['vpc:m1', 'vpc:m1', 'vpc:m2']);
+    const before = await rows(t.db, spec);
+
+    const error = await old.drainOnce().catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'OutboxConfigError', field: 'maxAttempts' });
+    expect(String((error as Error).message)).toContain('records maxAttempts 5');
+    expect(await rows(t.db, spec)).toEqual(before);
+    expect(sink.delivered).toHaveLength(0);
+
+    const restarted = createDrainer({ db: t.db, spec: raised, sink, logger: quiet });
+    expect((await restarted.drainOnce()).delivered).toBe(3);
   });
 });

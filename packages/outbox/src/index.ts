@@ -12,6 +12,7 @@ export { createDrainFunctions } from './drain-functions.js';
 export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, type OutboxMigration, type OutboxTableOptions } from './migration.js';
 export {
   recordedMaxAttempts,
+  recordedMaxAttemptsSql,
   setMaxAttempts,
   type SetMaxAttemptsOptions,
   type SetMaxAttemptsResult,

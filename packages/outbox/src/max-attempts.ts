@@ -32,14 +32,17 @@ export function maxAttemptsCommentDdl(spec: OutboxSpec, maxAttempts: number): st
 /**
  * SQL for the table's recorded `maxAttempts` (an integer), or NULL when nothing is recorded (a
  * table created before this was recorded). A scalar subquery of the catalog: in a WHERE clause it
- * is an init-plan, read once per statement.
+ * is an init-plan, read once per statement. Plain SQL text without parameters (the names in it are
+ * validated identifiers), so it also fits a simple-protocol statement such as the drainer's claim.
+ *
+ * @internal shared by @outbox/drainer (its claim checks it); not for application code.
  */
 export function recordedMaxAttemptsSql(spec: OutboxSpec): RawBuilder<number | null> {
   const relation = `"${spec.schema}"."${spec.tableName}"`;
-  return sql<number | null>`(
-    select substring(col_description(a.attrelid, a.attnum) from ${PATTERN})::integer
+  return sql.raw<number | null>(`(
+    select substring(col_description(a.attrelid, a.attnum) from '${PATTERN}')::integer
     from pg_catalog.pg_attribute a
-    where a.attrelid = ${relation}::regclass and a.attname = 'attempt_count' and not a.attisdropped)`;
+    where a.attrelid = '${relation}'::regclass and a.attname = 'attempt_count' and not a.attisdropped)`);
 }
 
 /**
