@@ -340,7 +340,9 @@ describe('a pass and its transactions', () => {
       // The fifth intent of the first batch fails once: four delivered, the rest released.
       outcome: () => ((calls += 1) === 5 ? { kind: 'transient', error: 'try again' } : undefined),
     });
-    await createDrainer({ db, spec: failing, sink: flaky, batchSize: 10, logger: quiet }).drainOnce();
+    // A long backoff: with the default (full jitter from 0 ms) the failed row could be due again
+    // within the same pass and make a second batch.
+    await createDrainer({ db, spec: failing, sink: flaky, batchSize: 10, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
     const failedBatch = statements.filter((q) => q.includes('_settle"('));
     expect(failedBatch).toHaveLength(1);
     expect(failedBatch[0]).not.toContain('commit');
