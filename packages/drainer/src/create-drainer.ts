@@ -8,7 +8,7 @@ import { DrainerStoppedError, FlushPoisonedError, FlushTimeoutError } from './er
 import type { DrainerEvent, Logger } from './events.js';
 import { NotificationListener } from './listener.js';
 import { recordOutcomes } from './record-outcomes.js';
-import { SinkHaltError, type Sink } from './sink.js';
+import { isSinkHalt, type Sink } from './sink.js';
 
 /** What `createDrainer` takes. */
 export interface DrainerConfig {
@@ -313,7 +313,7 @@ export function createDrainer(config: DrainerConfig): Drainer {
       let more = true;
       while (more && !stopping) more = await db.connection().execute(segment);
     } catch (error) {
-      const halted = error instanceof SinkHaltError;
+      const halted = isSinkHalt(error);
       const err = error instanceof Error ? error : new Error(String(error));
       logger.error(halted ? `delivery halted, nothing counted against the intents: ${err.message}` : `drain pass failed: ${err.message}`, { table: spec.table });
       emit({ type: 'pass-failed', table: spec.table, error: err, halted });

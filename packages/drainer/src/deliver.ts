@@ -1,4 +1,4 @@
-import { SinkHaltError, type Intent, type Outcome, type Sink } from './sink.js';
+import { isSinkHalt, type Intent, type Outcome, type Sink } from './sink.js';
 import { sanitizeLastError } from './last-error.js';
 
 /** What became of a batch, per row, after the per-partition ordering rule is applied. */
@@ -37,7 +37,7 @@ export async function deliverBatch(sink: Sink, intents: readonly Intent[], deadl
     }
     return outcomes;
   } catch (error) {
-    if (error instanceof SinkHaltError) throw error;
+    if (isSinkHalt(error)) throw error;
     const message = `sink failed: ${sanitizeLastError(error)}`;
     return intents.map(() => ({ kind: 'transient', error: message }) as const);
   } finally {

@@ -414,6 +414,28 @@ describe('the next head after a run', () => {
 });
 
 describe('a sink that misbehaves', () => {
+  test('a halt thrown by another copy of @outbox/drainer (a sink package with its own) is still a halt: nothing counted', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:h1', 'vpc:h2']);
+    // What a second copy's SinkHaltError looks like here: another class, the same registry symbol.
+    class ForeignSinkHaltError extends Error {
+      override readonly name = 'SinkHaltError';
+      readonly [Symbol.for('@outbox/drainer.SinkHaltError')] = true;
+    }
+    expect(new ForeignSinkHaltError('x')).not.toBeInstanceOf(SinkHaltError);
+    const sink: Sink = {
+      deliver: async () => {
+        throw new ForeignSinkHaltError('credentials refused');
+      },
+    };
+    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
+    expect(result).toMatchObject({ delivered: 0, retried: 0, halted: true });
+    expect((await rows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error])).toEqual([
+      [false, 0, null],
+      [false, 0, null],
+    ]);
+  });
+
   const cases: Array<[string, (intents: readonly Intent[], signal: AbortSignal) => Promise<readonly Outcome[]>, RegExp]> = [
     ['throws', async () => {
       throw new Error('boom with Bearer s3cr3t');

@@ -1,5 +1,5 @@
 export { createDrainer, type Drainer, type DrainerConfig, type DrainResult } from './create-drainer.js';
-export { SinkHaltError, type Intent, type Outcome, type Sink, type SinkContext } from './sink.js';
+export { isSinkHalt, SinkHaltError, type Intent, type Outcome, type Sink, type SinkContext } from './sink.js';
 export { createRecordingSink, type RecordingSink, type RecordingSinkOptions } from './recording-sink.js';
 export { backoffDelayMs, type BackoffOptions } from './backoff.js';
 export { sanitizeLastError, MAX_LAST_ERROR_LENGTH } from './last-error.js';

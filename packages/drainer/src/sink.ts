@@ -49,6 +49,9 @@ export interface Sink {
   deliver(intents: readonly Intent[], context: SinkContext): Promise<readonly Outcome[]>;
 }
 
+/** A registry-wide symbol: the same in two copies of @outbox/drainer (e.g. one nested under a sink package). */
+const SINK_HALT: unique symbol = Symbol.for('@outbox/drainer.SinkHaltError');
+
 /**
  * Thrown by a sink when delivering is pointless right now and no intent is at fault (e.g. the
  * target refuses our credentials). The drainer releases the whole batch without counting an
@@ -56,7 +59,18 @@ export interface Sink {
  */
 export class SinkHaltError extends Error {
   override readonly name = 'SinkHaltError';
+  /** The brand {@link isSinkHalt} recognises, shared by every copy of this package in a process. */
+  readonly [SINK_HALT] = true;
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
   }
+}
+
+/**
+ * Whether `error` is a {@link SinkHaltError}, from this copy of @outbox/drainer or another one: a
+ * sink package may bring its own copy (version skew), and `instanceof` would then say no, turning a
+ * halt into a counted transient failure of every intent.
+ */
+export function isSinkHalt(error: unknown): error is SinkHaltError {
+  return error instanceof SinkHaltError || (typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[SINK_HALT] === true);
 }
