@@ -418,14 +418,11 @@ describe('a sink that misbehaves', () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:h1', 'vpc:h2']);
     // What a second copy's SinkHaltError looks like here: another class, the same registry symbol.
-    class ForeignSinkHaltError extends Error {
-      override readonly name = 'SinkHaltError';
-      readonly [Symbol.for('@outbox/drainer.SinkHaltError')] = true;
-    }
-    expect(new ForeignSinkHaltError('x')).not.toBeInstanceOf(SinkHaltError);
+    const foreignHalt = () => Object.assign(new Error('credentials refused'), { name: 'SinkHaltError', [Symbol.for('@outbox/drainer.SinkHaltError')]: true });
+    expect(foreignHalt()).not.toBeInstanceOf(SinkHaltError);
     const sink: Sink = {
       deliver: async () => {
-        throw new ForeignSinkHaltError('credentials refused');
+        throw foreignHalt();
       },
     };
     const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
