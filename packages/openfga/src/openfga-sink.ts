@@ -65,9 +65,10 @@ export interface OpenFgaSinkConnectionConfig extends OpenFgaSinkOptions {
   readonly storeId: string;
   /**
    * The model every written tuple is validated against. Default: the store's latest model. Pin it in
-   * production so a model change is a deliberate step (iam re-drives its outbox on one).
+   * production so a model change is a deliberate step (iam re-drives its outbox on one). `undefined`
+   * is accepted (e.g. straight from `process.env`) and means the default.
    */
-  readonly authorizationModelId?: string;
+  readonly authorizationModelId?: string | undefined;
   /**
    * How to authenticate: `{ method: CredentialsMethod.ApiToken, config: { token } }` for a preshared
    * key, or client credentials. Default none: only for a server without authentication (local, tests).
