@@ -129,6 +129,22 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])('redrivePoi
     expect(await heads(t.db, spec)).toEqual(poisoned);
   });
 
+  test('rows that fail for good again after a revival go to the back: later poisoned rows get their turn', async () => {
+    const spec = await createTestOutbox(t.db, { partitionIndex });
+    const poisoned: string[] = [];
+    for (const resource of ['p', 'q', 'r']) {
+      const id = await enqueueIntent(t.db, spec, `vpc:${resource}`, register(resource));
+      await poison(t.db, spec, id, 'validation_error');
+      poisoned.push(id);
+    }
+    const reconciler = createReconciler({ db: t.db, spec, batchSize: 2, logger: recordingLogger() });
+    expect(ids((await reconciler.redrivePoisoned()).revived)).toEqual(poisoned.slice(0, 2));
+    // OpenFGA refuses them again (a permanent error): poisoned at once, as the drainer does.
+    for (const id of poisoned.slice(0, 2)) await poison(t.db, spec, id, 'validation_error');
+    // The row not yet retried comes first; the one slot left goes to the earlier of the two again.
+    expect(ids((await reconciler.redrivePoisoned()).revived)).toEqual([poisoned[0], poisoned[2]]);
+  });
+
   test('several poisoned rows of one partition come back in id order; a deliverable predecessor stays head', async () => {
     const spec = await createTestOutbox(t.db, { partitionIndex });
     const p1 = await enqueueIntent(t.db, spec, 'vpc:m', register('m'));

@@ -109,7 +109,8 @@ export function deliveredSuccessor(spec: OutboxSpec, check: SuccessorCheck): Raw
 
 /**
  * Step 2: the first `batchSize` poisoned rows with no delivered successor (the candidates), and
- * the first `batchSize` with one (reported, never revived). Two lists so that superseded rows nobody
+ * the first `batchSize` with one (reported, never revived) — first meaning least recently attempted
+ * (`next_attempt_at`, then id), so rows that fail again after a revival rotate to the back. Two lists so that superseded rows nobody
  * has retired yet cannot fill the batch and starve revivable ones. Poisoned rows are found through
  * the partial pending index; the successor check runs once over them (a materialized semi-join),
  * then each list is cut to the batch. Rows are marked with `in (…)`, a hashed lookup: a join to
@@ -123,10 +124,13 @@ export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: Succe
     with superseded as materialized (
       select t.id from ${table} t where ${poisoned} and ${deliveredSuccessor(spec, check)}
     ), marked as (
-      select t.id, t.${sql.raw(n.partition)} as key, t.last_error, t.id in (select id from superseded) as superseded
+      select t.id, t.${sql.raw(n.partition)} as key, t.last_error, t.next_attempt_at, t.id in (select id from superseded) as superseded
       from ${table} t where ${poisoned}
     ), ranked as (
-      select *, row_number() over (partition by superseded order by id) as rank from marked
+      -- Least recently attempted first: a revived row that fails for good again keeps the
+      -- next_attempt_at of its revival, so it goes behind rows not yet retried instead of
+      -- taking the same slot on every pass.
+      select *, row_number() over (partition by superseded order by next_attempt_at, id) as rank from marked
     )
     select id, key, last_error, superseded from ranked where rank <= ${batchSize} order by id`;
 }
