@@ -10,7 +10,7 @@
  * The model is written only when it differs from the store's latest one (OpenFGA models are
  * immutable: every write is a new id, and services pin the id they were given).
  */
-import { CredentialsMethod, OpenFgaClient, type AuthorizationModel } from '@openfga/sdk';
+import { CredentialsMethod, FgaApiNotFoundError, OpenFgaClient, type AuthorizationModel } from '@openfga/sdk';
 import { transformer } from '@openfga/syntax-transformer';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
@@ -69,6 +69,13 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
     console.log(`created store ${storeId}`);
   }
   const client = new OpenFgaClient({ apiUrl, storeId, ...credentials });
+  // A stale id (an in-memory OpenFGA restarted, say) must fail here, not print ids nobody can use.
+  try {
+    await client.getStore();
+  } catch (error) {
+    if (error instanceof FgaApiNotFoundError) throw new Error(`OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID): unset it to create one`, { cause: error });
+    throw error;
+  }
   const wanted = authorizationModel() as unknown as Omit<AuthorizationModel, 'id'>;
   const latest = (await client.readLatestAuthorizationModel()).authorization_model;
   if (latest && sameModel(latest, wanted)) {
@@ -82,9 +89,12 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
 
 async function main(): Promise<void> {
   const sqlOnly = process.argv.includes('--sql-only');
-  await migrateSql(required('DATABASE_URL'));
-  if (sqlOnly) return;
-  const { storeId, modelId } = await loadModel(required('OPENFGA_API_URL'));
+  // Every setting is read before anything is changed.
+  const databaseUrl = required('DATABASE_URL');
+  const apiUrl = sqlOnly ? undefined : required('OPENFGA_API_URL');
+  await migrateSql(databaseUrl);
+  if (apiUrl === undefined) return;
+  const { storeId, modelId } = await loadModel(apiUrl);
   console.log(`\nexport OPENFGA_STORE_ID=${storeId}\nexport OPENFGA_MODEL_ID=${modelId}`);
 }
 

@@ -27,7 +27,7 @@ export class MigrationError extends Error {
   readonly migrationName: string | undefined;
   constructor(migrationName: string | undefined, options: { cause?: unknown }) {
     const reason = options.cause instanceof Error ? `: ${options.cause.message}` : '';
-    super(`migration ${migrationName ?? '(setup)'} failed${reason}; nothing of it was applied (each migration is one transaction)`, options);
+    super(`migration ${migrationName ?? '(setup)'} failed${reason}; none of this run's migrations was applied (they run in one transaction)`, options);
     this.migrationName = migrationName;
   }
 }

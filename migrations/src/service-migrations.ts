@@ -6,8 +6,8 @@ import { iamOutbox } from './specs.js';
 
 /**
  * The migration of one register service: its schema, its resource table and its outbox, in one
- * transaction (the migrator runs each migration in one), so a service never sees a table without
- * its outbox.
+ * transaction (the migrator runs all of a run's pending migrations in one), so a service never sees
+ * a table without its outbox.
  */
 export function registerServiceMigration(table: ResourceTable, spec: OutboxSpec): Migration {
   if (table.schema !== spec.schema) {
