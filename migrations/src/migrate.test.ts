@@ -1,4 +1,7 @@
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
 import { outboxStats, verifyOutboxTable } from '@outbox/outbox';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Migrator, NO_MIGRATIONS } from 'kysely/migration';
@@ -86,4 +89,24 @@ test('every migration can be undone and redone', async () => {
     where schema_name in ('iam', 'vpc', 'compute', 'nlb', 'storage', 'registry')`.execute(db);
   expect(schemas.rows[0]?.n).toBe(0);
   expect((await migrateToLatest(db)).length).toBe(Object.keys(migrations).length);
+});
+
+test('pnpm migrate with an OPENFGA_STORE_ID that does not exist fails with a clear message, exit 1', async () => {
+  const stack = inject('outboxStack');
+  const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    DATABASE_URL: urlOf(name),
+    OPENFGA_API_URL: stack.openfgaApiUrl,
+    OPENFGA_STORE_ID: '01JBZZZZZZZZZZZZZZZZZZZZZZ',
+    ...(stack.openfgaPresharedKey ? { OPENFGA_API_TOKEN: stack.openfgaPresharedKey } : {}),
+  };
+  const child = spawn(process.execPath, ['--import', 'tsx', cli], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  expect(code, output).toBe(1);
+  expect(output).toContain('has no store 01JBZZZZZZZZZZZZZZZZZZZZZZ (OPENFGA_STORE_ID)');
+  expect(output).not.toContain('export OPENFGA_MODEL_ID');
 });
