@@ -31,6 +31,14 @@ export interface ReconcilerConfig {
    * Postgres lock table is shared (~6.4k slots by default) with every enqueue.
    */
   readonly batchSize?: number;
+  /**
+   * How long a pass waits for the row and partition locks of its candidates' partitions (held by a
+   * drainer delivering them, or an enqueue). Default 5000 ms. Waiting is what lets the pass see every
+   * delivery in flight; past this, the pass rolls back and defers its candidates to the next one,
+   * so a stuck drainer cannot freeze the pass — nor, through the rows it had locked, other
+   * partitions — for as long as its delivery deadline.
+   */
+  readonly lockTimeoutMs?: number;
 }
 
 /**
@@ -94,6 +102,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   const { db, spec } = config;
   const interval = positiveInteger('interval', config.interval, 300_000, MAX_TIMER_MS);
   const batchSize = positiveInteger('batchSize', config.batchSize, 500, MAX_BATCH_SIZE);
+  const lockTimeoutMs = positiveInteger('lockTimeoutMs', config.lockTimeoutMs, 5_000, MAX_TIMER_MS);
   const logger = config.logger ?? consoleLogger;
 
   let verified: Promise<void> | undefined;
@@ -123,7 +132,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   const schedule = (own: number) => {
     timer = setTimeout(() => {
       timer = undefined;
-      void enqueuePass(() => redrivePoisoned(db, spec, batchSize, logger))
+      void enqueuePass(() => redrivePoisoned(db, spec, batchSize, logger, lockTimeoutMs))
         .catch((error: unknown) => logger.error('redrive pass failed; retrying at the next interval', { table: spec.table, error }))
         .finally(() => {
           if (own === generation) schedule(own);
@@ -133,7 +142,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   };
 
   return {
-    redrivePoisoned: () => enqueuePass(() => redrivePoisoned(db, spec, batchSize, logger)),
+    redrivePoisoned: () => enqueuePass(() => redrivePoisoned(db, spec, batchSize, logger, lockTimeoutMs)),
     retire: (ids, reason) => enqueuePass(() => retireSuperseded(db, spec, ids, reason)),
     async start() {
       await verify();

@@ -192,3 +192,37 @@ describe('single flight across processes', () => {
     }
   });
 });
+
+describe('a drainer that stays stuck', () => {
+  test('the pass waits at most lockTimeoutMs, then rolls back and defers; other partitions are free again', async () => {
+    const spec = await createTestOutbox(t.db);
+    const table = sql.raw(tableNames(spec).table);
+    const a = await enqueueIntent(t.db, spec, 'vpc:free', register('free'));
+    const aNext = await enqueueIntent(t.db, spec, 'vpc:free', deregister('free'));
+    const b = await enqueueIntent(t.db, spec, 'vpc:stuck', register('stuck'));
+    const bNext = await enqueueIntent(t.db, spec, 'vpc:stuck', deregister('stuck'));
+    await poison(t.db, spec, a);
+    await poison(t.db, spec, b);
+
+    // A drainer claimed vpc:stuck's head and its sink hangs.
+    const drainer = await openTransaction(t.kysely({ max: 1 }));
+    try {
+      await sql`select id from ${table} where id = ${bNext} for update`.execute(drainer.trx);
+      const reconciler = createReconciler({ db: t.db, spec, lockTimeoutMs: 300, logger: recordingLogger() });
+      const started = Date.now();
+      const result = await reconciler.redrivePoisoned();
+      expect(Date.now() - started).toBeLessThan(3_000);
+      expect(result).toMatchObject({ revived: [], skipped: false, more: true });
+      expect(ids(result.deferred)).toEqual([a, b]);
+      // Nothing of the pass is held: vpc:free's head can be claimed (NOWAIT would fail on a lock).
+      await sql`select id from ${table} where id = ${aNext} for update nowait`.execute(t.db);
+      expect(await readRow(t.db, spec, a)).toMatchObject({ attempt_count: spec.maxAttempts });
+    } finally {
+      await drainer.rollback();
+    }
+    // The drainer gave up: the next pass revives both.
+    const next = await createReconciler({ db: t.db, spec, lockTimeoutMs: 300, logger: recordingLogger() }).redrivePoisoned();
+    expect(ids(next.revived)).toEqual([a, b]);
+    expect(await headViolations(t.db, spec)).toEqual([]);
+  });
+});

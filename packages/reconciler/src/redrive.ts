@@ -1,5 +1,5 @@
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import { compareIds, lockPartitions, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { compareIds, lockPartitions, resetHeads, SQLSTATE, sqlState, tableNames, type OutboxSpec } from '@outbox/outbox';
 import type { Logger } from './logger.js';
 import { partitionIndexPresent } from './partition-index.js';
 
@@ -211,7 +211,14 @@ export function reviveRows(spec: OutboxSpec, ids: readonly string[]) {
 }
 
 
-async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: number): Promise<RedriveResult> {
+/** Step 3 or 4 waited longer than the pass allows: the pass rolls back, its candidates deferred. */
+class LockWaitTimeout extends Error {
+  constructor(readonly deferred: readonly RedrivenIntent[], readonly superseded: readonly RedrivenIntent[], readonly more: boolean) {
+    super('lock wait timed out');
+  }
+}
+
+async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: number, lockTimeoutMs: number): Promise<RedriveResult> {
   const lock = await tryLockReconciler(spec).execute(trx);
   if (!lock.rows[0]?.granted) return SKIPPED;
 
@@ -223,8 +230,18 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
   if (candidates.length === 0) return { revived: [], superseded, deferred: [], skipped: false, more };
 
   const keys = distinct(candidates);
-  await lockPendingRows(spec, keys).execute(trx);
-  await lockPartitions(spec, keys).execute(trx);
+  // Waiting for in-flight claims is the point of steps 3 and 4, but a stuck drainer (a hung sink,
+  // up to its delivery deadline) must not hold this pass — and, through the rows it already locked,
+  // other partitions' heads — for as long: past lockTimeoutMs the pass rolls back, deferring all.
+  await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(trx);
+  try {
+    await lockPendingRows(spec, keys).execute(trx);
+    await lockPartitions(spec, keys).execute(trx);
+  } catch (error) {
+    if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE) throw new LockWaitTimeout(candidates.map(toIntent), superseded, true);
+    throw error;
+  }
+  await sql`select set_config('lock_timeout', '0', true)`.execute(trx);
   const locked = (await lockPendingRows(spec, keys, { skipLocked: true }).execute(trx)).rows.map((r) => String(r.id));
   const decisions = (await decideCandidates(spec, candidates, locked, partitionIndex).execute(trx)).rows;
 
@@ -251,11 +268,18 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
  * Runs one redrive pass (DESIGN §6) in one READ COMMITTED transaction and logs what it did.
  * See the package README for the locking protocol and its cost.
  */
-export async function redrivePoisoned(db: Db, spec: OutboxSpec, batchSize: number, logger: Logger): Promise<RedriveResult> {
+export async function redrivePoisoned(db: Db, spec: OutboxSpec, batchSize: number, logger: Logger, lockTimeoutMs = 5_000): Promise<RedriveResult> {
   const result = await db
     .transaction()
     .setIsolationLevel('read committed')
-    .execute((trx) => pass(trx, spec, batchSize));
+    .execute((trx) => pass(trx, spec, batchSize, lockTimeoutMs))
+    .catch((error: unknown) => {
+      if (!(error instanceof LockWaitTimeout)) throw error;
+      logger.info(`redrive rolled back: a partition stayed locked longer than ${lockTimeoutMs} ms (a drainer still delivering); retrying next pass`, {
+        table: spec.table,
+      });
+      return { revived: [], superseded: [...error.superseded], deferred: [...error.deferred], skipped: false, more: error.more } satisfies RedriveResult;
+    });
   const fields = (rows: readonly RedrivenIntent[]) => ({
     table: spec.table,
     ids: rows.map((r) => r.id),
