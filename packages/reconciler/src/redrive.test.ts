@@ -226,6 +226,13 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])('redrivePoi
     expect(await headViolations(t.db, spec)).toEqual([]);
   });
 
+  test('a BRIN index on (partition, id) is not taken for the optional btree', async () => {
+    const spec = await createTestOutbox(t.db, { partitionIndex: false });
+    const n = tableNames(spec);
+    await sql.raw(`create index on ${n.table} using brin (${n.partition}, id)`).execute(t.db);
+    expect((await partitionIndexPresent(spec).execute(t.db)).rows[0]?.present).toBe(false);
+  });
+
   test('the table is seen with or without the optional btree', async () => {
     const spec = await createTestOutbox(t.db, { partitionIndex });
     expect((await partitionIndexPresent(spec).execute(t.db)).rows[0]?.present).toBe(partitionIndex);
