@@ -1,5 +1,5 @@
 import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
-import { createDrainer, type Logger } from '@outbox/drainer';
+import { createDrainer, type Logger, type Sink } from '@outbox/drainer';
 import { createOutboxTable, defineOutbox, enqueueMany, REGISTER_OUTBOX_PARTITION, type EnqueueInput, type OutboxSpec } from '@outbox/outbox';
 import { createOpenFgaStore, openFgaClientConfig, startOpenFga, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql, type Kysely } from 'kysely';
@@ -31,6 +31,17 @@ async function rows(spec: OutboxSpec) {
     select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error
     from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} t order by t.id`.execute(t.db);
   return result.rows;
+}
+
+/** One pass with a sink whose credentials are refused: it halts, and every row is left as it was (no attempt, no error). */
+async function expectHaltUntouched(spec: OutboxSpec, sink: Sink): Promise<void> {
+  const refused = createDrainer({ db: t.db, spec, sink, logger: quiet });
+  try {
+    expect(await refused.drainOnce()).toMatchObject({ delivered: 0, retried: 0, poisoned: 0, halted: true });
+  } finally {
+    await refused.stop();
+  }
+  expect((await rows(spec)).every((row) => !row.sent && row.attempt_count === 0 && row.last_error === null)).toBe(true);
 }
 
 const sinkFor = () => createOpenFgaSink({ ...openFgaClientConfig(fga.storeId, fga.authorizationModelId), storeId: fga.storeId });
@@ -92,24 +103,16 @@ describe('the real drainer delivering through the OpenFGA sink', () => {
     try {
       const spec = await freshOutbox(t.db);
       await enqueue(spec, Array.from({ length: 30 }, (_, i) => ({ partitionKey: `vpc:e2etok${i}`, payload: { writes: [key(`user:di owner vpc:e2etok${i}`)] } })));
-      const refused = createDrainer({
-        db: t.db,
+      // Not poisoned, not blamed on OpenFGA: no attempt counted, no last_error written.
+      await expectHaltUntouched(
         spec,
-        sink: createOpenFgaSink({
+        createOpenFgaSink({
           apiUrl: fga.apiUrl,
           storeId: fga.storeId,
           authorizationModelId: fga.authorizationModelId,
           credentials: clientCredentials(issuer.url, 'the-client-secret'),
         }),
-        logger: quiet,
-      });
-      try {
-        expect(await refused.drainOnce()).toMatchObject({ delivered: 0, retried: 0, poisoned: 0, halted: true });
-      } finally {
-        await refused.stop();
-      }
-      // Not poisoned, not blamed on OpenFGA: no attempt counted, no last_error written.
-      expect((await rows(spec)).every((row) => !row.sent && row.attempt_count === 0 && row.last_error === null)).toBe(true);
+      );
       expect(issuer.requests).toHaveLength(1);
     } finally {
       await issuer.close();
@@ -124,18 +127,7 @@ describe('the real drainer delivering through the OpenFGA sink', () => {
       await enqueue(spec, Array.from({ length: 30 }, (_, i) => ({ partitionKey: `vpc:e2ekey${i}`, payload: { writes: [key(`user:di owner vpc:e2ekey${i}`)] } })));
       const token = (value: string) => ({ method: CredentialsMethod.ApiToken as const, config: { token: value } });
 
-      const refused = createDrainer({
-        db: t.db,
-        spec,
-        sink: createOpenFgaSink({ apiUrl: server.apiUrl, storeId, authorizationModelId, credentials: token('wrong') }),
-        logger: quiet,
-      });
-      try {
-        expect(await refused.drainOnce()).toMatchObject({ delivered: 0, retried: 0, poisoned: 0, halted: true });
-      } finally {
-        await refused.stop();
-      }
-      expect((await rows(spec)).every((row) => !row.sent && row.attempt_count === 0 && row.last_error === null)).toBe(true);
+      await expectHaltUntouched(spec, createOpenFgaSink({ apiUrl: server.apiUrl, storeId, authorizationModelId, credentials: token('wrong') }));
 
       const accepted = createDrainer({
         db: t.db,
