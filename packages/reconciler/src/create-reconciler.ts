@@ -57,7 +57,8 @@ export interface Reconciler {
   redrivePoisoned(): Promise<RedriveResult>;
   /**
    * Closes superseded intents with a reason (`retired_at`, `retired_reason`), all or nothing.
-   * Throws a {@link RetireRefusedError} naming every id that is not superseded. Returns the rows retired.
+   * Throws a {@link RetireRefusedError} naming every id that is not superseded (and an
+   * `OutboxConfigError` naming `reason` or `ids` when those are missing). Returns the rows retired.
    */
   retire(ids: readonly (string | number | bigint)[], reason: string): Promise<readonly RedrivenIntent[]>;
   /** Verifies the table and the coverage SQL, then runs a pass every `interval`. */

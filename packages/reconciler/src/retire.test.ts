@@ -68,8 +68,9 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])('retire (pa
     expect(await readRow(t.db, spec, row.superseded2!)).toMatchObject({ retired: false });
   });
 
-  test('refuses without a reason', async () => {
-    await expect(reconciler.retire([row.superseded!], '  ')).rejects.toBeInstanceOf(RetireRefusedError);
+  test('refuses without a reason, or without ids: argument errors (OutboxConfigError naming them), not refusals', async () => {
+    await expect(reconciler.retire([row.superseded!], '  ')).rejects.toMatchObject({ name: 'OutboxConfigError', field: 'reason' });
+    await expect(reconciler.retire([], 'a reason')).rejects.toMatchObject({ name: 'OutboxConfigError', field: 'ids' });
     expect(await readRow(t.db, spec, row.superseded!)).toMatchObject({ retired: false });
   });
 

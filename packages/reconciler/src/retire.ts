@@ -1,5 +1,5 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
-import { compareIds, lockPartitions, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { compareIds, lockPartitions, OutboxConfigError, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
 import { RetireRefusedError, type RefusedRetirement, type RetireRefusal } from './errors.js';
 import { partitionIndexPresent } from './partition-index.js';
 import { deliveredSuccessor, lockPendingRows, reconcilerLockKey, type RedrivenIntent, type SuccessorCheck } from './redrive.js';
@@ -82,14 +82,15 @@ export async function retireSuperseded(
   ids: readonly (string | number | bigint)[],
   reason: string,
 ): Promise<RedrivenIntent[]> {
+  // Bad arguments are the caller's mistake, not a refusal of some row: a typed config error naming them.
   if (typeof reason !== 'string' || reason.trim() === '') {
-    throw new RetireRefusedError(spec.table, [], `retire on ${spec.table}: give a reason (a non-empty string): it is kept as evidence`);
+    throw new OutboxConfigError('reason', `retire on ${spec.table}: give a reason (a non-empty string): it is kept as evidence`);
   }
   if (!Array.isArray(ids) || ids.length === 0) {
-    throw new RetireRefusedError(spec.table, [], `retire on ${spec.table}: expected a non-empty array of outbox ids`);
+    throw new OutboxConfigError('ids', `retire on ${spec.table}: expected a non-empty array of outbox ids`);
   }
   if (ids.length > MAX_RETIRE_IDS) {
-    throw new RetireRefusedError(spec.table, [], `retire on ${spec.table}: at most ${MAX_RETIRE_IDS} ids per call, got ${ids.length}`);
+    throw new OutboxConfigError('ids', `retire on ${spec.table}: at most ${MAX_RETIRE_IDS} ids per call, got ${ids.length}`);
   }
   const wanted = [...new Set(ids.map((id) => String(id)))];
   const malformed = wanted.filter((id) => !isId(id));
