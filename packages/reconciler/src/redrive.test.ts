@@ -53,6 +53,7 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])('redrivePoi
       deferred: [],
       skipped: false,
       more: false,
+      moreSuperseded: false,
     });
     expect(await readRow(t.db, spec, stuck)).toMatchObject({ attempt_count: 0, last_error: null, is_head: true, due: true });
     expect(await readRow(t.db, spec, next)).toMatchObject({ is_head: false });
@@ -108,7 +109,8 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])('redrivePoi
     const result = await createReconciler({ db: t.db, spec, batchSize: 2, logger: recordingLogger() }).redrivePoisoned();
     expect(ids(result.revived)).toEqual([revivable]);
     expect(ids(result.superseded)).toEqual(parked.slice(0, 2));
-    expect(result.more).toBe(true);
+    // More superseded rows wait (for a human), but no more revivable ones: a loop on `more` stops.
+    expect([result.more, result.moreSuperseded]).toEqual([false, true]);
   });
 
   test('revives at most batchSize rows a pass, oldest first', async () => {
@@ -242,7 +244,7 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])('redrivePoi
     const spec = await createTestOutbox(t.db, { partitionIndex });
     const a = await enqueueIntent(t.db, spec, 'vpc:q', register('q'));
     const result = await createReconciler({ db: t.db, spec, logger: recordingLogger() }).redrivePoisoned();
-    expect(result).toEqual({ revived: [], superseded: [], deferred: [], skipped: false, more: false });
+    expect(result).toEqual({ revived: [], superseded: [], deferred: [], skipped: false, more: false, moreSuperseded: false });
     expect(await heads(t.db, spec)).toEqual([a]);
   });
 });

@@ -36,8 +36,14 @@ export interface RedriveResult {
   readonly deferred: readonly RedrivenIntent[];
   /** Another pass (any process) held the reconciler lock of this table; this one did nothing. */
   readonly skipped: boolean;
-  /** A list filled its batch: more poisoned rows may wait for the next pass. */
+  /** The candidates filled the batch: more revivable rows may wait for the next pass. */
   readonly more: boolean;
+  /**
+   * The superseded list filled its batch: more superseded rows may be unreported. Apart from `more`
+   * because retiring them is a human's step: a caller that loops while `more` would otherwise spin
+   * on superseded rows nobody has retired yet.
+   */
+  readonly moreSuperseded: boolean;
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -55,7 +61,7 @@ interface Decision extends PoisonedRow {
   contended: boolean;
 }
 
-const SKIPPED: RedriveResult = Object.freeze({ revived: [], superseded: [], deferred: [], skipped: true, more: false });
+const SKIPPED: RedriveResult = Object.freeze({ revived: [], superseded: [], deferred: [], skipped: true, more: false, moreSuperseded: false });
 const toIntent = (row: PoisonedRow): RedrivenIntent => ({ id: String(row.id), partitionKey: row.key, lastError: row.last_error });
 const distinct = (rows: readonly { key: string }[]) => [...new Set(rows.map((r) => r.key))];
 
@@ -213,7 +219,11 @@ export function reviveRows(spec: OutboxSpec, ids: readonly string[]) {
 
 /** Step 3 or 4 waited longer than the pass allows: the pass rolls back, its candidates deferred. */
 class LockWaitTimeout extends Error {
-  constructor(readonly deferred: readonly RedrivenIntent[], readonly superseded: readonly RedrivenIntent[], readonly more: boolean) {
+  constructor(
+    readonly deferred: readonly RedrivenIntent[],
+    readonly superseded: readonly RedrivenIntent[],
+    readonly moreSuperseded: boolean,
+  ) {
     super('lock wait timed out');
   }
 }
@@ -226,8 +236,9 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
   const poisoned = (await selectPoisoned(spec, batchSize, { partitionIndex }).execute(trx)).rows;
   const candidates = poisoned.filter((r) => !r.superseded);
   const superseded = poisoned.filter((r) => r.superseded).map(toIntent);
-  const more = candidates.length >= batchSize || superseded.length >= batchSize;
-  if (candidates.length === 0) return { revived: [], superseded, deferred: [], skipped: false, more };
+  const more = candidates.length >= batchSize;
+  const moreSuperseded = superseded.length >= batchSize;
+  if (candidates.length === 0) return { revived: [], superseded, deferred: [], skipped: false, more, moreSuperseded };
 
   const keys = distinct(candidates);
   // Waiting for in-flight claims is the point of steps 3 and 4, but a stuck drainer (a hung sink,
@@ -238,7 +249,7 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
     await lockPendingRows(spec, keys).execute(trx);
     await lockPartitions(spec, keys).execute(trx);
   } catch (error) {
-    if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE) throw new LockWaitTimeout(candidates.map(toIntent), superseded, true);
+    if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE) throw new LockWaitTimeout(candidates.map(toIntent), superseded, moreSuperseded);
     throw error;
   }
   await sql`select set_config('lock_timeout', '0', true)`.execute(trx);
@@ -261,7 +272,7 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
     await resetHeads(trx, spec, distinct(revive));
   }
   superseded.sort((a, b) => compareIds(a.id, b.id));
-  return { revived: revive.map(toIntent), superseded, deferred, skipped: false, more };
+  return { revived: revive.map(toIntent), superseded, deferred, skipped: false, more, moreSuperseded };
 }
 
 /**
@@ -278,7 +289,16 @@ export async function redrivePoisoned(db: Db, spec: OutboxSpec, batchSize: numbe
       logger.info(`redrive rolled back: a partition stayed locked longer than ${lockTimeoutMs} ms (a drainer still delivering); retrying next pass`, {
         table: spec.table,
       });
-      return { revived: [], superseded: [...error.superseded], deferred: [...error.deferred], skipped: false, more: error.more } satisfies RedriveResult;
+      // Deferred candidates are still waiting: `more`.
+      const deferredResult: RedriveResult = {
+        revived: [],
+        superseded: [...error.superseded],
+        deferred: [...error.deferred],
+        skipped: false,
+        more: true,
+        moreSuperseded: error.moreSuperseded,
+      };
+      return deferredResult;
     });
   const fields = (rows: readonly RedrivenIntent[]) => ({
     table: spec.table,

@@ -96,8 +96,8 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     stats: () => outboxStats(db, spec),
     async redrive() {
       // A pass handles one batch of poisoned rows; after a model change every one of them should be
-      // tried, so go on while passes still revive something and report there is more (superseded
-      // rows are not consumed by a pass: looping on them alone would never end).
+      // tried, so go on while passes still revive something and report more revivable rows (a
+      // deferred partition also says `more`: the revive guard keeps that from spinning).
       let result = await reconciler.redrivePoisoned();
       const revived = [...result.revived];
       for (let pass = 1; pass < 100 && result.more && result.revived.length > 0; pass += 1) {
