@@ -59,15 +59,38 @@ async function migrateSql(databaseUrl: string): Promise<void> {
   }
 }
 
+const STORE_NAME = 'outbox';
+
+/**
+ * Without OPENFGA_STORE_ID: the store named `outbox`, created on the first run and found again on
+ * the next ones (a second run must not leave a second store behind). Several of that name: refuse
+ * to guess.
+ */
+async function outboxStore(admin: OpenFgaClient, apiUrl: string): Promise<string> {
+  const named: string[] = [];
+  let continuationToken: string | undefined;
+  do {
+    const page = await admin.listStores({ pageSize: 100, ...(continuationToken ? { continuationToken } : {}) });
+    named.push(...page.stores.filter((store) => store.name === STORE_NAME).map((store) => store.id));
+    continuationToken = page.continuation_token || undefined;
+  } while (continuationToken);
+  if (named.length > 1) {
+    throw new Error(`OpenFGA at ${apiUrl} has ${named.length} stores named "${STORE_NAME}" (${named.join(', ')}): set OPENFGA_STORE_ID to the one to use`);
+  }
+  if (named.length === 1) {
+    console.log(`using store ${named[0]} (named "${STORE_NAME}")`);
+    return named[0] as string;
+  }
+  const { id } = await admin.createStore({ name: STORE_NAME });
+  console.log(`created store ${id}`);
+  return id;
+}
+
 async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: string }> {
   const token = process.env.OPENFGA_API_TOKEN;
   const credentials = token ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token } } } : {};
   let storeId = process.env.OPENFGA_STORE_ID;
-  if (!storeId) {
-    const admin = new OpenFgaClient({ apiUrl, ...credentials });
-    storeId = (await admin.createStore({ name: 'outbox' })).id;
-    console.log(`created store ${storeId}`);
-  }
+  if (!storeId) storeId = await outboxStore(new OpenFgaClient({ apiUrl, ...credentials }), apiUrl);
   const client = new OpenFgaClient({ apiUrl, storeId, ...credentials });
   // A stale id (an in-memory OpenFGA restarted, say) must fail here, not print ids nobody can use.
   try {

@@ -91,21 +91,40 @@ test('every migration can be undone and redone', async () => {
   expect((await migrateToLatest(db)).length).toBe(Object.keys(migrations).length);
 });
 
-test('pnpm migrate with an OPENFGA_STORE_ID that does not exist fails with a clear message, exit 1', async () => {
+/** Runs the migrate CLI against this file's database and the stack's OpenFGA; `env` adds to (or unsets) variables. */
+async function runCli(env: Record<string, string | undefined>): Promise<{ code: number | null; output: string }> {
   const stack = inject('outboxStack');
-  const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
-  const env: Record<string, string> = {
-    ...(process.env as Record<string, string>),
+  const merged: Record<string, string | undefined> = {
+    ...process.env,
     DATABASE_URL: urlOf(name),
     OPENFGA_API_URL: stack.openfgaApiUrl,
-    OPENFGA_STORE_ID: '01JBZZZZZZZZZZZZZZZZZZZZZZ',
     ...(stack.openfgaPresharedKey ? { OPENFGA_API_TOKEN: stack.openfgaPresharedKey } : {}),
+    ...env,
   };
-  const child = spawn(process.execPath, ['--import', 'tsx', cli], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./cli.ts', import.meta.url))], {
+    env: Object.fromEntries(Object.entries(merged).filter((entry): entry is [string, string] => entry[1] !== undefined)),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   child.stdout.on('data', (chunk) => (output += chunk));
   child.stderr.on('data', (chunk) => (output += chunk));
   const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, output };
+}
+
+test('pnpm migrate without OPENFGA_STORE_ID creates the store named outbox once, then finds it again', async () => {
+  const first = await runCli({ OPENFGA_STORE_ID: undefined });
+  expect(first.code, first.output).toBe(0);
+  const storeId = /export OPENFGA_STORE_ID=(\S+)/.exec(first.output)?.[1];
+  expect(storeId).toBeDefined();
+  const second = await runCli({ OPENFGA_STORE_ID: undefined });
+  expect(second.code, second.output).toBe(0);
+  expect(second.output).toContain(`using store ${storeId} (named "outbox")`);
+  expect(second.output).toContain(`export OPENFGA_STORE_ID=${storeId}`);
+});
+
+test('pnpm migrate with an OPENFGA_STORE_ID that does not exist fails with a clear message, exit 1', async () => {
+  const { code, output } = await runCli({ OPENFGA_STORE_ID: '01JBZZZZZZZZZZZZZZZZZZZZZZ' });
   expect(code, output).toBe(1);
   expect(output).toContain('has no store 01JBZZZZZZZZZZZZZZZZZZZZZZ (OPENFGA_STORE_ID)');
   expect(output).not.toContain('export OPENFGA_MODEL_ID');
