@@ -1,11 +1,12 @@
-import type { Reporter, TestModule } from 'vitest/node';
+import type { Reporter, SerializedError, TestModule } from 'vitest/node';
 
 /**
- * Prints one plain closing line, `tests: N passed, N failed, N skipped`, after vitest's own
- * summary, so tools that read the last lines of a CI log find the counts in a stable form.
+ * Prints one plain closing line, `tests: N passed, N failed, N skipped` (and `, N unhandled
+ * errors` when there were any: they fail the run too), after vitest's own summary, so tools that
+ * read the last lines of a CI log find the counts in a stable form.
  */
 export default class SummaryReporter implements Reporter {
-  onTestRunEnd(testModules: ReadonlyArray<TestModule>): void {
+  onTestRunEnd(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError> = []): void {
     let passed = 0;
     let failed = 0;
     let skipped = 0;
@@ -18,6 +19,7 @@ export default class SummaryReporter implements Reporter {
       }
       if (module.state() === 'failed' && [...module.children.allTests()].length === 0) failed += 1;
     }
-    process.stdout.write(`\ntests: ${passed} passed, ${failed} failed, ${skipped} skipped\n`);
+    const errors = unhandledErrors.length > 0 ? `, ${unhandledErrors.length} unhandled error${unhandledErrors.length === 1 ? '' : 's'}` : '';
+    process.stdout.write(`\ntests: ${passed} passed, ${failed} failed, ${skipped} skipped${errors}\n`);
   }
 }
