@@ -46,12 +46,10 @@ export async function claimBatch(
   // With the claimed rows, the maxAttempts the table records (read once per statement): a drainer
   // left running across a setMaxAttempts would count attempts with the old value and strand
   // partitions, so it refuses the batch (rolled back by the caller) until restarted with the new spec.
-  const recorded = recordedMaxAttemptsSql(spec).compile(trx).sql;
-  const result = await sql
-    .raw<{ id: string; partition_key: string; payload: IntentPayload; attempt_count: number; head: boolean; recorded: number | null }>(
-      `select c.id, c.partition_key, c.payload, c.attempt_count, c.head, ${recorded} as recorded from ${tableNames(spec).claimFunction}(${args.join(', ')}) c`,
-    )
-    .execute(trx);
+  // Raw pieces only: still one parameterless, simple-protocol statement.
+  const result = await sql<{ id: string; partition_key: string; payload: IntentPayload; attempt_count: number; head: boolean; recorded: number | null }>`
+    select c.id, c.partition_key, c.payload, c.attempt_count, c.head, ${recordedMaxAttemptsSql(spec)} as recorded
+    from ${sql.raw(`${tableNames(spec).claimFunction}(${args.join(', ')})`)} c`.execute(trx);
   const table = result.rows[0]?.recorded;
   if (table !== null && table !== undefined && Number(table) !== spec.maxAttempts) {
     throw new OutboxConfigError(

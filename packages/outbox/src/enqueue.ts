@@ -3,7 +3,7 @@ import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, PayloadError } from './errors.js';
 import { compareIds } from './ids.js';
 import { recordedMaxAttemptsSql } from './max-attempts.js';
-import { partitionLockKey } from './partition-lock.js';
+import { lockPartitions } from './partition-lock.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
 import { tableNames } from './table-names.js';
 
@@ -39,13 +39,9 @@ const READ_COMMITTED = 'read committed';
  * The guard is an init-plan: when it is false no lock is taken.
  */
 function lockPartitionsIfReadCommitted(spec: OutboxSpec, keys: readonly string[]) {
-  const hash = partitionLockKey(spec, sql`k`);
+  const readCommitted = sql<boolean>`current_setting('transaction_isolation') = ${READ_COMMITTED}`;
   return sql<{ isolation: string }>`
-    with locks as (
-      select pg_advisory_xact_lock(h) from (select distinct ${hash} as h from unnest(${[...keys]}::text[]) as k) l
-      where current_setting('transaction_isolation') = ${READ_COMMITTED}
-      order by h
-    )
+    with locks as (${lockPartitions(spec, keys, readCommitted)})
     select current_setting('transaction_isolation') as isolation, (select count(*) from locks) as locked`;
 }
 

@@ -14,9 +14,12 @@ export function partitionLockKey(spec: OutboxSpec, key: RawBuilder<unknown>): Ra
 /**
  * A statement that takes the transaction-scoped advisory lock of every partition in `keys`,
  * sorted by hash. Postgres evaluates the volatile lock call after the sort, so locks are taken in
- * that order.
+ * that order. With `when`, a condition evaluated once before any lock (an init-plan), no lock is
+ * taken unless it holds.
  */
-export function lockPartitions(spec: OutboxSpec, keys: readonly string[]) {
+export function lockPartitions(spec: OutboxSpec, keys: readonly string[], when?: RawBuilder<boolean>) {
   const hash = partitionLockKey(spec, sql`k`);
-  return sql`select pg_advisory_xact_lock(h) from (select distinct ${hash} as h from unnest(${[...keys]}::text[]) as k) locks order by h`;
+  return sql`select pg_advisory_xact_lock(h) from (select distinct ${hash} as h from unnest(${[...keys]}::text[]) as k) locks${
+    when ? sql` where ${when}` : sql``
+  } order by h`;
 }

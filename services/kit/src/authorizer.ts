@@ -37,6 +37,16 @@ function unavailable(error: unknown): never {
   throw new HttpError(503, 'authorization_unavailable', 'OpenFGA did not answer the authorization check: retry shortly', { cause: error });
 }
 
+/** An OpenFGA client for a service's connection (store, pinned model, credentials). */
+export function openFgaClient(connection: OpenFgaConnection): OpenFgaClient {
+  return new OpenFgaClient({
+    apiUrl: connection.apiUrl,
+    storeId: connection.storeId,
+    ...(connection.authorizationModelId ? { authorizationModelId: connection.authorizationModelId } : {}),
+    ...(connection.credentials ? { credentials: connection.credentials } : {}),
+  });
+}
+
 /**
  * Builds the authorizer of a service. Reads ask for higher consistency: after a create's flush the
  * caller must be allowed at once (read-your-writes), which a cached check could deny.
@@ -46,12 +56,7 @@ function unavailable(error: unknown): never {
  * await fga.require('user:alice', 'can_view', 'vpc:42'); // throws HttpError 403 when not allowed
  */
 export function createAuthorizer(connection: OpenFgaConnection): Authorizer {
-  const client = new OpenFgaClient({
-    apiUrl: connection.apiUrl,
-    storeId: connection.storeId,
-    ...(connection.authorizationModelId ? { authorizationModelId: connection.authorizationModelId } : {}),
-    ...(connection.credentials ? { credentials: connection.credentials } : {}),
-  });
+  const client = openFgaClient(connection);
   const check = async (user: string, relation: string, object: string) => {
     try {
       const { allowed } = await client.check({ user, relation, object }, READ_OPTIONS);

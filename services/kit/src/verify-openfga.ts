@@ -1,6 +1,6 @@
-import { FgaApiNotFoundError, FgaApiValidationError, OpenFgaClient } from '@openfga/sdk';
+import { FgaApiNotFoundError, FgaApiValidationError } from '@openfga/sdk';
 import type { Logger } from '@outbox/drainer';
-import type { OpenFgaConnection } from './authorizer.js';
+import { openFgaClient, type OpenFgaConnection } from './authorizer.js';
 import { ServiceConfigError } from './errors.js';
 
 /**
@@ -15,11 +15,7 @@ import { ServiceConfigError } from './errors.js';
  * outbox once OpenFGA is back.
  */
 export async function verifyOpenFgaTarget(connection: OpenFgaConnection, logger: Logger): Promise<void> {
-  const client = new OpenFgaClient({
-    apiUrl: connection.apiUrl,
-    storeId: connection.storeId,
-    ...(connection.credentials ? { credentials: connection.credentials } : {}),
-  });
+  const client = openFgaClient(connection);
   const noRetry = { retryParams: { maxRetry: 0 } };
   try {
     await client.getStore(noRetry);
