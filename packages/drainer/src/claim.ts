@@ -1,5 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { compareIds, OutboxConfigError, recordedMaxAttemptsSql, sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import { compareIds, maxAttemptsChangedError, recordedMaxAttemptsSql, sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
 import type { Intent } from './sink.js';
 
 /** A claimed batch: every intent row-locked by this transaction, heads first then their runs. */
@@ -52,11 +52,7 @@ export async function claimBatch(
     from ${sql.raw(`${tableNames(spec).claimFunction}(${args.join(', ')})`)} c`.execute(trx);
   const table = result.rows[0]?.recorded;
   if (table !== null && table !== undefined && Number(table) !== spec.maxAttempts) {
-    throw new OutboxConfigError(
-      'maxAttempts',
-      `${spec.table} now records maxAttempts ${table} (setMaxAttempts ran), this drainer counts with ${spec.maxAttempts}: ` +
-        'restart it with the new spec; it claims nothing until then',
-    );
+    throw maxAttemptsChangedError(spec, Number(table), 'drainer');
   }
   let heads = 0;
   const intents = result.rows.map((row): Intent => {

@@ -11,6 +11,8 @@ export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from
 export { createDrainFunctions } from './drain-functions.js';
 export { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl, type OutboxMigration, type OutboxTableOptions } from './migration.js';
 export {
+  assertRecordedMaxAttempts,
+  maxAttemptsChangedError,
   recordedMaxAttempts,
   recordedMaxAttemptsSql,
   setMaxAttempts,

@@ -56,6 +56,34 @@ export async function recordedMaxAttempts(db: Kysely<any>, spec: OutboxSpec): Pr
   return recorded === null || recorded === undefined ? undefined : Number(recorded);
 }
 
+/**
+ * The error of a process that counts with `spec.maxAttempts` while the table records `recorded`:
+ * it was left running across a `setMaxAttempts`, and would strand or reorder partitions if it went on.
+ *
+ * @internal shared by @outbox/drainer and @outbox/reconciler; not for application code.
+ */
+export function maxAttemptsChangedError(spec: OutboxSpec, recorded: number, who: string): OutboxConfigError {
+  return new OutboxConfigError(
+    'maxAttempts',
+    `${spec.table} now records maxAttempts ${recorded} (setMaxAttempts ran), this ${who} counts with ${spec.maxAttempts}: ` +
+      'restart it with the new spec; it changes nothing until then',
+  );
+}
+
+/**
+ * Throws {@link maxAttemptsChangedError} when the table records a `maxAttempts` other than the
+ * spec's. Run it inside the transaction it guards, in a statement after that transaction locked the
+ * rows it will change: `setMaxAttempts` holds the table in EXCLUSIVE mode, so the check then sees its
+ * commit, or it waits for this transaction to end.
+ *
+ * @internal shared by @outbox/reconciler (its passes and retire); not for application code.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function assertRecordedMaxAttempts(trx: Kysely<any>, spec: OutboxSpec, who: string): Promise<void> {
+  const recorded = await recordedMaxAttempts(trx, spec);
+  if (recorded !== undefined && recorded !== spec.maxAttempts) throw maxAttemptsChangedError(spec, recorded, who);
+}
+
 /** Options of {@link setMaxAttempts}. */
 export interface SetMaxAttemptsOptions {
   /**
@@ -93,9 +121,10 @@ export interface SetMaxAttemptsResult {
  * revive a superseded one. Lowering poisons nothing at once: a row still being retried gets at
  * most one more attempt. Idempotent: with the value already recorded, it changes nothing.
  *
- * Stop the drainers and reconcilers that run with the old value before it runs: they would keep
- * counting with the old value and strand partitions. Writers may keep running: `enqueue` counts
- * with the value the table records.
+ * Stop the drainers and reconcilers that run with the old value before it runs: counting with the
+ * old value they would strand partitions, so after it they refuse to work (an `OutboxConfigError`
+ * naming `maxAttempts` from every claim, pass and retire) until restarted with the new spec. Writers
+ * may keep running: `enqueue` counts with the value the table records.
  *
  * Runs inside `db` when it is a transaction (e.g. a Kysely migration's; it must be READ
  * COMMITTED), else in a READ COMMITTED transaction of its own.

@@ -11,11 +11,13 @@ import {
   enqueueIntent,
   headViolations,
   heads,
+  openTransaction,
   poison,
   readRow,
   readRows,
   recordingLogger,
   register,
+  waitForLockWaiters,
 } from './outbox-fixture.js';
 
 const t = useTestDatabase();
@@ -277,5 +279,54 @@ describe('after a change of maxAttempts (setMaxAttempts)', () => {
     expect(await readRow(t.db, raised, reg)).toMatchObject({ attempt_count: 6, is_head: false });
     expect(await claimable(raised)).toEqual([stuck]);
     expect(await headViolations(t.db, raised)).toEqual([]);
+  });
+
+  const isMaxAttemptsChanged = (recorded: number, counted: number) => (e: unknown) =>
+    e instanceof OutboxConfigError && e.field === 'maxAttempts' && e.message.includes(`records maxAttempts ${recorded}`) &&
+    e.message.includes(`this reconciler counts with ${counted}`);
+
+  test('a reconciler left running across it refuses its passes and retire (changing nothing) until restarted with the new spec', async () => {
+    const old = await createTestOutbox(t.db, { maxAttempts: 6 });
+    const lowered = defineOutbox({ table: old.table, partitionColumn: old.partitionColumn, maxAttempts: 3 });
+    const running = createReconciler({ db: t.db, spec: old, logger: recordingLogger() });
+    expect((await running.redrivePoisoned()).revived).toEqual([]); // verified against the table: it records 6
+    const stuck = await enqueueIntent(t.db, old, 'vpc:a', register('a'));
+    const next = await enqueueIntent(t.db, old, 'vpc:a', deregister('a'));
+    expect(await setMaxAttempts(t.db, lowered)).toEqual({ from: 6, to: 3, adjusted: 0 });
+    // The new drainers poison the head at 3 attempts; the partition moves on to `next`.
+    await poison(t.db, lowered, stuck);
+
+    // Counting with 6, the running reconciler would find nothing poisoned and leave `stuck` for good.
+    await expect(running.redrivePoisoned()).rejects.toSatisfy(isMaxAttemptsChanged(3, 6));
+    await expect(running.retire([stuck], 'by hand')).rejects.toSatisfy(isMaxAttemptsChanged(3, 6));
+    expect(await readRow(t.db, lowered, stuck)).toMatchObject({ attempt_count: 3, is_head: false, retired: false });
+
+    const restarted = await createReconciler({ db: t.db, spec: lowered, logger: recordingLogger() }).redrivePoisoned();
+    expect(ids(restarted.revived)).toEqual([stuck]);
+    expect(await readRow(t.db, lowered, next)).toMatchObject({ is_head: false });
+    expect(await headViolations(t.db, lowered)).toEqual([]);
+  });
+
+  test('a setMaxAttempts that commits while a pass waits for its row locks makes that pass refuse, not decide with the old value', async () => {
+    const old = await createTestOutbox(t.db, { maxAttempts: 6 });
+    const lowered = defineOutbox({ table: old.table, partitionColumn: old.partitionColumn, maxAttempts: 3 });
+    const stuck = await enqueueIntent(t.db, old, 'vpc:a', register('a'));
+    await enqueueIntent(t.db, old, 'vpc:a', deregister('a'));
+    await poison(t.db, old, stuck);
+    const running = createReconciler({ db: t.db, spec: old, logger: recordingLogger() });
+    await running.redrivePoisoned(); // verified; revives `stuck`
+    await poison(t.db, old, stuck);
+
+    // The migration runs first and holds the table in EXCLUSIVE mode; the pass finds its candidate,
+    // then waits at its row locks until the migration commits.
+    const migration = await openTransaction(t.db);
+    expect(await setMaxAttempts(migration.trx, lowered)).toEqual({ from: 6, to: 3, adjusted: 0 });
+    const pass = running.redrivePoisoned();
+    void pass.catch(() => undefined);
+    await waitForLockWaiters(t.db, 1, 'relation');
+    await migration.commit();
+
+    await expect(pass).rejects.toSatisfy(isMaxAttemptsChanged(3, 6));
+    expect(await readRow(t.db, lowered, stuck)).toMatchObject({ attempt_count: 6, last_error: 'OpenFGA unreachable' });
   });
 });

@@ -1,5 +1,5 @@
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import { compareIds, lockPartitions, resetHeads, SQLSTATE, sqlState, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { assertRecordedMaxAttempts, compareIds, lockPartitions, resetHeads, SQLSTATE, sqlState, tableNames, type OutboxSpec } from '@outbox/outbox';
 import type { Logger } from './logger.js';
 import { partitionIndexPresent } from './partition-index.js';
 
@@ -232,6 +232,9 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
   const lock = await tryLockReconciler(spec).execute(trx);
   if (!lock.rows[0]?.granted) return SKIPPED;
 
+  // Which rows are poisoned depends on maxAttempts: a reconciler left running across a
+  // setMaxAttempts refuses (and is checked again below, once its row locks are granted).
+  await assertRecordedMaxAttempts(trx, spec, 'reconciler');
   const partitionIndex = (await partitionIndexPresent(spec).execute(trx)).rows[0]?.present === true;
   const poisoned = (await selectPoisoned(spec, batchSize, { partitionIndex }).execute(trx)).rows;
   const candidates = poisoned.filter((r) => !r.superseded);
@@ -253,6 +256,9 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
     throw error;
   }
   await sql`select set_config('lock_timeout', '0', true)`.execute(trx);
+  // A setMaxAttempts that committed while this pass waited for its row locks changed which rows are
+  // poisoned; one that comes later waits for this transaction (its EXCLUSIVE lock conflicts with ours).
+  await assertRecordedMaxAttempts(trx, spec, 'reconciler');
   const locked = (await lockPendingRows(spec, keys, { skipLocked: true }).execute(trx)).rows.map((r) => String(r.id));
   const decisions = (await decideCandidates(spec, candidates, locked, partitionIndex).execute(trx)).rows;
 

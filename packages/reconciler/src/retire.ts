@@ -1,5 +1,5 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
-import { compareIds, lockPartitions, OutboxConfigError, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { assertRecordedMaxAttempts, compareIds, lockPartitions, OutboxConfigError, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
 import { RetireRefusedError, type RefusedRetirement, type RetireRefusal } from './errors.js';
 import { partitionIndexPresent } from './partition-index.js';
 import { deliveredSuccessor, lockPendingRows, reconcilerLockKey, type RedrivenIntent, type SuccessorCheck } from './redrive.js';
@@ -109,6 +109,8 @@ export async function retireSuperseded(
       await lockPendingRows(spec, partitions).execute(trx);
       await lockPartitions(spec, partitions).execute(trx);
     }
+    // "Poisoned" is counted with maxAttempts: refuse if a setMaxAttempts changed it since this process verified.
+    await assertRecordedMaxAttempts(trx, spec, 'reconciler');
     const partitionIndex = (await partitionIndexPresent(spec).execute(trx)).rows[0]?.present === true;
     const rows = new Map((await classifyForRetire(spec, wanted, { partitionIndex, keys: partitions }).execute(trx)).rows.map((r) => [String(r.id), r]));
     const refused: RefusedRetirement[] = [];
