@@ -1,6 +1,6 @@
 import { SinkHaltError, type Outcome } from '@outbox/drainer';
 import type { Classification } from './classify.js';
-import type { PreparedIntent } from './pack.js';
+import { withoutSupersededWrites, type PreparedIntent } from './pack.js';
 import type { WriteResult } from './write-request.js';
 
 /** Outcomes of one `deliver` call, filled in as requests finish. */
@@ -8,6 +8,8 @@ export interface DeliveryState {
   readonly outcomes: Array<Outcome | undefined>;
   /** Partitions with an intent that was not delivered in this call: their later intents are skipped. */
   readonly stopped: Set<string>;
+  /** Per intent index, the keys a later intent of its partition in this batch deletes (`keysDeletedLater`). */
+  readonly deletedLater: ReadonlyMap<number, ReadonlySet<string>>;
 }
 
 /** Records a failure for every intent in `items`. */
@@ -34,7 +36,9 @@ export function haltError(failure: Classification): SinkHaltError {
  * fails permanently because of some intent in it, splits it in halves and delivers each, the first
  * half first, until every bad intent stands alone: only those are permanent, the others land in the
  * same call. An intent whose partition stopped in an earlier half is skipped, never applied after
- * its failed predecessor. Throws {@link SinkHaltError} when the failure is nobody's intent's fault.
+ * its failed predecessor. A write refused for a different stored condition is dropped, not
+ * poisoned, when a later intent of its partition in the batch deletes its key (a replayed run).
+ * Throws {@link SinkHaltError} when the failure is nobody's intent's fault.
  *
  * @example
  * await deliverBisecting(request, (items) => sendWrite(items, context), state);
@@ -57,6 +61,22 @@ export async function deliverBisecting(
   }
   const { failure } = result;
   if (failure.verdict === 'halt') throw haltError(failure);
+  if (live.length === 1 && failure.rule === 'different-condition') {
+    // A write refused because its key is stored with another condition, where a later intent of
+    // the same partition in this batch deletes that key: the write is superseded. This is what an
+    // at-least-once replay of a run "write K (condition A); delete K; write K (condition B)" meets
+    // (the replayed first write finds the third's tuple): poisoning it would park a row whose
+    // effect is erased by its successors anyway. Send the intent without its superseded writes (a
+    // conflict on any other key stays permanent).
+    const item = live[0] as PreparedIntent;
+    const superseded = state.deletedLater.get(item.index);
+    const reduced = superseded === undefined ? undefined : withoutSupersededWrites(item, superseded);
+    if (reduced !== undefined) {
+      if (reduced.writes.length + reduced.deletes.length === 0) state.outcomes[item.index] = { kind: 'delivered' };
+      else await deliverBisecting([reduced], send, state);
+      return;
+    }
+  }
   if (failure.verdict === 'transient' || failure.scope === 'request' || live.length === 1) {
     fail(state, live, failure.verdict === 'transient' ? 'transient' : 'permanent', failure.message);
     return;

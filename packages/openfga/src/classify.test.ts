@@ -86,13 +86,13 @@ describe('against the real OpenFGA', () => {
     expect(summary(error)).toEqual({ verdict: 'permanent', scope: 'intent', rule: 'different-condition', status: 409, code: 'Aborted' });
   });
 
-  test('unknown model id, unknown store: 400 (latest_)authorization_model_not_found, permanent for the whole request', async () => {
+  test('unknown model id, unknown store: 400 (latest_)authorization_model_not_found, halt (configuration, no intent at fault)', async () => {
     const ghost = '01ARZ3NDEKTSV4RRFFQ69G5FAV';
     const model = await failure(client(), { writes: [key('user:e owner vpc:1')] }, { ...IGNORE, authorizationModelId: ghost });
-    expect(summary(model)).toEqual({ verdict: 'permanent', scope: 'request', rule: 'model-not-found', status: 400, code: 'authorization_model_not_found' });
+    expect(summary(model)).toEqual({ verdict: 'halt', scope: 'request', rule: 'model-not-found', status: 400, code: 'authorization_model_not_found' });
     const store = new OpenFgaClient({ ...openFgaClientConfig(ghost), ...NO_RETRY });
     expect(summary(await failure(store, { writes: [key('user:e owner vpc:1')] }))).toEqual({
-      verdict: 'permanent',
+      verdict: 'halt',
       scope: 'request',
       rule: 'model-not-found',
       status: 400,
@@ -235,6 +235,18 @@ describe('statuses this stack cannot provoke (the SDK error shape, built by hand
   ])('%i → %s', (status, name, code, verdict, rule) => {
     const c = classifyWriteError(apiError(name, status, code, 'said the server'), undefined, 1_000);
     expect({ verdict: c.verdict, rule: c.rule, message: c.message }).toEqual({ verdict, rule, message: `OpenFGA ${status} ${code}: said the server` });
+  });
+
+  // What a proxy or ingress in front of OpenFGA answers: a body that is not OpenFGA's { code, message }.
+  test.each([
+    [400, 'FgaApiValidationError', 'halt', 'not-openfga'],
+    [405, 'FgaApiError', 'halt', 'not-openfga'],
+    [413, 'FgaApiError', 'permanent', 'other-4xx'],
+    [429, 'FgaApiRateLimitExceededError', 'transient', 'server-busy'],
+    [502, 'FgaApiInternalError', 'transient', 'server-busy'],
+  ])('%i %s without an OpenFGA code (an HTML page) → %s', (status, name, verdict, rule) => {
+    const error = Object.assign(new Error('x'), { name, statusCode: status, statusText: 'Said The Proxy', responseData: '<html>proxy page</html>' });
+    expect(classifyWriteError(error, undefined, 1_000)).toMatchObject({ verdict, rule, message: `OpenFGA ${status}: Said The Proxy` });
   });
 
   test('an error nobody understands is transient, never permanent; credentials in messages are scrubbed', () => {

@@ -77,19 +77,31 @@ const RULES: readonly Rule[] = [
   // 409 Aborted "…inserted/deleted by another transaction": a race between concurrent first inserts
   // (openfga#3201, even with on_duplicate "ignore"); the retry finds the tuple and ignores it.
   { rule: 'conflict-race', when: (f) => f.status === 409, verdict: 'transient', scope: 'request' },
-  // 400 authorization_model_not_found / latest_authorization_model_not_found (also what an unknown
-  // store id yields): every intent fails alike, bisecting would only multiply requests.
+  // 400 authorization_model_not_found / latest_authorization_model_not_found: the pinned model is
+  // not in the store (another environment's id), the store has no model yet, or the store id is
+  // unknown. Configuration, like refused credentials: no intent is at fault, and poisoning would
+  // park every row of every batch until someone re-drives them. Halt; the next pass retries.
   {
     rule: 'model-not-found',
     when: (f) => f.status === 400 && (f.code === 'authorization_model_not_found' || f.code === 'latest_authorization_model_not_found'),
-    verdict: 'permanent',
+    verdict: 'halt',
+    scope: 'request',
+  },
+  // 404: the Write route itself was not found (a wrong apiUrl or proxy): no intent is at fault.
+  { rule: 'endpoint-not-found', when: (f) => f.status === 404, verdict: 'halt', scope: 'request' },
+  // A 4xx without OpenFGA's error code is not OpenFGA's verdict on an intent (every OpenFGA 4xx
+  // carries one): an ingress or proxy answered, e.g. nginx's 400 "The plain HTTP request was sent to
+  // HTTPS port". Bisecting would poison every intent. Except a 413 (too large: bisecting fixes it)
+  // and the statuses retried below (408, 422, 429).
+  {
+    rule: 'not-openfga',
+    when: (f) => f.status !== undefined && f.status >= 400 && f.status < 500 && f.code === undefined && ![408, 413, 422, 429].includes(f.status),
+    verdict: 'halt',
     scope: 'request',
   },
   // 400 validation_error (unknown type/relation/condition, type restriction), invalid formats,
   // write_failed_due_to_invalid_input, exceeded_entity_limit: some intent in the request is at fault.
   { rule: 'invalid-input', when: (f) => f.status === 400, verdict: 'permanent', scope: 'intent' },
-  // 404: the Write route itself was not found (a wrong apiUrl or proxy): no intent is at fault.
-  { rule: 'endpoint-not-found', when: (f) => f.status === 404, verdict: 'halt', scope: 'request' },
   // 422 throttled, 429 rate limited, 408 and every 5xx: the server is busy or ill (not observed here).
   {
     rule: 'server-busy',
@@ -97,7 +109,7 @@ const RULES: readonly Rule[] = [
     verdict: 'transient',
     scope: 'request',
   },
-  // Any other 4xx (e.g. 413 from a proxy): the request as built is refused; bisect isolates the cause.
+  // Any other 4xx (e.g. 413 from a proxy, or a 4xx with a code): the request as built is refused; bisect isolates the cause.
   { rule: 'other-4xx', when: (f) => f.status !== undefined && f.status >= 400 && f.status < 500, verdict: 'permanent', scope: 'intent' },
   // Anything not understood is retried, never poisoned.
   { rule: 'unknown', when: () => true, verdict: 'transient', scope: 'request' },
@@ -147,6 +159,46 @@ function endpoint(value: unknown): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * A copy of the client's error that is safe to log: its name, message, status and what the server
+ * answered, never the request. The SDK's errors keep the request body (`requestData`): for a refused
+ * client-credentials exchange that is the form with `client_secret`, which `util.inspect`, `console.error`
+ * and loggers that follow `cause` would print.
+ */
+function safeCause(error: unknown): Error {
+  const e = (typeof error === 'object' && error !== null ? error : {}) as SdkErrorShape & {
+    readonly stack?: unknown;
+    readonly code?: unknown;
+    readonly apiErrorCode?: unknown;
+    readonly requestId?: unknown;
+    readonly method?: unknown;
+  };
+  const copy = new Error(scrub(text(e.message) ?? String(error)));
+  copy.name = text(e.name) ?? 'Error';
+  const stack = text(e.stack);
+  copy.stack = stack === undefined ? `${copy.name}: ${copy.message}` : scrub(stack);
+  const fields: Record<string, unknown> = {
+    statusCode: typeof e.statusCode === 'number' ? e.statusCode : undefined,
+    statusText: text(e.statusText),
+    code: text(e.code),
+    apiErrorCode: text(e.apiErrorCode),
+    requestId: text(e.requestId),
+    method: text(e.method),
+    requestURL: endpoint(e.requestURL),
+  };
+  const data = e.responseData;
+  if (data !== null && typeof data === 'object') {
+    const said: Record<string, string> = {};
+    for (const field of ['code', 'message', 'error', 'error_description'] as const) {
+      const value = text(data[field]);
+      if (value !== undefined) said[field] = scrub(value);
+    }
+    fields.responseData = said;
+  }
+  for (const [field, value] of Object.entries(fields)) if (value !== undefined) Object.assign(copy, { [field]: value });
+  return copy;
 }
 
 const NO_FACTS = { status: undefined, code: undefined, authentication: false, tokenIssuer: undefined } as const;
@@ -223,7 +275,7 @@ export function classifyWriteError(error: unknown, abortCause: AbortCause | unde
     error: new OpenFgaWriteError(
       message,
       { status: f.status, code: f.code, openFgaMessage: scrub(f.message), ...(f.tokenIssuer !== undefined ? { tokenIssuer: f.tokenIssuer } : {}) },
-      { cause: error },
+      { cause: safeCause(error) },
     ),
   };
 }

@@ -21,8 +21,10 @@ export class OpenFgaSinkConfigError extends Error {
 
 /**
  * One Write request to OpenFGA failed. It carries what OpenFGA said (`status`, `code`,
- * `openFgaMessage`) and never the request's headers, so it is safe to log; the SDK's error is kept
- * as `cause`. It is the `cause` of the `SinkHaltError` the sink throws when OpenFGA refuses its
+ * `openFgaMessage`) and never the request's headers or body, so it is safe to log, `cause` included:
+ * its `cause` is a copy of the SDK's error with what the server answered (status, code, message,
+ * request id), without the request the SDK keeps on it (for a refused client-credentials exchange,
+ * the form carrying the client secret). It is the `cause` of the `SinkHaltError` the sink throws when OpenFGA refuses its
  * credentials, or when the token issuer refuses the client-credentials exchange (`tokenIssuer` set).
  *
  * @example

@@ -2,7 +2,7 @@ import { OpenFgaClient, type UserClientConfigurationParams } from '@openfga/sdk'
 import type { Intent, Outcome, Sink, SinkContext } from '@outbox/drainer';
 import { deliverBisecting, fail, type DeliveryState } from './bisect.js';
 import { OpenFgaSinkConfigError } from './errors.js';
-import { packRound, prepareIntents, segmentByPartition, type PreparedIntent, type Segment } from './pack.js';
+import { keysDeletedLater, packRound, prepareIntents, segmentByPartition, type PreparedIntent, type Segment } from './pack.js';
 import { sendWrite, type OpenFgaWriteClient, type OpenFgaWriteEvent, type WriteContext } from './write-request.js';
 
 /**
@@ -187,9 +187,12 @@ async function runBounded(tasks: ReadonlyArray<() => Promise<void>>, limit: numb
  * - keeps each partition's order: a later intent goes in the same atomic request as an earlier one
  *   only when their keys are disjoint, else in a later round, and is `skipped` if the earlier failed;
  * - writes idempotently (`on_duplicate` / `on_missing` "ignore": OpenFGA ≥ 1.10), without SDK retries;
- * - bisects a request refused because of some intent, so only the bad intents are `permanent`;
- * - throws `SinkHaltError` when OpenFGA refuses the credentials, or the token issuer refuses the
- *   client-credentials exchange: the batch is released, nothing poisoned.
+ * - bisects a request refused because of some intent, so only the bad intents are `permanent`
+ *   (a write refused for a different stored condition whose key a later intent of its partition
+ *   in the batch deletes is dropped instead: a replayed run);
+ * - throws `SinkHaltError` when OpenFGA refuses the credentials, the token issuer refuses the
+ *   client-credentials exchange, the store lacks the model, or a proxy (not OpenFGA) answers a
+ *   4xx: the batch is released, nothing poisoned.
  *
  * Bad config throws {@link OpenFgaSinkConfigError} naming the field.
  *
@@ -236,12 +239,17 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
   const onRequest = config.onRequest;
 
   async function deliver(intents: readonly Intent[], { signal }: SinkContext): Promise<readonly Outcome[]> {
-    const state: DeliveryState = { outcomes: new Array<Outcome | undefined>(intents.length).fill(undefined), stopped: new Set() };
+    const prepared = prepareIntents(intents);
+    const state: DeliveryState = {
+      outcomes: new Array<Outcome | undefined>(intents.length).fill(undefined),
+      stopped: new Set(),
+      deletedLater: keysDeletedLater(prepared),
+    };
     const halt = new AbortController();
     const context: WriteContext = { client, timeoutMs, deadline: signal, halt: halt.signal, onRequest };
     const send = (items: readonly PreparedIntent[]) => sendWrite(items, context);
 
-    const queues = segmentByPartition(prepareIntents(intents), maxTuplesPerWrite);
+    const queues = segmentByPartition(prepared, maxTuplesPerWrite);
     for (;;) {
       // Each partition offers its next segment; a stopped partition's remaining intents are skipped.
       const heads: Segment[] = [];

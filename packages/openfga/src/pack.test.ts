@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import { packRound, prepareIntents, segmentByPartition, writeRequestBody, type Segment } from './pack.js';
+import { keysDeletedLater, packRound, prepareIntents, segmentByPartition, tupleKeyId, withoutSupersededWrites, writeRequestBody, type Segment } from './pack.js';
 import { intent, key } from './testing/fixtures.js';
 
 const writes = (...keys: string[]) => ({ writes: keys.map(key) });
@@ -74,4 +74,27 @@ test('writeRequestBody: writes keep their condition, deletes drop it', () => {
     writes: [{ user: 'user:1', relation: 'viewer', object: 'project:p', condition }],
     deletes: [{ user: 'user:2', relation: 'viewer', object: 'project:p' }],
   });
+});
+
+test('writeRequestBody: a condition without a context is sent with context {} (a replay on the postgres datastore is then a duplicate, not a 409)', () => {
+  const [item] = prepareIntents([intent('project:p', { writes: [{ ...key('user:1 viewer project:p'), condition: { name: 'non_expired_grant' } }] })]);
+  expect(writeRequestBody([item!])).toEqual({
+    writes: [{ user: 'user:1', relation: 'viewer', object: 'project:p', condition: { name: 'non_expired_grant', context: {} } }],
+  });
+});
+
+test('keysDeletedLater: per intent, the keys a later intent of its own partition deletes', () => {
+  const prepared = prepareIntents([
+    intent('vpc:a', writes('user:1 owner vpc:a', 'user:2 owner vpc:a')),
+    intent('vpc:b', deletes('user:2 owner vpc:a')), // another partition: does not count
+    intent('vpc:a', deletes('user:1 owner vpc:a')),
+    intent('vpc:a', writes('user:1 owner vpc:a')),
+  ]);
+  const later = keysDeletedLater(prepared);
+  expect([...later.keys()]).toEqual([0]);
+  expect([...(later.get(0) ?? [])]).toEqual([tupleKeyId(key('user:1 owner vpc:a'))]);
+  const reduced = withoutSupersededWrites(prepared[0]!, later.get(0)!);
+  expect(reduced?.writes).toEqual([key('user:2 owner vpc:a')]);
+  expect(withoutSupersededWrites(prepared[3]!, later.get(0)!)?.writes).toEqual([]);
+  expect(withoutSupersededWrites(prepared[1]!, later.get(0)!)).toBeUndefined();
 });

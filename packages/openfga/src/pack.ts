@@ -46,6 +46,36 @@ export function prepareIntents(intents: readonly Intent[]): PreparedIntent[] {
   });
 }
 
+/**
+ * For each intent, the tuple keys that a LATER intent of the same partition in this batch deletes
+ * (only intents with such keys are in the map). A write of one of those keys is superseded: once
+ * the partition's later intents are applied, that key is gone whatever the write did. See
+ * `withoutSupersededWrites`.
+ */
+export function keysDeletedLater(items: readonly PreparedIntent[]): Map<number, ReadonlySet<string>> {
+  const result = new Map<number, ReadonlySet<string>>();
+  const deletedAfter = new Map<string, Set<string>>();
+  for (let i = items.length - 1; i >= 0; i -= 1) {
+    const item = items[i] as PreparedIntent;
+    const later = deletedAfter.get(item.partitionKey);
+    if (later !== undefined && later.size > 0) result.set(item.index, new Set(later));
+    const own = later ?? new Set<string>();
+    for (const key of item.deletes) own.add(tupleKeyId(key));
+    deletedAfter.set(item.partitionKey, own);
+  }
+  return result;
+}
+
+/**
+ * The intent without its writes of `superseded` keys, or undefined when it has none of them. Its
+ * tuple-key ids shrink accordingly; its index stays (its outcome is still its own).
+ */
+export function withoutSupersededWrites(item: PreparedIntent, superseded: ReadonlySet<string>): PreparedIntent | undefined {
+  const writes = item.writes.filter((key) => !superseded.has(tupleKeyId(key)));
+  if (writes.length === item.writes.length) return undefined;
+  return { ...item, writes, keys: [...writes, ...item.deletes].map(tupleKeyId) };
+}
+
 /** Number of tuple operations an intent (or several) adds to a Write request. */
 export function operationCount(items: readonly PreparedIntent[]): number {
   let count = 0;
@@ -145,14 +175,21 @@ export function packRound(heads: readonly Segment[], maxOperations: number): Rou
   return { requests, refused, taken };
 }
 
-/** The SDK body of one Write request: every write and delete of the intents (deletes carry no condition). */
+/**
+ * The SDK body of one Write request: every write and delete of the intents (deletes carry no
+ * condition). A condition always goes with a context, `{}` when the intent has none: OpenFGA
+ * (v1.18, postgres datastore) answers a write whose condition has no context with 409 "already
+ * exists with a different condition" when the tuple is already stored with that very condition,
+ * however it was written, so the replay of such an intent would be poisoned; with `context: {}` it
+ * is ignored as a duplicate, and a tuple written earlier without a context matches it too.
+ */
 export function writeRequestBody(items: readonly PreparedIntent[]): ClientWriteRequest {
   const writes = items.flatMap((item) =>
     item.writes.map((key) => ({
       user: key.user,
       relation: key.relation,
       object: key.object,
-      ...(key.condition ? { condition: { name: key.condition.name, ...(key.condition.context ? { context: key.condition.context } : {}) } } : {}),
+      ...(key.condition ? { condition: { name: key.condition.name, context: key.condition.context ?? {} } } : {}),
     })),
   );
   const deletes = items.flatMap((item) => item.deletes.map((key) => ({ user: key.user, relation: key.relation, object: key.object })));

@@ -6,8 +6,8 @@ import { ServiceConfigError } from './errors.js';
 /**
  * Checks at start that the store exists and that the model the service writes against does (the
  * pinned one, or else the store has a model at all). A mistyped store or model id is refused here
- * with a {@link ServiceConfigError}: left to the drainer, OpenFGA's `authorization_model_not_found`
- * is a permanent error, which would poison every intent the service writes until someone noticed.
+ * with a {@link ServiceConfigError}, at once: left to the drainer, OpenFGA's `authorization_model_not_found`
+ * halts every pass (nothing delivered, nothing poisoned), which is only seen in its logs and events.
  *
  * An OpenFGA that does not answer (down, throttled, credentials refused) only logs a warning: the
  * service starts, its requests answer 503 while their authorization checks cannot be made, and the
@@ -18,7 +18,15 @@ export async function verifyOpenFgaTarget(connection: OpenFgaConnection, logger:
   const client = openFgaClient(connection);
   const noRetry = { retryParams: { maxRetry: 0 } };
   try {
-    await client.getStore(noRetry);
+    // The answer is checked, not only its status: the sink trusts a Write's 2xx, so an apiUrl that
+    // reaches some other web server answering 200 would have every intent "delivered" into nothing.
+    const store: unknown = await client.getStore(noRetry);
+    if ((store as { id?: unknown } | undefined)?.id !== connection.storeId) {
+      throw new ServiceConfigError(
+        'openfga.apiUrl',
+        `${connection.apiUrl} (OPENFGA_API_URL) answered GetStore with something that is not OpenFGA's store ${connection.storeId}: is it OpenFGA's HTTP API?`,
+      );
+    }
     if (connection.authorizationModelId) {
       await client.readAuthorizationModel({ ...noRetry, authorizationModelId: connection.authorizationModelId });
     } else if (!(await client.readLatestAuthorizationModel(noRetry)).authorization_model) {

@@ -1,3 +1,5 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { OpenFgaClient, type TupleKey } from '@openfga/sdk';
 import { outboxStats, tableNames } from '@outbox/outbox';
 import { serviceClient, startService, type RegisterServiceDefinition, type RunningService } from '@outbox/service-kit';
@@ -190,6 +192,24 @@ test('a mistyped OpenFGA store or model id stops the service at start; an OpenFG
     name: 'ServiceConfigError',
     field: 'openfga.authorizationModelId',
   });
+  // Something that is not OpenFGA answering 200 to everything (a wrong port of a web app): refused
+  // at start, because the drainer's sink would count its 200s as delivered.
+  const catchAll = createServer((request, response) => {
+    request.resume();
+    request.on('end', () => response.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><html><body>app</body></html>'));
+  });
+  await new Promise<void>((resolve) => catchAll.listen(0, '127.0.0.1', resolve));
+  try {
+    const wrongUrl = `http://127.0.0.1:${(catchAll.address() as AddressInfo).port}`;
+    await expect(startService(definition, { ...options, openfga: { ...options.openfga, apiUrl: wrongUrl } })).rejects.toMatchObject({
+      name: 'ServiceConfigError',
+      field: 'openfga.apiUrl',
+      message: expect.stringContaining(wrongUrl),
+    });
+  } finally {
+    catchAll.closeAllConnections();
+    await new Promise<void>((resolve) => catchAll.close(() => resolve()));
+  }
   // Down at start: the service still takes writes (that is what the outbox is for), and says why it could not check.
   const logger = recordingLogger();
   const down = await startService(definition, { ...options, logger, runDrainer: false, runReconciler: false, openfga: { ...options.openfga, apiUrl: 'http://127.0.0.1:9' } });
