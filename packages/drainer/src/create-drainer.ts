@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { sql, type Kysely } from 'kysely';
 import { OutboxConfigError, tableNames, verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
 import { backoffDelayMs, type BackoffOptions } from './backoff.js';
@@ -61,7 +60,7 @@ export interface DrainerConfig {
   readonly synchronousCommit?: boolean;
   /** Where the drainer logs. Default: console (warn and error only). */
   readonly logger?: Logger;
-  /** Called for every batch and outcome, with timings (metrics hook). Exceptions are ignored. */
+  /** Called for every batch and outcome, with timings (metrics hook). Exceptions (and rejections of an async hook) are ignored. */
   readonly onEvent?: (event: DrainerEvent) => void;
 }
 
@@ -116,6 +115,27 @@ const MAX_TIMER_MS = 2_147_483_647;
 /** A batch's settle takes one advisory lock per partition in it (DESIGN §5: bound keys per batch). */
 const MAX_BATCH_SIZE = 1_000;
 
+/** Swallows the rejection of a promise a handler typed `void` returned anyway (an async handler). */
+function ignoreRejection(value: unknown): void {
+  if (typeof (value as PromiseLike<unknown> | undefined)?.then === 'function') {
+    Promise.resolve(value).catch(() => undefined);
+  }
+}
+
+/** The service's logger, each call shielded: a logger that throws or rejects is ignored, never fatal. */
+function guardedLogger(target: Logger): Logger {
+  const guard =
+    (method: ((message: string, fields?: Record<string, unknown>) => void) | undefined) =>
+    (message: string, fields?: Record<string, unknown>) => {
+      try {
+        ignoreRejection(method?.call(target, message, fields));
+      } catch {
+        // a broken log transport must not break delivery
+      }
+    };
+  return { debug: guard(target.debug), info: guard(target.info), warn: guard(target.warn), error: guard(target.error) };
+}
+
 /** `value` (or `fallback` when undefined) if it is an integer from `min` to `max`; else an OutboxConfigError naming `field`. */
 function integerInRange(field: string, value: unknown, fallback: number, min: number, max: number): number {
   const result = value ?? fallback;
@@ -166,10 +186,13 @@ export function createDrainer(config: DrainerConfig): Drainer {
     throw new OutboxConfigError('synchronousCommit', `expected a boolean, got ${String(config.synchronousCommit)}`);
   }
   const synchronousCommit = config.synchronousCommit ?? false;
-  const logger = config.logger ?? consoleLogger;
+  // The service's logger and metrics hook must never break delivery: neither by throwing (which
+  // would end a pass after its commit, or a LISTEN reconnect inside a pg event handler) nor by
+  // returning a promise that rejects (an unhandled rejection ends a Node process).
+  const logger = guardedLogger(config.logger ?? consoleLogger);
   const emit = (event: DrainerEvent) => {
     try {
-      config.onEvent?.(event);
+      ignoreRejection(config.onEvent?.(event));
     } catch {
       // a metrics hook must not break delivery
     }
@@ -271,7 +294,6 @@ export function createDrainer(config: DrainerConfig): Drainer {
    * most a segment, not for a whole backlog.
    */
   async function pass(): Promise<DrainResult> {
-    await verify();
     const totals = { batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false };
     /** One segment on one connection; true when the pass should go on with another. */
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -287,7 +309,9 @@ export function createDrainer(config: DrainerConfig): Drainer {
           }
           const batch = await runBatch(conn, goOn);
           if (batch === undefined) return false;
-          // A batch where nothing moved forward (all retried/released) would spin: leave it to the timer.
+          // A batch where nothing moved forward (all retried or released) ends the pass. It would
+          // spin otherwise (a `skipped` head, a 0 ms backoff), and a batch that failed as a whole
+          // usually means the target is down or throttling: the next tick or kick tries again.
           const progressed = batch.delivered + batch.poisoned > 0;
           const stay = batch.chained || (progressed && goOn());
           if (!batch.chained) {
@@ -310,6 +334,9 @@ export function createDrainer(config: DrainerConfig): Drainer {
       }
     };
     try {
+      // Inside the try: a table that fails its check is reported like any failed pass (a drainer
+      // only kicked, never started, would otherwise fail silently).
+      await verify();
       let more = true;
       while (more && !stopping) more = await db.connection().execute(segment);
     } catch (error) {
@@ -360,55 +387,120 @@ export function createDrainer(config: DrainerConfig): Drainer {
     }, interval);
   }
 
+  /**
+   * One waiting `flush`: the ids it still waits for, and how to end it. Every waiting flush of this
+   * drainer is checked by one poller with one query per round, whatever their number: hundreds of
+   * concurrent flushes, each polling on its own, would take the pool from the pass they wait for.
+   */
+  interface FlushWaiter {
+    readonly partitionKey: string;
+    /** Ids still pending, in id order. */
+    waiting: readonly string[];
+    readonly finish: (error?: Error) => void;
+  }
+  const flushes = new Set<FlushWaiter>();
+  let poller: Promise<void> | undefined;
+  let pollRound = 0;
+
+  /** Resolves when the pass running now (or the next one) ends, or after `ms`, whichever comes first. */
+  function passEndOr(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(wait);
+        passListeners.delete(done);
+        resolve();
+      };
+      const wait = setTimeout(done, ms);
+      passListeners.add(done);
+    });
+  }
+
+  function ensurePoller(): void {
+    poller ??= pollFlushes()
+      .catch(() => undefined)
+      .finally(() => {
+        poller = undefined;
+        if (flushes.size > 0 && !stopping) ensurePoller();
+      });
+  }
+
+  async function pollFlushes(): Promise<void> {
+    const n = tableNames(spec);
+    while (flushes.size > 0 && !stopping) {
+      kick();
+      await passEndOr(Math.min(25 * 2 ** Math.min(pollRound, 3), 200));
+      pollRound += 1;
+      const current = [...flushes];
+      if (current.length === 0) return;
+      const ids = [...new Set(current.flatMap((w) => w.waiting))];
+      let state;
+      try {
+        state = await sql<{ id: string; sent: boolean; poisoned: boolean; last_error: string | null }>`
+          select id, sent_at is not null as sent, attempt_count >= ${spec.maxAttempts} or retired_at is not null as poisoned, last_error
+          from ${sql.raw(n.table)} where id = any(${ids}::bigint[]) order by id`.execute(db);
+      } catch (error) {
+        for (const waiter of current) waiter.finish(error instanceof Error ? error : new Error(String(error)));
+        continue;
+      }
+      const byId = new Map(state.rows.map((r) => [String(r.id), r]));
+      for (const waiter of current) {
+        const mine = waiter.waiting.flatMap((id) => byId.get(id) ?? []);
+        const poisoned = mine.find((r) => !r.sent && r.poisoned);
+        if (poisoned) {
+          waiter.finish(new FlushPoisonedError(waiter.partitionKey, String(poisoned.id), poisoned.last_error));
+          continue;
+        }
+        // A row gone from the table (deleted once delivered, say) is no longer waited for.
+        waiter.waiting = mine.filter((r) => !r.sent).map((r) => String(r.id));
+        if (waiter.waiting.length === 0) waiter.finish();
+      }
+    }
+  }
+
   async function flush(options: { partitionKey: string; timeoutMs?: number }): Promise<void> {
     if (!options || typeof options !== 'object') throw new OutboxConfigError('flush', 'expected { partitionKey, timeoutMs? }');
     // '' is a key like any other (rows written with an empty key group under it); undefined or a number is not.
     if (typeof options.partitionKey !== 'string') {
       throw new OutboxConfigError('flush.partitionKey', `expected a string, got ${String(options.partitionKey)}`);
     }
+    const partitionKey = options.partitionKey;
     const timeoutMs = integerInRange('flush.timeoutMs', options.timeoutMs, 10_000, 1, MAX_TIMER_MS);
     if (stopping) throw new DrainerStoppedError();
     const n = tableNames(spec);
-    const deadline = Date.now() + timeoutMs;
-    // Registered before the first query: a stop() from here on rejects this flush.
-    let stoppedError: Error | undefined;
-    const onStop = (error: Error) => (stoppedError = error);
-    flushWaiters.add(onStop);
-    try {
+    await new Promise<void>((resolve, reject) => {
+      let waiter: FlushWaiter | undefined;
+      let done = false;
+      const finish = (error?: Error) => {
+        if (done) return;
+        done = true;
+        clearTimeout(deadline);
+        flushWaiters.delete(finish);
+        if (waiter) flushes.delete(waiter);
+        if (error) reject(error);
+        else resolve();
+      };
+      // The deadline is wall-clock: it holds even while the pool is too busy to answer the queries
+      // (a pass delivering on a pool of one, the service's own queries).
+      const deadline = setTimeout(() => finish(new FlushTimeoutError(partitionKey, timeoutMs, waiter?.waiting)), timeoutMs);
+      // Registered before the first query: a stop() from here on rejects this flush at once.
+      flushWaiters.add(finish);
       // The intents this call waits for: committed now, and deliverable now (already-poisoned rows
       // are the reconciler's, and do not block their successors either).
-      const target = await sql<{ id: string }>`
+      sql<{ id: string }>`
         select id from ${sql.raw(n.table)}
-        where ${sql.raw(n.partition)} = ${options.partitionKey}
-          and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}`.execute(db);
-      let waiting = target.rows.map((r) => String(r.id));
-      if (waiting.length === 0) return;
-      if (stoppedError) throw stoppedError;
-      for (let round = 0; ; round += 1) {
-        kick();
-        await Promise.race([
-          new Promise<void>((resolve) => {
-            const done = () => {
-              passListeners.delete(done);
-              resolve();
-            };
-            passListeners.add(done);
-          }),
-          sleep(Math.min(25 * 2 ** Math.min(round, 3), 200)),
-        ]);
-        if (stoppedError) throw stoppedError;
-        const state = await sql<{ id: string; sent: boolean; poisoned: boolean; last_error: string | null }>`
-          select id, sent_at is not null as sent, attempt_count >= ${spec.maxAttempts} or retired_at is not null as poisoned, last_error
-          from ${sql.raw(n.table)} where id = any(${waiting}::bigint[]) order by id`.execute(db);
-        const poisoned = state.rows.find((r) => !r.sent && r.poisoned);
-        if (poisoned) throw new FlushPoisonedError(options.partitionKey, String(poisoned.id), poisoned.last_error);
-        waiting = state.rows.filter((r) => !r.sent).map((r) => String(r.id));
-        if (waiting.length === 0) return;
-        if (Date.now() >= deadline) throw new FlushTimeoutError(options.partitionKey, timeoutMs, waiting);
-      }
-    } finally {
-      flushWaiters.delete(onStop);
-    }
+        where ${sql.raw(n.partition)} = ${partitionKey}
+          and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}
+        order by id`
+        .execute(db)
+        .then((target) => {
+          if (done) return;
+          if (target.rows.length === 0) return finish();
+          waiter = { partitionKey, waiting: target.rows.map((r) => String(r.id)), finish };
+          flushes.add(waiter);
+          pollRound = 0; // a new waiter: poll soon again
+          ensurePoller();
+        }, (error: unknown) => finish(error instanceof Error ? error : new Error(String(error))));
+    });
   }
 
   // Lifecycle: one start at a time (a second start() while started returns the same promise: one
@@ -447,8 +539,11 @@ export function createDrainer(config: DrainerConfig): Drainer {
       clearTimeout(timer);
       timer = undefined;
       for (const reject of flushWaiters) reject(new DrainerStoppedError());
-      await listener?.stop();
+      // Taken before awaiting: a start() during this stop() sets up a listener of its own, which
+      // this stop() must neither close nor forget (the next stop() closes it).
+      const closing = listener;
       listener = undefined;
+      await closing?.stop();
       await running?.catch(() => undefined);
     },
     async drainOnce() {

@@ -2,12 +2,17 @@
 export class FlushTimeoutError extends Error {
   override readonly name = 'FlushTimeoutError';
   readonly partitionKey: string;
-  /** Ids still pending when the time ran out. */
+  /** Ids still pending when the time ran out (empty when the pool did not even answer which ones were pending). */
   readonly pendingIds: readonly string[];
-  constructor(partitionKey: string, timeoutMs: number, pendingIds: readonly string[]) {
-    super(`flush(${JSON.stringify(partitionKey)}): ${pendingIds.length} intent(s) not delivered within ${timeoutMs} ms (ids ${pendingIds.join(', ')})`);
+  /** `pendingIds` undefined: the time ran out before the partition's pending intents could be read (a busy pool). */
+  constructor(partitionKey: string, timeoutMs: number, pendingIds: readonly string[] | undefined) {
+    super(
+      pendingIds === undefined
+        ? `flush(${JSON.stringify(partitionKey)}): the partition's pending intents could not even be read within ${timeoutMs} ms (is the pool busy?)`
+        : `flush(${JSON.stringify(partitionKey)}): ${pendingIds.length} intent(s) not delivered within ${timeoutMs} ms (ids ${pendingIds.join(', ')})`,
+    );
     this.partitionKey = partitionKey;
-    this.pendingIds = pendingIds;
+    this.pendingIds = pendingIds ?? [];
   }
 }
 

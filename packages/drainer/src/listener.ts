@@ -10,6 +10,14 @@ export interface ListenerOptions {
 }
 
 /**
+ * How long one connection attempt may take (TCP, startup, authentication). Without a bound, a host
+ * that drops packets or accepts and never answers holds `start()` (and a `stop()` waiting for it)
+ * until the operating system gives up, minutes later or never. Past it the attempt fails like any
+ * other and is retried with backoff; the drainer's timer delivers meanwhile.
+ */
+export const LISTEN_CONNECT_TIMEOUT_MS = 5_000;
+
+/**
  * Holds one connection in `LISTEN channel` and calls `onNotify` for each notification. When the
  * connection drops it reconnects with capped, jittered backoff; meanwhile the drainer's timer still
  * guarantees delivery (notifications only cut latency, and may be lost).
@@ -20,6 +28,8 @@ export class NotificationListener {
   private retryTimer: NodeJS.Timeout | undefined;
   private failures = 0;
   private connecting: Promise<void> | undefined;
+  /** The client of the connection attempt in flight, until it listens or fails. */
+  private pending: pg.Client | undefined;
 
   constructor(private readonly options: ListenerOptions) {}
 
@@ -37,7 +47,8 @@ export class NotificationListener {
 
   private async connect(): Promise<void> {
     if (this.stopped) return;
-    const client = new pg.Client({ connectionString: this.options.connectionString });
+    const client = new pg.Client({ connectionString: this.options.connectionString, connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS });
+    this.pending = client;
     // Until LISTEN is in place, a failure is the catch's to report (with its real cause); after,
     // the connection's own events are.
     let listening = false;
@@ -63,6 +74,8 @@ export class NotificationListener {
     } catch (error) {
       await client.end().catch(() => undefined);
       this.lost(client, error);
+    } finally {
+      if (this.pending === client) this.pending = undefined;
     }
   }
 
@@ -86,6 +99,9 @@ export class NotificationListener {
     this.stopped = true;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
+    // An attempt in flight is cut, not waited for: against a host that does not answer it would
+    // hold this stop() until its timeout. (What pg itself does when connectionTimeoutMillis passes.)
+    this.pending?.connection.stream.destroy(new Error('LISTEN connection closed: the drainer stopped'));
     await this.connecting?.catch(() => undefined);
     const client = this.client;
     this.client = undefined;
