@@ -23,4 +23,5 @@ runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust 
 runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o \
   "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c max_connections=300 -c max_locks_per_transaction=256 -c fsync=off" start >/dev/null
 echo "[pg15] PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port" >&2
-DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres" pnpm test
+# The other column runs OpenFGA on the postgres datastore (as production does); this one on memory.
+DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres" OUTBOX_OPENFGA_DATASTORE=memory pnpm test

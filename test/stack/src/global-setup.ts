@@ -31,8 +31,22 @@ export function createStackGlobalSetup(options: StackGlobalSetupOptions) {
   return (project: TestProject) => setup(project, options);
 }
 
+/**
+ * The OpenFGA datastore of the run: OUTBOX_OPENFGA_DATASTORE (`memory` or `postgres`), else postgres
+ * for a native OpenFGA, as production runs it (some answers differ: a conditional write without a
+ * context is a duplicate on memory, a 409 on postgres). The PostgreSQL 15 column of the test matrix
+ * runs with memory, so both are covered.
+ */
+function datastoreFromEnv(): 'memory' | 'postgres' | 'postgres-when-native' {
+  const value = process.env.OUTBOX_OPENFGA_DATASTORE;
+  if (value === undefined || value === '') return 'postgres-when-native';
+  if (value === 'memory' || value === 'postgres') return value;
+  throw new Error(`OUTBOX_OPENFGA_DATASTORE must be memory or postgres, not "${value}"`);
+}
+
 async function setup(project: TestProject, options: StackGlobalSetupOptions): Promise<() => Promise<void>> {
-  const stack = await startStack();
+  const stack = await startStack({ openfgaDatastore: datastoreFromEnv() });
+  process.stderr.write(`[stack] OpenFGA ${stack.sources.openfga}, ${stack.openfga.datastore ?? 'unknown'} datastore\n`);
   try {
     await dropDatabase(stack.postgresUrl, TEMPLATE);
     const templateUrl = await createDatabase(stack.postgresUrl, TEMPLATE);

@@ -18,6 +18,8 @@ export interface Stack {
     readonly storeId?: string;
     /** Bearer key the server requires, when it requires one. */
     readonly presharedKey?: string;
+    /** The datastore of an OpenFGA this stack started (unknown for one named by env). */
+    readonly datastore?: 'memory' | 'postgres';
   };
   readonly sources: { readonly postgres: StackSource; readonly openfga: StackSource };
   /** PIDs of processes this stack started itself (native mode). */
@@ -32,8 +34,12 @@ export interface StackOptions {
    * `native` / `containers` force one. Also read from OUTBOX_STACK.
    */
   readonly mode?: 'auto' | 'native' | 'containers';
-  /** OpenFGA datastore: `memory` (default) or `postgres` (a database on the stack's Postgres). */
-  readonly openfgaDatastore?: 'memory' | 'postgres';
+  /**
+   * OpenFGA datastore: `memory` (default) or `postgres` (a database on the stack's Postgres, as in
+   * production: some answers differ between the two). `postgres-when-native`: postgres for a native
+   * OpenFGA, memory in a container (whose OpenFGA cannot reach the stack's Postgres on loopback).
+   */
+  readonly openfgaDatastore?: 'memory' | 'postgres' | 'postgres-when-native';
   /** Tuned-for-speed Postgres (fsync off). Default true; benchmarks pass false. */
   readonly fastPostgres?: boolean;
 }
@@ -93,14 +99,16 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       openfga = { apiUrl: envOpenFga, storeId: process.env.OPENFGA_STORE_ID, presharedKey: key };
       openfgaSource = 'env';
     } else {
+      const requested = options.openfgaDatastore ?? 'memory';
+      const datastore = requested === 'postgres-when-native' ? (mode === 'native' ? 'postgres' : 'memory') : requested;
       let datastoreUri: string | undefined;
-      if (options.openfgaDatastore === 'postgres') {
+      if (datastore === 'postgres') {
         const { createDatabase } = await import('./databases.js');
         datastoreUri = await createDatabase(postgresUrl, 'openfga');
       }
-      const server = await startOpenFga({ mode, datastore: options.openfgaDatastore ?? 'memory', datastoreUri });
+      const server = await startOpenFga({ mode, datastore, datastoreUri });
       started.push(server);
-      openfga = { apiUrl: server.apiUrl };
+      openfga = { apiUrl: server.apiUrl, datastore };
       openfgaSource = mode === 'containers' ? 'testcontainers' : 'native';
     }
 
