@@ -440,6 +440,35 @@ describe('a sink that misbehaves', () => {
     ['hangs past its deadline', (_i, signal) => new Promise((_, reject) => signal.addEventListener('abort', () => setTimeout(() => reject(new Error('late')), 5_000))), /did not answer within 200 ms/],
     ['returns the wrong number of outcomes', async () => [{ kind: 'delivered' }], /returned 1 outcomes for 2 intents/],
   ];
+  test('a sink that honours the deadline\'s abort reports what it delivered before it: those count as delivered, not sent again', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c']);
+    const sent: string[] = [];
+    const sink = {
+      deliver: async (intents: readonly Intent[], { signal }: { signal: AbortSignal }): Promise<Outcome[]> => {
+        const outcomes: Outcome[] = [];
+        for (const intent of intents) {
+          if (signal.aborted) outcomes.push({ kind: 'transient', error: 'aborted at the deadline' });
+          else {
+            sent.push(intent.partitionKey);
+            outcomes.push({ kind: 'delivered' });
+            // The second write hangs until the deadline aborts it (then the sink answers at once).
+            if (intent.partitionKey === 'vpc:b') await new Promise((resolve) => signal.addEventListener('abort', resolve));
+          }
+        }
+        return outcomes;
+      },
+    };
+    const result = await createDrainer({ db: t.db, spec, sink, deliveryTimeoutMs: 200, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    expect(result).toMatchObject({ claimed: 3, delivered: 2, retried: 1 });
+    expect(sent).toEqual(['vpc:a', 'vpc:b']);
+    expect((await rows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error])).toEqual([
+      [true, 0, null],
+      [true, 0, null],
+      [false, 1, 'aborted at the deadline'],
+    ]);
+  });
+
   for (const [name, deliver, error] of cases) {
     test(`${name}: the batch is retried and the drainer lives on`, async () => {
       const spec = await freshOutbox(t.db);

@@ -404,10 +404,10 @@ describe('a pass', () => {
       },
     };
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, deliveryTimeoutMs: 500, backoff: { baseMs: 60_000 } });
-    await drainer.start();
+    await drainer.start(); // cut 500 ms after the deadline (the grace), 500 ms before the sink would answer
     await waitUntil('the batch to be claimed', () => claimed);
     await drainer.stop();
-    expect((await rows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error])).toEqual([[false, 1, 'sink failed: Error: sink did not answer within 500 ms']]);
+    expect((await rows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error])).toEqual([[false, 1, 'sink failed: Error: sink did not answer within 500 ms (nor 500 ms after its signal was aborted)']]);
     await sleep(1_100); // the ignored delivery ends; nothing else runs
   });
 });

@@ -28,7 +28,12 @@ export type Outcome =
 
 /** What the drainer passes to every delivery. */
 export interface SinkContext {
-  /** Aborted when the delivery deadline (`deliveryTimeoutMs`) passes: stop and return or throw. */
+  /**
+   * Aborted when the delivery deadline (`deliveryTimeoutMs`) passes: stop, and return the outcomes
+   * (what was delivered before the abort as `delivered`, the rest `transient` or `skipped`) within
+   * the grace that follows (1 s, or `deliveryTimeoutMs` if shorter), or throw. A sink still running
+   * after the grace fails its whole batch as transient, and its delivered intents are sent again.
+   */
   readonly signal: AbortSignal;
 }
 
