@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
-import { CredentialsMethod, OpenFgaClient, type ClientWriteRequest } from '@openfga/sdk';
+import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
 import { createDrainer, SinkHaltError, type Logger, type Outcome, type Sink } from '@outbox/drainer';
 import { createOutboxTable, defineOutbox, enqueueMany, REGISTER_OUTBOX_PARTITION, type EnqueueInput, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
 import {
@@ -20,7 +20,6 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createOpenFgaSink } from './openfga-sink.js';
 import { clientCredentials, intent, key, noDeadline, startRefusingTokenIssuer } from './testing/fixtures.js';
-import type { OpenFgaWriteClient, WriteOptions } from './write-request.js';
 
 // Replays, configuration faults and what errors carry, against the real OpenFGA (and, where a
 // drainer is involved, the real drainer and Postgres).
