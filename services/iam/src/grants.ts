@@ -1,6 +1,6 @@
 import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
-import { findById, HttpError, ID_DESCRIPTION, ID_PATTERN, writeAnswer, type Route, type ServiceContext, type ServiceRequest } from '@outbox/service-kit';
+import { findById, HttpError, ID_DESCRIPTION, ID_PATTERN, shownValue, writeAnswer, type Route, type ServiceContext, type ServiceRequest } from '@outbox/service-kit';
 import { sql, type Kysely } from 'kysely';
 import { grantIntent, relationsProblem, type GrantableRelation } from './grant-intent.js';
 
@@ -10,7 +10,7 @@ function grantBody(body: unknown): GrantableRelation[] {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) problem = 'expected a JSON object { relations: [...] }';
   else {
     const extra = Object.keys(body).filter((k) => k !== 'relations');
-    problem = extra.length > 0 ? `unknown field(s) ${extra.join(', ')} (expected relations)` : relationsProblem((body as { relations?: unknown }).relations);
+    problem = extra.length > 0 ? `unknown field(s) ${extra.slice(0, 3).map((k) => (k.length > 80 ? shownValue(k) : k)).join(', ')}${extra.length > 3 ? ` and ${extra.length - 3} more` : ''} (expected relations)` : relationsProblem((body as { relations?: unknown }).relations);
   }
   if (problem) throw new HttpError(400, 'invalid_body', `invalid request body: ${problem}`);
   return (body as { relations: GrantableRelation[] }).relations;

@@ -28,6 +28,26 @@ export interface Authorizer {
 /** Options of every read: a permission just written by the drainer must be seen (no check cache). */
 const READ_OPTIONS = { consistency: ConsistencyPreference.HigherConsistency } as const;
 
+/**
+ * How long one check may take before the request answers 503. The SDK alone gives up on an OpenFGA
+ * that does not answer (hung, or a network path that drops packets) only after 4 attempts of 10 s:
+ * every request of the service hung 42 s before its 503. OpenFGA's own deadline for a check is 3 s
+ * by default, so a slower answer is an outage (the SDK's retries of a quick 5xx fit well within it).
+ */
+export const AUTHORIZATION_TIMEOUT_MS = 5_000;
+
+/** How long a whole list (`StreamedListObjects`) may take: OpenFGA cuts its stream at 3 s by default. */
+export const LIST_TIMEOUT_MS = 10_000;
+
+/** `work`, or a 503 `authorization_unavailable` after `ms` (the SDK's request goes on in the background and is dropped). */
+function withDeadline<T>(ms: number, work: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new HttpError(503, 'authorization_unavailable', `OpenFGA did not answer the authorization check within ${ms} ms: retry shortly`)), ms);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
+
 function unavailable(error: unknown): never {
   // The SDK throws FgaApiValidationError for both 400 and 422. A 400 (a type or relation the model
   // lacks) is our bug: 500. A 422 is OpenFGA throttling (throttled_timeout_error): unavailable, 503.
@@ -55,13 +75,16 @@ export function openFgaClient(connection: OpenFgaConnection): OpenFgaClient {
  * const fga = createAuthorizer({ apiUrl, storeId, authorizationModelId });
  * await fga.require('user:alice', 'can_view', 'vpc:42'); // throws HttpError 403 when not allowed
  */
-export function createAuthorizer(connection: OpenFgaConnection): Authorizer {
+export function createAuthorizer(connection: OpenFgaConnection, options: { timeoutMs?: number; listTimeoutMs?: number } = {}): Authorizer {
   const client = openFgaClient(connection);
+  const timeoutMs = options.timeoutMs ?? AUTHORIZATION_TIMEOUT_MS;
+  const listTimeoutMs = options.listTimeoutMs ?? LIST_TIMEOUT_MS;
   const check = async (user: string, relation: string, object: string) => {
     try {
-      const { allowed } = await client.check({ user, relation, object }, READ_OPTIONS);
+      const { allowed } = await withDeadline(timeoutMs, client.check({ user, relation, object }, READ_OPTIONS));
       return allowed === true;
     } catch (error) {
+      if (error instanceof HttpError) throw error;
       return unavailable(error);
     }
   };
@@ -77,14 +100,18 @@ export function createAuthorizer(connection: OpenFgaConnection): Authorizer {
       // and a caller who may view more would silently get a partial list.
       const prefix = `${type}:`;
       const ids: string[] = [];
-      try {
+      const read = async () => {
         for await (const { object } of client.streamedListObjects({ user, relation, type }, READ_OPTIONS)) {
           if (object.startsWith(prefix)) ids.push(object.slice(prefix.length));
         }
+      };
+      try {
+        await withDeadline(listTimeoutMs, read());
       } catch (error) {
+        if (error instanceof HttpError) throw error;
         return unavailable(error);
       }
-      return ids;
+      return [...ids];
     },
   };
 }

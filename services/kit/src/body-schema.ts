@@ -54,26 +54,44 @@ export const NAME_FIELD: StringField = {
 /** A reference to an id (a project, an organization). */
 export const ID_FIELD: StringField = { type: 'string', description: ID_DESCRIPTION, pattern: ID_PATTERN };
 
+/** How long a value from a request body may be when an error message quotes it. */
+const SHOWN_MAX = 80;
+
+/**
+ * A value from a request body, as an error message quotes it: JSON, cut to a few dozen characters.
+ * Never throws: a value nested too deep for `JSON.stringify` (a 64 KB body holds 30,000 levels of
+ * `[`) is the caller's mistake, a 400, not a 500 from a stack overflow while describing it.
+ */
+export function shownValue(value: unknown): string {
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? String(value);
+  } catch {
+    text = Array.isArray(value) ? 'an array nested too deep' : typeof value === 'object' && value !== null ? 'an object nested too deep' : String(value);
+  }
+  return text.length > SHOWN_MAX ? `${text.slice(0, SHOWN_MAX)}… (${text.length} characters)` : text;
+}
+
 function checkField(name: string, rule: FieldRule, value: unknown): string | undefined {
   switch (rule.type) {
     case 'string': {
-      if (typeof value !== 'string') return `${name}: expected a string (${rule.description}), got ${JSON.stringify(value)}`;
+      if (typeof value !== 'string') return `${name}: expected a string (${rule.description}), got ${shownValue(value)}`;
       const max = rule.maxLength ?? 256;
       if (value.length > max) return `${name}: longer than ${max} characters`;
-      if (rule.oneOf && !rule.oneOf.includes(value)) return `${name}: expected one of ${rule.oneOf.map((v) => JSON.stringify(v)).join(', ')}, got ${JSON.stringify(value)}`;
-      if (rule.pattern && !rule.pattern.test(value)) return `${name}: expected ${rule.description}, got ${JSON.stringify(value)}`;
+      if (rule.oneOf && !rule.oneOf.includes(value)) return `${name}: expected one of ${rule.oneOf.map((v) => JSON.stringify(v)).join(', ')}, got ${shownValue(value)}`;
+      if (rule.pattern && !rule.pattern.test(value)) return `${name}: expected ${rule.description}, got ${shownValue(value)}`;
       const problem = rule.validate?.(value);
       return problem === undefined ? undefined : `${name}: ${problem}`;
     }
     case 'integer': {
-      if (typeof value !== 'number' || !Number.isInteger(value)) return `${name}: expected an integer (${rule.description}), got ${JSON.stringify(value)}`;
+      if (typeof value !== 'number' || !Number.isInteger(value)) return `${name}: expected an integer (${rule.description}), got ${shownValue(value)}`;
       if ((rule.min !== undefined && value < rule.min) || (rule.max !== undefined && value > rule.max)) {
         return `${name}: expected ${rule.description} (${rule.min ?? '-∞'} to ${rule.max ?? '∞'}), got ${value}`;
       }
       return undefined;
     }
     case 'boolean':
-      return typeof value === 'boolean' ? undefined : `${name}: expected true or false, got ${JSON.stringify(value)}`;
+      return typeof value === 'boolean' ? undefined : `${name}: expected true or false, got ${shownValue(value)}`;
   }
 }
 
@@ -105,7 +123,7 @@ export function validateBody(body: unknown, rules: Readonly<Record<string, Field
   }
   for (const name of Object.keys(input)) {
     // Own keys only: `in` would take `constructor`, `toString`, `__proto__` for known fields.
-    if (!Object.hasOwn(rules, name)) problems.push(`${name}: unknown field (expected ${Object.keys(rules).join(', ')})`);
+    if (!Object.hasOwn(rules, name)) problems.push(`${name.length > SHOWN_MAX ? shownValue(name) : name}: unknown field (expected ${Object.keys(rules).join(', ')})`);
   }
   if (problems.length > 0) throw new HttpError(400, 'invalid_body', `invalid request body: ${problems.join('; ')}`);
   return values;

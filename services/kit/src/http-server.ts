@@ -68,10 +68,17 @@ function match(route: CompiledRoute, parts: readonly string[]): Record<string, s
 async function readJson(request: IncomingMessage): Promise<unknown> {
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of request as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new HttpError(413, 'body_too_large', `the request body is larger than ${MAX_BODY_BYTES} bytes`);
-    chunks.push(chunk);
+  try {
+    for await (const chunk of request as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) throw new HttpError(413, 'body_too_large', `the request body is larger than ${MAX_BODY_BYTES} bytes`);
+      chunks.push(chunk);
+    }
+  } catch (error) {
+    if (error instanceof HttpError) throw error;
+    // The client went away mid-body (node: 'aborted', code ECONNRESET). Its fault, not ours, and
+    // not the database's: that code used to be read as "the database is unavailable" and logged so.
+    throw new HttpError(400, 'body_incomplete', `the request body ended before it was complete (${error instanceof Error ? error.message : String(error)})`);
   }
   if (size === 0) return undefined;
   try {

@@ -13,7 +13,7 @@ export {
   type ServiceOptions,
 } from './service-options.js';
 export { createServiceOutbox, type Delivery, type ServiceOutbox, type ServiceOutboxConfig } from './service-outbox.js';
-export { createAuthorizer, type Authorizer, type OpenFgaConnection } from './authorizer.js';
+export { AUTHORIZATION_TIMEOUT_MS, createAuthorizer, LIST_TIMEOUT_MS, type Authorizer, type OpenFgaConnection } from './authorizer.js';
 export { MAX_BODY_BYTES, startHttpServer, type HttpMethod, type HttpServer, type Route, type ServiceRequest, type ServiceResponse } from './http-server.js';
 export { CALLER_HEADER, callerOf } from './caller.js';
 export { serviceClient, type ServiceClient, type ServiceReply } from './service-client.js';
@@ -22,6 +22,7 @@ export {
   ID_FIELD,
   ID_PATTERN,
   NAME_FIELD,
+  shownValue,
   validateBody,
   type BooleanField,
   type FieldRule,
@@ -32,5 +33,6 @@ export {
 } from './body-schema.js';
 export { writeAnswer } from './write-answer.js';
 export { findById } from './find-by-id.js';
+export { resourceTableColumns, verifyServiceTables, type ExpectedTable } from './verify-tables.js';
 export { createServicePool } from './pool.js';
 export { HttpError, SERVICE_SQLSTATE, ServiceConfigError } from './errors.js';

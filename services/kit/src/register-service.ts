@@ -7,6 +7,7 @@ import { ID_FIELD, ID_PATTERN, NAME_FIELD, validateBody, type FieldRule, type Fi
 import { HttpError, ServiceConfigError } from './errors.js';
 import type { Route, ServiceRequest } from './http-server.js';
 import type { ServiceContext, ServiceDefinition } from './service.js';
+import { resourceTableColumns } from './verify-tables.js';
 import { writeAnswer } from './write-answer.js';
 
 /** What makes a register service that service: its table, its OpenFGA type, its outbox and its fields. */
@@ -80,6 +81,7 @@ export function createRegisterService<const N extends string, C extends Readonly
     name: config.name,
     defaultPort: config.defaultPort,
     outbox: spec,
+    tables: [resourceTableColumns(table)],
     fgaType,
     resourcePath: path,
     resourceTable: table,

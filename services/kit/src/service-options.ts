@@ -71,6 +71,15 @@ export function consoleServiceLogger(name: string): Logger {
   };
 }
 
+/**
+ * OpenFGA's API URL without trailing slashes. The SDK appends `/stores/…` to it as is, and OpenFGA
+ * answers 404 to `//stores/…`: `http://openfga:8080/` stopped the service with "has no store",
+ * sending the operator after OPENFGA_STORE_ID when the store was there all along.
+ */
+function withoutTrailingSlash(apiUrl: string): string {
+  return apiUrl.replace(/\/+$/, '');
+}
+
 /** Applies defaults and validates; throws a {@link ServiceConfigError} naming the bad option. */
 export function resolveServiceOptions(name: string, options: ServiceOptions): ResolvedServiceOptions {
   if (!options?.databaseUrl) throw new ServiceConfigError('databaseUrl', 'a Postgres URL is required');
@@ -78,7 +87,7 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
   if (!options.openfga.storeId) throw new ServiceConfigError('openfga.storeId', 'the OpenFGA store id is required (pnpm migrate prints it)');
   return {
     databaseUrl: options.databaseUrl,
-    openfga: options.openfga,
+    openfga: { ...options.openfga, apiUrl: withoutTrailingSlash(options.openfga.apiUrl) },
     port: integer('port', options.port, 0, 0, 65_535),
     host: options.host ?? '127.0.0.1',
     drainIntervalMs: integer('drainIntervalMs', options.drainIntervalMs, 1_000, 1, 86_400_000),
@@ -118,7 +127,7 @@ export function openFgaConnectionFromEnv(env: NodeJS.ProcessEnv = process.env): 
   if (!apiUrl) throw new ServiceConfigError('OPENFGA_API_URL', "set it to OpenFGA's HTTP API, e.g. http://127.0.0.1:8080");
   if (!storeId) throw new ServiceConfigError('OPENFGA_STORE_ID', 'set it to the store `pnpm migrate` printed');
   return {
-    apiUrl,
+    apiUrl: withoutTrailingSlash(apiUrl),
     storeId,
     ...(env.OPENFGA_MODEL_ID ? { authorizationModelId: env.OPENFGA_MODEL_ID } : {}),
     ...(env.OPENFGA_API_TOKEN ? { credentials: { method: CredentialsMethod.ApiToken, config: { token: env.OPENFGA_API_TOKEN } } } : {}),
@@ -135,9 +144,9 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
   const number = (name: string): number | undefined => {
     const raw = env[name];
     if (raw === undefined || raw === '') return undefined;
-    const value = Number(raw);
-    if (!Number.isInteger(value)) throw new ServiceConfigError(name, `expected an integer, got ${JSON.stringify(raw)}`);
-    return value;
+    // Decimal digits only: Number() also takes '0x1F90', '1e3' and ' 80 ', none of which an operator means.
+    if (!/^[0-9]{1,15}$/.test(raw)) throw new ServiceConfigError(name, `expected a whole number in decimal digits, got ${JSON.stringify(raw)}`);
+    return Number(raw);
   };
   const flag = (name: string): boolean | undefined => {
     const raw = env[name]?.toLowerCase();
@@ -146,7 +155,7 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     if (raw === 'false' || raw === '0') return false;
     throw new ServiceConfigError(name, `expected true or false, got ${JSON.stringify(env[name])}`);
   };
-  return {
+  const options: ServiceOptions = {
     databaseUrl,
     openfga: openFgaConnectionFromEnv(env),
     port: number('PORT') ?? defaultPort,
@@ -158,4 +167,25 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     shutdownTimeoutMs: number('SHUTDOWN_TIMEOUT_MS'),
     poolSize: number('DB_POOL_SIZE'),
   };
+  // The ranges are checked here too, so that an out-of-range value is refused naming the variable
+  // the operator set (DB_POOL_SIZE), not the option it feeds (poolSize).
+  try {
+    resolveServiceOptions('env', options);
+  } catch (error) {
+    if (error instanceof ServiceConfigError && ENV_OF_OPTION[error.field]) {
+      throw new ServiceConfigError(ENV_OF_OPTION[error.field] as string, error.message.slice(error.field.length + 2), { cause: error });
+    }
+    throw error;
+  }
+  return options;
 }
+
+/** The variable that sets each numeric option (see {@link SERVICE_ENV}). */
+const ENV_OF_OPTION: Readonly<Record<string, string>> = {
+  port: 'PORT',
+  drainIntervalMs: 'DRAIN_INTERVAL_MS',
+  redriveIntervalMs: 'REDRIVE_INTERVAL_MS',
+  flushTimeoutMs: 'FLUSH_TIMEOUT_MS',
+  shutdownTimeoutMs: 'SHUTDOWN_TIMEOUT_MS',
+  poolSize: 'DB_POOL_SIZE',
+};

@@ -9,6 +9,7 @@ import { startHttpServer, type Route } from './http-server.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
 import { resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
 import { verifyOpenFgaTarget } from './verify-openfga.js';
+import { verifyServiceTables, type ExpectedTable } from './verify-tables.js';
 
 /** What a service's routes are built with. */
 export interface ServiceContext {
@@ -32,6 +33,8 @@ export interface ServiceDefinition<N extends string = string> {
   readonly defaultPort: number;
   /** The service's outbox; its drainer and reconciler are started with the service. */
   readonly outbox: OutboxSpec;
+  /** The other tables its routes use, checked at start like the outbox (a missing one stops the start). */
+  readonly tables?: readonly ExpectedTable[];
   routes(context: ServiceContext): readonly Route[];
 }
 
@@ -108,6 +111,7 @@ export async function startService<N extends string>(definition: ServiceDefiniti
   try {
     // Fail before listening: a service whose outbox is missing must not accept writes.
     await verifyOutboxTable(db, definition.outbox);
+    await verifyServiceTables(db, definition.tables ?? []);
     // And before delivering: a mistyped store or model id would poison every intent.
     await verifyOpenFgaTarget(resolved.openfga, logger);
     if (resolved.runDrainer) await outbox.drainer.start();
