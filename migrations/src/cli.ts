@@ -110,14 +110,55 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
   return { storeId, modelId };
 }
 
+/** OPENFGA_API_URL, checked before anything is changed (the SDK's own error for a bad one says only "FGA Error"). */
+function apiUrlFrom(name: string): string {
+  const value = required(name);
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+    throw new Error(`${name} is not an http(s) URL: ${JSON.stringify(value)} (e.g. http://127.0.0.1:8080)`);
+  }
+  return value;
+}
+
+/** OPENFGA_STORE_ID, when set, must be a ULID (the SDK refuses anything else, but only once the SQL has been migrated). */
+function storeIdFrom(name: string): void {
+  const value = process.env[name];
+  if (value && !/^[0-7][0-9A-HJKMNP-TV-Z]{25}$/.test(value)) {
+    throw new Error(`${name} is not an OpenFGA store id (a 26-character ULID): ${JSON.stringify(value)}`);
+  }
+}
+
+/**
+ * Runs `work` holding a session advisory lock of the database: two `pnpm migrate` at once (replicas
+ * of a deployment, say) then take turns at OpenFGA too, as they do at the SQL migrations. Without
+ * it both could find no store named "outbox" and create one each: the two print different store
+ * ids, and every later run refuses the two stores of one name.
+ */
+async function serialised<T>(databaseUrl: string, work: () => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    await client.query(`select pg_advisory_lock(hashtextextended('@outbox/migrations pnpm migrate: OpenFGA', 0))`);
+    return await work();
+  } finally {
+    await client.end(); // ends the session, and with it the lock
+  }
+}
+
 async function main(): Promise<void> {
   const sqlOnly = process.argv.includes('--sql-only');
-  // Every variable is read before anything is changed (whether the store exists is known only later).
+  // Every variable is read and checked before anything is changed (whether the store exists is known only later).
   const databaseUrl = required('DATABASE_URL');
-  const apiUrl = sqlOnly ? undefined : required('OPENFGA_API_URL');
+  const apiUrl = sqlOnly ? undefined : apiUrlFrom('OPENFGA_API_URL');
+  if (!sqlOnly) storeIdFrom('OPENFGA_STORE_ID');
   await migrateSql(databaseUrl);
   if (apiUrl === undefined) return;
-  const { storeId, modelId } = await loadModel(apiUrl);
+  const { storeId, modelId } = await serialised(databaseUrl, () => loadModel(apiUrl));
   console.log(`\nexport OPENFGA_STORE_ID=${storeId}\nexport OPENFGA_MODEL_ID=${modelId}`);
 }
 

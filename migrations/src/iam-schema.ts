@@ -1,5 +1,6 @@
 import { sql, type ColumnType, type Kysely } from 'kysely';
 import type { TupleOutboxTable } from '@outbox/outbox';
+import { createSchemaIfMissing } from './resource-table.js';
 
 /** `iam.organizations`. */
 export interface OrganizationTable {
@@ -41,7 +42,7 @@ export interface IamDatabase {
 /** Creates the iam schema's own tables (the outbox is created from its spec, beside them). */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export async function createIamTables(db: Kysely<any>): Promise<void> {
-  await db.schema.createSchema('iam').ifNotExists().execute();
+  await createSchemaIfMissing(db, 'iam');
   await db.schema
     .withSchema('iam')
     .createTable('organizations')

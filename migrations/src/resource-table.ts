@@ -65,10 +65,22 @@ export function defineResourceTable<const C extends Readonly<Record<string, Reso
   return Object.freeze({ schema: input.schema, table: input.table, qualifiedName: `${input.schema}.${input.table}`, columns: Object.freeze(input.columns) });
 }
 
+/**
+ * Creates `schema` unless it exists. Looks first: CREATE SCHEMA checks the database's CREATE
+ * privilege before IF NOT EXISTS, so a migration role that may create in its (existing) schema but
+ * not in the database — the default for a non-owner since PostgreSQL 15 — would fail on a schema
+ * that is already there.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function createSchemaIfMissing(db: Kysely<any>, schema: string): Promise<void> {
+  const found = await sql`select 1 from pg_catalog.pg_namespace where nspname = ${schema}`.execute(db);
+  if (found.rows.length === 0) await db.schema.createSchema(schema).ifNotExists().execute();
+}
+
 /** Creates the schema (if needed) and the resource table with its project index. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export async function createResourceTable(db: Kysely<any>, table: ResourceTable): Promise<void> {
-  await db.schema.createSchema(table.schema).ifNotExists().execute();
+  await createSchemaIfMissing(db, table.schema);
   let create = db.schema
     .withSchema(table.schema)
     .createTable(table.table)

@@ -71,14 +71,24 @@ function identifier(field: string, value: unknown, max = MAX_IDENTIFIER, part = 
   return value;
 }
 
-/** True when every ')' closes an earlier '(' and none stays open. */
+/**
+ * True when every ')' outside quotes closes an earlier '(' and none stays open, and every quote
+ * ('…' or "…") closes: a parenthesis inside a string literal (`'('`) counts as text, as SQL reads
+ * it. Counting it would let `'(' is not null) or (true or ')' is null` pass — balanced as text,
+ * yet its bare `)` closes the group it is spliced into and the rest widens the condition. The same
+ * rule as the reconciler's start check.
+ */
 function balanced(text: string): boolean {
   let depth = 0;
+  let quote: string | undefined;
   for (const c of text) {
-    if (c === '(') depth += 1;
+    if (quote) {
+      if (c === quote) quote = undefined; // a doubled quote reopens on the next character
+    } else if (c === "'" || c === '"') quote = c;
+    else if (c === '(') depth += 1;
     else if (c === ')' && --depth < 0) return false;
   }
-  return depth === 0;
+  return depth === 0 && quote === undefined;
 }
 
 /**
@@ -101,6 +111,11 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
   }
   const [schemaPart, tablePart] = input.table.split('.') as [string, string];
   const schema = identifier('table', schemaPart, MAX_IDENTIFIER, 'the schema');
+  if (schema.startsWith('pg_')) {
+    // Postgres refuses to create such a schema ("the prefix pg_ is reserved for system schemas"),
+    // and those that exist are its own (pg_catalog, pg_toast, pg_temp…).
+    throw new OutboxConfigError('table', `the schema: "${schema}" starts with pg_, which Postgres reserves for system schemas`);
+  }
   const tableName = identifier('table', tablePart, MAX_TABLE_NAME, 'the table name');
   if (input.partitionColumn === undefined || input.partitionColumn === null || input.partitionColumn === '') {
     throw new OutboxConfigError(
@@ -129,7 +144,7 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
     // It is spliced in as `and (<coverage>)`: an unbalanced ')' would close that group and let the
     // rest (`true) or (true`) widen the reconciler's condition.
     if (!balanced(coverage)) {
-      throw new OutboxConfigError('supersededCoverageSql', 'must be one expression: its parentheses do not balance');
+      throw new OutboxConfigError('supersededCoverageSql', 'must be one expression: its parentheses or quotes do not balance');
     }
   }
   return Object.freeze({

@@ -97,8 +97,10 @@ async function insertIntents(
   at: (index: number) => string,
 ): Promise<string[]> {
   if (intents.length === 0) return [];
-  const keys = intents.map((intent, i) => validatePartitionKey(intent?.partitionKey, `${at(i)}partitionKey`));
-  const payloads = intents.map((intent, i) => JSON.stringify(validatePayload(intent.payload, `${at(i)}payload`)));
+  // Every index, holes included (map skips a hole: its key would go to the INSERT as NULL).
+  const all = Array.from({ length: intents.length }, (_, i) => intents[i]);
+  const keys = all.map((intent, i) => validatePartitionKey(intent?.partitionKey, `${at(i)}partitionKey`));
+  const payloads = all.map((intent, i) => JSON.stringify(validatePayload(intent?.payload, `${at(i)}payload`)));
   const distinct = [...new Set(keys)];
   const n = tableNames(spec);
 
@@ -109,11 +111,24 @@ async function insertIntents(
   // holder. Deliverable is counted with the maxAttempts the table records (the spec's when it
   // records none), as the drainers that verified the table do, even when this writer's spec is
   // older or newer than the table's (a rolling change of maxAttempts, see setMaxAttempts).
+  // One probe per key that stops at the key's first deliverable row (LIMIT 1 in a LATERAL: never a
+  // hash join over the pending rows), so the cost follows the keys, not their backlog: reading
+  // every pending row of a hot key (a 50k-row backlog: ~20 ms) under its advisory lock capped
+  // that key's enqueue rate.
   const live = await sql<{ key: string }>`
-    select distinct ${sql.raw(n.partition)} as key from ${sql.raw(n.table)}
-    where ${sql.raw(n.partition)} = any(${distinct}::text[])
-      and sent_at is null and retired_at is null
-      and attempt_count < coalesce(${recordedMaxAttemptsSql(spec)}, ${spec.maxAttempts})`.execute(trx);
+    select u.k as key from unnest(${distinct}::text[]) as u(k)
+    cross join lateral (
+      select 1 from ${sql.raw(n.table)} x
+      where x.${sql.raw(n.partition)} = u.k
+        -- Redundant, but the planner sees these keys' own frequencies (u.k is only known at run
+        -- time): a cold key then probes the partition-head index even where one hot key makes
+        -- up most of the table, instead of walking the hot key's pending rows in id order.
+        and x.${sql.raw(n.partition)} = any(${distinct}::text[])
+        and x.sent_at is null and x.retired_at is null
+        and x.attempt_count < coalesce(${recordedMaxAttemptsSql(spec)}, ${spec.maxAttempts})
+      order by x.${sql.raw(n.partition)}, x.id -- the partition-head index's order
+      limit 1
+    ) found`.execute(trx);
   const hasHead = new Set(live.rows.map((r) => r.key));
   const heads = keys.map((key) => {
     if (hasHead.has(key)) return false;

@@ -19,7 +19,14 @@ export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {
   const n = tableNames(spec);
   const pending = 'sent_at is null and retired_at is null';
   const statements = [
-    `create schema if not exists "${spec.schema}"`,
+    // Only when it is missing: CREATE SCHEMA checks the database's CREATE privilege before IF NOT
+    // EXISTS, so a role that may create in its (existing) schema but not in the database — the
+    // default for a non-owner since PostgreSQL 15 — would fail on a schema that is already there.
+    `do $schema$ begin
+      if not exists (select from pg_catalog.pg_namespace where nspname = '${spec.schema}') then
+        create schema if not exists "${spec.schema}";
+      end if;
+    end $schema$`,
     `create table ${n.table} (
       id              bigint generated always as identity primary key,
       ${n.partition}  text not null,

@@ -36,10 +36,22 @@ const OBJECT = new RegExp(`^${TYPE}:${ID}$`);
 const USER = new RegExp(`^${TYPE}:(\\*|(?!\\*#)${ID}(#${RELATION_NAME})?)$`);
 const CONDITION_NAME = /^[^\s\0]{1,50}$/;
 
+/**
+ * A structural object (the payload, a tuple key, a condition or its context) is stored as
+ * `JSON.stringify` writes it: with a `toJSON` of its own, that is whatever `toJSON` returns, not
+ * the fields validated here.
+ */
+function plainJson(path: string, value: object): void {
+  if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
+    throw new PayloadError(path, 'has a toJSON method: it would be stored as what toJSON returns, not as validated; pass a plain object');
+  }
+}
+
 function tupleKey(path: string, value: unknown): TupleKey {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     throw new PayloadError(path, 'expected a tuple key { user, relation, object, condition? }');
   }
+  plainJson(path, value);
   const { user, relation, object, condition } = value as Record<string, unknown>;
   if (typeof user !== 'string' || !USER.test(user) || user.length > 512) {
     throw new PayloadError(`${path}.user`, `expected "type:id", "type:id#relation" or "type:*", got ${JSON.stringify(user)}`);
@@ -55,6 +67,7 @@ function tupleKey(path: string, value: unknown): TupleKey {
     if (condition === null || typeof condition !== 'object' || Array.isArray(condition)) {
       throw new PayloadError(`${path}.condition`, 'expected { name, context? }');
     }
+    plainJson(`${path}.condition`, condition);
     const { name, context } = condition as Record<string, unknown>;
     if (typeof name !== 'string' || !CONDITION_NAME.test(name)) {
       throw new PayloadError(`${path}.condition.name`, `expected a condition name, got ${JSON.stringify(name)}`);
@@ -62,6 +75,7 @@ function tupleKey(path: string, value: unknown): TupleKey {
     if (context !== undefined && (context === null || typeof context !== 'object' || Array.isArray(context))) {
       throw new PayloadError(`${path}.condition.context`, 'expected an object');
     }
+    if (context !== undefined) plainJson(`${path}.condition.context`, context);
   }
   return value as TupleKey;
 }
@@ -69,7 +83,8 @@ function tupleKey(path: string, value: unknown): TupleKey {
 function tupleList(path: string, value: unknown): readonly TupleKey[] {
   if (value === undefined) return [];
   if (!Array.isArray(value)) throw new PayloadError(path, 'expected an array of tuple keys');
-  return value.map((item, index) => tupleKey(`${path}[${index}]`, item));
+  // Every index, holes included (map and forEach skip a hole, which JSON then writes as null).
+  return Array.from({ length: value.length }, (_, index) => tupleKey(`${path}[${index}]`, value[index]));
 }
 
 /**
@@ -82,6 +97,7 @@ export function validatePayload(payload: unknown, path = 'payload'): IntentPaylo
   if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
     throw new PayloadError(path, 'expected { writes?: TupleKey[], deletes?: TupleKey[] }');
   }
+  plainJson(path, payload);
   const record = payload as Record<string, unknown>;
   const writes = tupleList(`${path}.writes`, record.writes);
   const deletes = tupleList(`${path}.deletes`, record.deletes);
@@ -140,8 +156,15 @@ function storableJson(path: string, value: unknown, seen: Set<object>): void {
   if (seen.has(object)) throw new PayloadError(path, 'refers back to an enclosing value (a cycle), which JSON cannot hold');
   if (typeof (object as { toJSON?: unknown }).toJSON === 'function') return; // a Date, say: JSON asks it
   seen.add(object);
-  if (Array.isArray(object)) object.forEach((item, index) => storableJson(`${path}[${index}]`, item, seen));
-  else {
+  if (Array.isArray(object)) {
+    for (let index = 0; index < object.length; index += 1) {
+      // A hole or an undefined item is written as null: the array would be stored changed.
+      if (!(index in object) || object[index] === undefined) {
+        throw new PayloadError(`${path}[${index}]`, 'is missing (a hole or undefined), which JSON stores as null');
+      }
+      storableJson(`${path}[${index}]`, object[index], seen);
+    }
+  } else {
     for (const [key, item] of Object.entries(object)) {
       storableString(`${path} key ${JSON.stringify(key)}`, key);
       storableJson(`${path}.${key}`, item, seen);

@@ -21,9 +21,11 @@ export interface OutboxStats {
 /**
  * Counts an outbox by state in one round trip. Cheap on a large table: pending, deliverable and
  * poisoned read the partial pending index, retired its own partial index; delivered rows, however
- * many, are not read — except to decide whether a poisoned row is superseded: with the optional
- * `(partition, id)` btree that is one probe per poisoned row, without it a walk of the rows after
- * it (short for recent poisoned rows; create the btree for outboxes that poison routinely).
+ * many, are not read — except to decide whether a poisoned row is superseded, and only while some
+ * row is poisoned: the delivered rows of the poisoned rows' partitions are read once, by the optional
+ * `(partition, id)` btree (a probe per partition) or, without it, by one walk of the rows after the
+ * oldest poisoned row (the whole table when that row is old; create the btree for outboxes that
+ * grow large and poison routinely).
  *
  * @example
  * const { deliverable, poisoned, oldestPendingAgeSeconds } = await outboxStats(db, vpcOutbox);
@@ -54,14 +56,24 @@ export function outboxStatsQuery(spec: OutboxSpec) {
     with pending as materialized (
       select id, ${p} as key, attempt_count, created_at from ${t}
       where sent_at is null and retired_at is null
+    ), poisoned as materialized (
+      select id, key from pending where attempt_count >= ${max}
+    ), successors as materialized (
+      -- The delivered rows that could supersede a poisoned one: of a poisoned row's partition,
+      -- after the oldest poisoned row. Read once for all poisoned rows (not once per poisoned row,
+      -- which walked the table behind each of them), and not at all when nothing is poisoned.
+      select s.* from ${t} s
+      where exists (select 1 from poisoned)
+        and s.id > (select min(id) from poisoned)
+        and s.${p} in (select key from poisoned)
+        and s.sent_at is not null
     )
     select
       (select count(*) from pending) as pending,
       (select count(*) from pending where attempt_count < ${max}) as deliverable,
-      (select count(*) from pending where attempt_count >= ${max}) as poisoned,
-      (select count(*) from pending x join ${t} t on t.id = x.id
-        where x.attempt_count >= ${max}
-          and exists (select 1 from ${t} s where s.${p} = t.${p} and s.id > t.id and s.sent_at is not null ${coverage})
+      (select count(*) from poisoned) as poisoned,
+      (select count(*) from poisoned x join ${t} t on t.id = x.id
+        where exists (select 1 from successors s where s.${p} = t.${p} and s.id > t.id ${coverage})
       ) as superseded,
       (select count(*) from ${t} where retired_at is not null) as retired,
       (select extract(epoch from now() - min(created_at)) from pending) as oldest_pending_age_seconds`;

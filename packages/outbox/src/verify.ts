@@ -22,8 +22,46 @@ function expectedColumns(spec: OutboxSpec): Record<string, string> {
 }
 
 interface IndexRow {
-  columns: string[];
+  columns: (string | null)[];
   predicate: string | null;
+}
+
+interface ColumnRow {
+  name: string;
+  type: string;
+  not_null: boolean;
+  identity: boolean;
+  default: string | null;
+}
+
+/**
+ * What enqueue and the drainer rely on beyond a column's type: enqueue writes only the partition
+ * key, the payload and is_head, so a missing default leaves a new row NULL where the claim compares
+ * (`next_attempt_at <= now()`, `attempt_count < max`): never claimed, never reported. A default on
+ * sent_at or retired_at would mark every new row delivered or retired. Returns what is wrong, or
+ * undefined.
+ */
+function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): string | undefined {
+  const byDefault = column.identity || column.default !== null;
+  switch (name) {
+    case 'id':
+      return column.not_null && byDefault ? undefined : 'not null and generated (identity), as enqueue gives no id';
+    case spec.partitionColumn:
+    case 'payload':
+      return column.not_null ? undefined : 'not null';
+    case 'created_at':
+    case 'next_attempt_at':
+      return column.not_null && column.default !== null ? undefined : 'not null default now(), as enqueue leaves it to the default';
+    case 'attempt_count':
+      return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
+    case 'is_head':
+      return column.not_null && column.default === 'false' ? undefined : 'not null default false';
+    case 'sent_at':
+    case 'retired_at':
+      return column.not_null || column.default !== null ? 'nullable without a default: NULL until the row is delivered or retired' : undefined;
+    default:
+      return undefined;
+  }
 }
 
 const normalise = (text: string | null) => (text ?? '').replace(/[()\s]+/g, ' ').trim().toLowerCase();
@@ -54,21 +92,44 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
   }
   const missing: string[] = [];
 
-  const columns = await sql<{ name: string; type: string; not_null: boolean }>`
-    select attname as name, format_type(atttypid, atttypmod) as type, attnotnull as not_null
-    from pg_attribute where attrelid = ${oid} and attnum > 0 and not attisdropped`.execute(db);
+  // A plain table without inheritance children: the drainer locks a run's rows by ctid, and rows of
+  // two partitions (or of a parent and its child) can share one, so a partitioned outbox would hand
+  // out a row of another partition — even an old, delivered one — with a run.
+  const kind = await sql<{ kind: string; children: boolean }>`
+    select c.relkind as kind, exists (select 1 from pg_inherits i where i.inhparent = c.oid) as children
+    from pg_class c where c.oid = ${oid}`.execute(db);
+  const { kind: relkind, children } = kind.rows[0] ?? { kind: 'r', children: false };
+  if (relkind === 'p' || children) {
+    missing.push('the table itself: it is partitioned (or has inheritance children), and rows of two partitions can share a ctid, by which the drainer locks its runs');
+  } else if (relkind !== 'r') {
+    missing.push(`the table itself: ${spec.table} is not a plain table (relkind ${relkind})`);
+  }
+
+  const columns = await sql<ColumnRow>`
+    select a.attname as name, format_type(a.atttypid, a.atttypmod) as type, a.attnotnull as not_null,
+           a.attidentity <> '' as identity, pg_get_expr(d.adbin, d.adrelid) as "default"
+    from pg_attribute a left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+    where a.attrelid = ${oid} and a.attnum > 0 and not a.attisdropped`.execute(db);
   const actual = new Map(columns.rows.map((c) => [c.name, c]));
   for (const [name, type] of Object.entries(expectedColumns(spec))) {
     const column = actual.get(name);
     if (!column) missing.push(`column ${name} ${type}${name === spec.partitionColumn ? ' (the spec\'s partitionColumn)' : ''}`);
     else if (column.type !== type) missing.push(`column ${name} should be ${type}, is ${column.type}`);
+    else {
+      const gap = constraintGap(spec, name, column);
+      if (gap) missing.push(`column ${name} should be ${gap}`);
+    }
   }
 
+  // Key columns only (INCLUDE columns do not order the index); an expression reads as null, so an
+  // index on (lower(key), id) is not taken for one on (id). Only a valid btree counts: a failed
+  // CREATE INDEX CONCURRENTLY leaves an invalid index the planner never uses.
   const indexes = await sql<IndexRow>`
-    select array(select a.attname from unnest(i.indkey) with ordinality k(attnum, ord)
-                 join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum order by k.ord)::text[] as columns,
+    select array(select a.attname from unnest(i.indkey[0:i.indnkeyatts - 1]) with ordinality k(attnum, ord)
+                 left join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum order by k.ord)::text[] as columns,
            pg_get_expr(i.indpred, i.indrelid) as predicate
-    from pg_index i where i.indrelid = ${oid}`.execute(db);
+    from pg_index i join pg_class c on c.oid = i.indexrelid join pg_am am on am.oid = c.relam
+    where i.indrelid = ${oid} and i.indisvalid and i.indisready and i.indislive and am.amname = 'btree'`.execute(db);
   const hasIndex = (cols: string[], predicate: (p: string) => boolean) =>
     indexes.rows.some((i) => i.columns.join(',') === cols.join(',') && predicate(normalise(i.predicate)));
   // Exactly the pending predicate: a narrower (or an OR-ed) index does not serve every pending row.
@@ -85,9 +146,11 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
   // tgtype bits: 1 = row-level, 2 = before, 4 = insert. We want: statement-level, after, insert.
   const triggers = await sql<{ ok: boolean }>`
     select (t.tgtype & 1) = 0 and (t.tgtype & 2) = 0 and (t.tgtype & 4) = 4
-           and p.prosrc like ${`%pg_notify('${spec.channel}'%`} as ok
+           and strpos(p.prosrc, ${`pg_notify('${spec.channel}'`}) > 0 as ok
     from pg_trigger t join pg_proc p on p.oid = t.tgfoid
-    where t.tgrelid = ${oid} and not t.tgisinternal and t.tgenabled <> 'D'`.execute(db);
+    -- Enabled for ordinary sessions: 'O' (origin, the default) or 'A' (always); not 'D' (disabled)
+    -- nor 'R' (fires only when session_replication_role is replica).
+    where t.tgrelid = ${oid} and not t.tgisinternal and t.tgenabled in ('O', 'A')`.execute(db);
   if (!triggers.rows.some((t) => t.ok)) {
     missing.push(`statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`);
   }
