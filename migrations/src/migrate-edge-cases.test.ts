@@ -1,14 +1,13 @@
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { verifyOutboxTable } from '@outbox/outbox';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, expect, inject, test } from 'vitest';
 import { migrateToLatest, migrations } from './migrate.js';
+import { runMigrateCli } from './testing/run-cli.js';
 import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
 
 /*
@@ -56,18 +55,8 @@ afterAll(async () => {
   for (const role of roles) await admin(`drop role if exists ${role}`);
 });
 
-async function runCli(env: Record<string, string | undefined>, args: string[] = []): Promise<{ code: number | null; output: string }> {
-  const merged: Record<string, string | undefined> = { ...process.env, OPENFGA_API_TOKEN: undefined, OPENFGA_STORE_ID: undefined, ...env };
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./cli.ts', import.meta.url)), ...args], {
-    env: Object.fromEntries(Object.entries(merged).filter((entry): entry is [string, string] => entry[1] !== undefined)),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk) => (output += chunk));
-  child.stderr.on('data', (chunk) => (output += chunk));
-  const [code] = (await once(child, 'exit')) as [number | null];
-  return { code, output };
-}
+const runCli = (env: Record<string, string | undefined>, args: string[] = []) =>
+  runMigrateCli({ OPENFGA_API_TOKEN: undefined, OPENFGA_STORE_ID: undefined, ...env }, args);
 
 test('the migrations run as a role that owns its (pre-created) schemas but may not create schemas in the database (PostgreSQL 15+ default)', async () => {
   const database = await emptyDatabase();

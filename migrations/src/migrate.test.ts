@@ -1,7 +1,4 @@
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
-import { fileURLToPath } from 'node:url';
 import { outboxStats, verifyOutboxTable } from '@outbox/outbox';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Migrator, NO_MIGRATIONS } from 'kysely/migration';
@@ -9,6 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, expect, inject, test } from 'vitest';
 import { migrateToLatest, migrations } from './migrate.js';
 import { COMMON_RESOURCE_COLUMNS } from './resource-table.js';
+import { runMigrateCli } from './testing/run-cli.js';
 import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
 import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
@@ -97,24 +95,14 @@ test('every migration can be undone and redone', async () => {
 });
 
 /** Runs the migrate CLI against this file's database and the stack's OpenFGA; `env` adds to (or unsets) variables. */
-async function runCli(env: Record<string, string | undefined>): Promise<{ code: number | null; output: string }> {
+function runCli(env: Record<string, string | undefined>): Promise<{ code: number | null; output: string }> {
   const stack = inject('outboxStack');
-  const merged: Record<string, string | undefined> = {
-    ...process.env,
+  return runMigrateCli({
     DATABASE_URL: urlOf(name),
     OPENFGA_API_URL: stack.openfgaApiUrl,
     ...(stack.openfgaPresharedKey ? { OPENFGA_API_TOKEN: stack.openfgaPresharedKey } : {}),
     ...env,
-  };
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./cli.ts', import.meta.url))], {
-    env: Object.fromEntries(Object.entries(merged).filter((entry): entry is [string, string] => entry[1] !== undefined)),
-    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let output = '';
-  child.stdout.on('data', (chunk) => (output += chunk));
-  child.stderr.on('data', (chunk) => (output += chunk));
-  const [code] = (await once(child, 'exit')) as [number | null];
-  return { code, output };
 }
 
 test('pnpm migrate without OPENFGA_STORE_ID creates the store named outbox once, then finds it again', async () => {

@@ -1,33 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createOutboxTable, defineOutbox, enqueueMany, setMaxAttempts, type OutboxSpec } from '@outbox/outbox';
+import { defineOutbox, setMaxAttempts, type OutboxSpec } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { claimBatch } from './claim.js';
+import { enqueueRows, freshOutbox as fresh, payload } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, SinkHaltError, type DrainerEvent, type Intent, type Outcome, type Sink } from './index.js';
 
 const t = useTestDatabase();
-let tables = 0;
-
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function freshOutbox(db: Kysely<any>, options: { maxAttempts?: number } = {}): Promise<OutboxSpec> {
-  tables += 1;
-  const spec = defineOutbox({ table: `drain.outbox_${tables}`, partitionColumn: 'resource_id', maxAttempts: options.maxAttempts ?? 10 });
-  await createOutboxTable(db, spec);
-  return spec;
-}
-
-const payload = (n: number) => ({ writes: [{ user: 'user:alice', relation: 'owner', object: `vpc:${n}` }] });
-
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function enqueueRows(db: Kysely<any>, spec: OutboxSpec, keys: string[]): Promise<string[]> {
-  const ids: string[] = [];
-  for (let i = 0; i < keys.length; i += 1_000) {
-    const chunk = keys.slice(i, i + 1_000);
-    ids.push(...(await db.transaction().execute((trx) => enqueueMany(trx, spec, chunk.map((partitionKey, j) => ({ partitionKey, payload: payload(i + j) }))))));
-  }
-  return ids;
-}
+const freshOutbox = (db: Kysely<any>, options: { maxAttempts?: number } = {}) => fresh(db, 'drain', options);
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 async function rows(db: Kysely<any>, spec: OutboxSpec) {

@@ -8,31 +8,14 @@ import { startEmbeddedPostgres, useTestDatabase } from '@outbox/test-stack';
 import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
 import pg from 'pg';
 import { describe, expect, test } from 'vitest';
+import { enqueueRows, freshOutbox as fresh, payload } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, type Intent, type Sink } from './index.js';
 
 // Run-time behaviour as a service meets it: flush, LISTEN, lifecycle, handlers, pool use.
 const t = useTestDatabase();
-let tables = 0;
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
-const payload = (n: number) => ({ writes: [{ user: 'user:alice', relation: 'owner', object: `vpc:${n}` }] });
-
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function freshOutbox(db: Kysely<any>, maxAttempts = 10): Promise<OutboxSpec> {
-  tables += 1;
-  const spec = defineOutbox({ table: `runtime.outbox_${tables}`, partitionColumn: 'resource_id', maxAttempts });
-  await createOutboxTable(db, spec);
-  return spec;
-}
-
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function enqueueRows(db: Kysely<any>, spec: OutboxSpec, keys: string[]): Promise<string[]> {
-  const ids: string[] = [];
-  for (let i = 0; i < keys.length; i += 1_000) {
-    const chunk = keys.slice(i, i + 1_000);
-    ids.push(...(await db.transaction().execute((trx) => enqueueMany(trx, spec, chunk.map((partitionKey, j) => ({ partitionKey, payload: payload(i + j) }))))));
-  }
-  return ids;
-}
+const freshOutbox = (db: Kysely<any>, maxAttempts = 10) => fresh(db, 'runtime', { maxAttempts });
 
 const table = (spec: OutboxSpec) => sql.raw(`"${spec.schema}"."${spec.tableName}"`);
 // eslint-disable-next-line @typescript-eslint/no-explicit-any

@@ -1,0 +1,29 @@
+// Test fixtures shared by the drainer's test files: a fresh outbox table per test, and rows enqueued
+// through the real writer. Not part of the package's build.
+import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec } from '@outbox/outbox';
+import type { Kysely } from 'kysely';
+
+let tables = 0;
+
+/** A fresh outbox table in schema `schema` of the test's database (one per test keeps tests independent). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function freshOutbox(db: Kysely<any>, schema: string, options: { maxAttempts?: number } = {}): Promise<OutboxSpec> {
+  tables += 1;
+  const spec = defineOutbox({ table: `${schema}.outbox_${tables}`, partitionColumn: 'resource_id', maxAttempts: options.maxAttempts ?? 10 });
+  await createOutboxTable(db, spec);
+  return spec;
+}
+
+/** A payload naming `vpc:<n>`. */
+export const payload = (n: number) => ({ writes: [{ user: 'user:alice', relation: 'owner', object: `vpc:${n}` }] });
+
+/** Enqueues one intent per key, in order, 1,000 per transaction. Returns the ids. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function enqueueRows(db: Kysely<any>, spec: OutboxSpec, keys: string[]): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < keys.length; i += 1_000) {
+    const chunk = keys.slice(i, i + 1_000);
+    ids.push(...(await db.transaction().execute((trx) => enqueueMany(trx, spec, chunk.map((partitionKey, j) => ({ partitionKey, payload: payload(i + j) }))))));
+  }
+  return ids;
+}
