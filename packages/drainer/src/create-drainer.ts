@@ -45,7 +45,8 @@ export interface DrainerConfig {
   /**
    * Deadline for one sink call, in ms. Default 30000, at most 2147483647 (Node's timer limit):
    * longer than any sane OpenFGA write, shorter than the time a stuck batch may hold its row locks.
-   * Past it the batch is transient.
+   * At it the sink's signal is aborted and the sink gets a grace (1 s, or this deadline if shorter)
+   * to return what it did; a sink that has not answered by then fails the whole batch as transient.
    */
   readonly deliveryTimeoutMs?: number;
   /**
@@ -86,13 +87,18 @@ export interface Drainer {
   start(): Promise<void>;
   /** Stops the timer and listener and waits for the in-flight batch. Waiting flushes (even one still on its first query) reject. */
   stop(): Promise<void>;
-  /** One pass: batches until nothing is claimable (waits for an in-flight pass first). */
+  /**
+   * One pass: batches until nothing is claimable, or until a batch in which nothing was delivered
+   * or poisoned (the target is likely down or throttling; the next pass goes on). Waits for an
+   * in-flight pass first. Rejects with {@link DrainerStoppedError} after `stop()`.
+   */
   drainOnce(): Promise<DrainResult>;
   /** Asks for a pass soon; coalesces with a running one (at most one more pass is scheduled). */
   kick(): void;
   /**
    * Resolves when every intent of `partitionKey` committed before the call (and deliverable then)
-   * is delivered; rejects with {@link FlushPoisonedError} or {@link FlushTimeoutError}.
+   * is delivered; rejects with {@link FlushPoisonedError}, {@link FlushTimeoutError}, or
+   * {@link DrainerStoppedError} when the drainer is stopped.
    * `partitionKey` must be a string (`''` included: rows with an empty key group under it); `timeoutMs`
    * (default 10000) an integer from 1 to 2147483647. Anything else rejects with an
    * `OutboxConfigError` naming `flush.partitionKey` or `flush.timeoutMs`.

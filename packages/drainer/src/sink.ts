@@ -46,8 +46,9 @@ export interface SinkContext {
  * of the same partition failed in this call; it reports those later intents as `skipped`. (It may
  * apply several intents of one partition in one atomic request when their tuple keys are disjoint.)
  *
- * A sink that throws, returns the wrong number of outcomes, or is still running at the deadline
- * fails the whole batch as transient: the drainer never dies from a sink. To stop a pass without
+ * A sink that throws, returns the wrong number of outcomes, or is still running after the deadline
+ * and its grace (see {@link SinkContext.signal}) fails the whole batch as transient: the drainer
+ * never dies from a sink. To stop a pass without
  * consuming attempts (e.g. credentials refused), throw a {@link SinkHaltError}.
  */
 export interface Sink {

@@ -24,8 +24,10 @@ export class OpenFgaSinkConfigError extends Error {
  * `openFgaMessage`) and never the request's headers or body, so it is safe to log, `cause` included:
  * its `cause` is a copy of the SDK's error with what the server answered (status, code, message,
  * request id), without the request the SDK keeps on it (for a refused client-credentials exchange,
- * the form carrying the client secret). It is the `cause` of the `SinkHaltError` the sink throws when OpenFGA refuses its
- * credentials, or when the token issuer refuses the client-credentials exchange (`tokenIssuer` set).
+ * the form carrying the client secret). It is the `cause` of every `SinkHaltError` the sink throws:
+ * OpenFGA refused its credentials, the token issuer refused the client-credentials exchange
+ * (`tokenIssuer` set), the store lacks the model, the Write route was not found, a 4xx came from
+ * something other than OpenFGA, or the SDK refused to build the request.
  *
  * @example
  * catch (error) {

@@ -191,8 +191,9 @@ async function runBounded(tasks: ReadonlyArray<() => Promise<void>>, limit: numb
  *   (a write refused for a different stored condition whose key a later intent of its partition
  *   in the batch deletes is dropped instead: a replayed run);
  * - throws `SinkHaltError` when OpenFGA refuses the credentials, the token issuer refuses the
- *   client-credentials exchange, the store lacks the model, or a proxy (not OpenFGA) answers a
- *   4xx: the batch is released, nothing poisoned.
+ *   client-credentials exchange, the store lacks the model, the Write route is not found (404), a
+ *   proxy (not OpenFGA) answers a 4xx, or the SDK refuses to build the request: the batch is
+ *   released, nothing poisoned.
  *
  * Bad config throws {@link OpenFgaSinkConfigError} naming the field.
  *

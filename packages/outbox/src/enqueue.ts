@@ -68,6 +68,10 @@ function notReadCommitted(isolation: string): OutboxConfigError {
  * writes anything. Where the pool's default is another level, start the transaction with
  * `db.transaction().setIsolationLevel('read committed')`.
  *
+ * Make it the transaction's only enqueue call: two calls (or one in a savepoint and one after it)
+ * take their locks in two sorted rounds, and can deadlock (SQLSTATE 40P01) with a transaction that
+ * does the same for the same keys in the other order.
+ *
  * @example
  * await db.transaction().execute(async (trx) => {
  *   await trx.insertInto('vpc.vpcs').values(row).execute();

@@ -73,8 +73,10 @@ export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {
 }
 
 /**
- * Creates the outbox table of `spec` with its indexes and NOTIFY trigger. Run it inside a migration
- * (it does not open a transaction of its own).
+ * Creates the outbox table of `spec` with its indexes, NOTIFY trigger and the drainer's claim and
+ * settle functions, and records `spec.maxAttempts` on it. The schema is created only when it is
+ * missing (so a role that may create in its own schema but not in the database can run it). Run it
+ * inside a migration (it does not open a transaction of its own).
  *
  * @example
  * export const up = (db: Kysely<any>) => createOutboxTable(db, vpcOutbox);

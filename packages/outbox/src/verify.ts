@@ -67,9 +67,12 @@ function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): strin
 const normalise = (text: string | null) => (text ?? '').replace(/[()\s]+/g, ' ').trim().toLowerCase();
 
 /**
- * Checks that the live table behind `spec` has the contract's columns (and types), the partial
- * partition-head, pending and claim indexes, the statement-level NOTIFY trigger on the spec's
- * channel, and the drainer's claim and settle functions. Throws one {@link OutboxTableError}
+ * Checks that the live table behind `spec` is a plain table (not partitioned, no inheritance
+ * children: the drainer locks runs by ctid), with the contract's columns (their types, NOT NULLs
+ * and the defaults enqueue relies on), the partial partition-head, pending and claim indexes (valid
+ * btrees on exactly those key columns), the statement-level NOTIFY trigger on the spec's channel
+ * (enabled for ordinary sessions), and the drainer's claim and settle functions of this release (by
+ * the version marker in their bodies). Throws one {@link OutboxTableError}
  * listing everything missing. Drainer and reconciler call it at start, so a spec pointed at the
  * wrong table or column fails fast.
  *

@@ -77,7 +77,9 @@ function within<T>(ms: number, work: Promise<T>, late: () => Error): Promise<T> 
 /**
  * Starts a service in this process: its pool, its outbox (drainer with LISTEN, reconciler, both on
  * their own timers) and its HTTP API. Fails, with nothing left running, when the outbox table does
- * not match its spec (run `pnpm migrate`).
+ * not match its spec or a table its routes use is missing (run `pnpm migrate`), or when OpenFGA
+ * answers that the store or the model does not exist, or answers with something that is not the
+ * store (a `ServiceConfigError`); an OpenFGA that does not answer only logs a warning.
  *
  * @example
  * const vpc = await startService(vpcService, { databaseUrl, openfga: { apiUrl, storeId } });
