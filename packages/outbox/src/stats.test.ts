@@ -2,6 +2,7 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
+import { setMaxAttempts } from './max-attempts.js';
 import { createOutboxTable } from './migration.js';
 import { outboxStats, outboxStatsQuery } from './stats.js';
 
@@ -96,12 +97,22 @@ describe('outboxStats', () => {
     expect(stats.oldestPendingAgeSeconds).toBeLessThan(330);
   });
 
-  test('follows the spec’s maxAttempts: attempt_count 3 is deliverable at 10 and poisoned at 3', async () => {
+  test('counts with the maxAttempts the table records (its drainers\' value), whatever the caller\'s spec says; with none recorded, the spec\'s', async () => {
     const lenient = defineOutbox({ table: 'stats.threshold_outbox', partitionColumn: 'resource_id' });
     const strict = defineOutbox({ table: 'stats.threshold_outbox', partitionColumn: 'resource_id', maxAttempts: 3 });
     await createOutboxTable(t.db, lenient);
     await seed(lenient, [{ key: 'vpc:a', state: 'deliverable' }]);
     await sql`update stats.threshold_outbox set attempt_count = 3`.execute(t.db);
+    // The table records 10: attempt_count 3 is deliverable, also for a caller still holding the strict spec.
+    expect(await outboxStats(t.db, lenient)).toMatchObject({ pending: 1, deliverable: 1, poisoned: 0 });
+    expect(await outboxStats(t.db, strict)).toMatchObject({ pending: 1, deliverable: 1, poisoned: 0 });
+    // After setMaxAttempts(strict) the table records 3 (the row, one attempt left, is set to 2); a drainer of the
+    // new spec then poisons it: a dashboard still on the old spec must see it poisoned.
+    expect(await setMaxAttempts(t.db, strict)).toMatchObject({ from: 10, to: 3, adjusted: 1 });
+    await sql`update stats.threshold_outbox set attempt_count = 3`.execute(t.db);
+    expect(await outboxStats(t.db, lenient)).toMatchObject({ pending: 1, deliverable: 0, poisoned: 1 });
+    // A table that records none (an earlier release's): the spec's value.
+    await sql`comment on column stats.threshold_outbox.attempt_count is null`.execute(t.db);
     expect(await outboxStats(t.db, lenient)).toMatchObject({ pending: 1, deliverable: 1, poisoned: 0 });
     expect(await outboxStats(t.db, strict)).toMatchObject({ pending: 1, deliverable: 0, poisoned: 1 });
   });

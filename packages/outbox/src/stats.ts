@@ -1,5 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
+import { recordedMaxAttemptsSql } from './max-attempts.js';
 import { tableNames } from './table-names.js';
 
 /** What an outbox holds, by DESIGN §2's vocabulary. */
@@ -50,7 +51,9 @@ export function outboxStatsQuery(spec: OutboxSpec) {
   const n = tableNames(spec);
   const t = sql.raw(n.table);
   const p = sql.raw(n.partition);
-  const max = sql.lit(spec.maxAttempts);
+  // The value the table records, as its drainers (which verified it) count: a caller whose spec is
+  // older or newer (a dashboard across a setMaxAttempts) still sees the states the drainers act on.
+  const max = sql`coalesce(${recordedMaxAttemptsSql(spec)}, ${sql.lit(spec.maxAttempts)})`;
   const coverage = spec.supersededCoverageSql ? sql.raw(`and (${spec.supersededCoverageSql})`) : sql``;
   return sql<Record<string, string | number | null>>`
     with pending as materialized (
