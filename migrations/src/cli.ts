@@ -122,7 +122,8 @@ function apiUrlFrom(name: string): string {
   if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
     throw new Error(`${name} is not an http(s) URL: ${JSON.stringify(value)} (e.g. http://127.0.0.1:8080)`);
   }
-  return value;
+  // The SDK appends `/stores/…` as is, and OpenFGA answers 404 to `//stores/…`.
+  return value.replace(/\/+$/, '');
 }
 
 /** OPENFGA_STORE_ID, when set, must be a ULID (the SDK refuses anything else, but only once the SQL has been migrated). */

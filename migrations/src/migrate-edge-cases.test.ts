@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
 import { verifyOutboxTable } from '@outbox/outbox';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
@@ -91,6 +92,21 @@ test('pnpm migrate with an OPENFGA_STORE_ID that is not a store id fails naming 
   expect(output).toContain('OPENFGA_STORE_ID is not an OpenFGA store id');
   const tables = await sql<{ n: number }>`select count(*)::int as n from pg_tables where tablename = 'kysely_migration'`.execute(open(urlOf(database)));
   expect(tables.rows[0]?.n).toBe(0);
+});
+
+test('pnpm migrate with a trailing slash in OPENFGA_API_URL reaches the same OpenFGA (the SDK would ask for //stores)', async () => {
+  const database = await emptyDatabase();
+  const stack = inject('outboxStack');
+  const credentials = stack.openfgaPresharedKey ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token: stack.openfgaPresharedKey } } } : {};
+  const { id: storeId } = await new OpenFgaClient({ apiUrl: stack.openfgaApiUrl, ...credentials }).createStore({ name: `slash-${randomBytes(4).toString('hex')}` });
+  const { code, output } = await runCli({
+    DATABASE_URL: urlOf(database),
+    OPENFGA_API_URL: `${stack.openfgaApiUrl}/`,
+    OPENFGA_API_TOKEN: stack.openfgaPresharedKey,
+    OPENFGA_STORE_ID: storeId,
+  });
+  expect(code, output).toBe(0);
+  expect(output).toContain(`export OPENFGA_STORE_ID=${storeId}`);
 });
 
 /** A stand-in OpenFGA (stores and models only) whose store listing takes `listDelayMs`. */

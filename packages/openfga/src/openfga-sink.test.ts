@@ -52,6 +52,13 @@ describe('delivery', () => {
     expect(await storedOn(fga.client, 'vpc:replay')).toEqual(['project:r project vpc:replay', 'user:cat owner vpc:replay', 'user:dan viewer vpc:replay']);
   });
 
+  test('an apiUrl with a trailing slash reaches the same OpenFGA (the SDK would ask for //stores, a 404 and a halt)', async () => {
+    const config = openFgaClientConfig(fga.storeId, fga.authorizationModelId);
+    const sink = createOpenFgaSink({ ...config, apiUrl: `${config.apiUrl}//`, storeId: fga.storeId });
+    expect(kinds(await sink.deliver([intent('vpc:slash', writes('user:sal owner vpc:slash'))], noDeadline()))).toEqual(['delivered']);
+    expect(await storedOn(fga.client, 'vpc:slash')).toEqual(['user:sal owner vpc:slash']);
+  });
+
   test('250 intents of mixed sizes: few requests, none over 100 operations or naming a key twice, no intent split', async () => {
     const recorder = recordingClient(new OpenFgaClient(openFgaClientConfig(fga.storeId, fga.authorizationModelId)));
     const events: OpenFgaWriteEvent[] = [];

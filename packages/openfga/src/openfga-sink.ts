@@ -139,7 +139,9 @@ function buildClient(config: OpenFgaSinkConnectionConfig): OpenFgaWriteClient {
   }
   try {
     return new OpenFgaClient({
-      apiUrl,
+      // The SDK appends `/stores/…` as is, and OpenFGA answers 404 to `//stores/…`: every Write
+      // would halt on a trailing slash.
+      apiUrl: apiUrl.replace(/\/+$/, ''),
       storeId,
       ...(config.authorizationModelId !== undefined ? { authorizationModelId: config.authorizationModelId } : {}),
       ...(config.credentials !== undefined ? { credentials: config.credentials } : {}),

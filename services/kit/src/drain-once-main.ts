@@ -21,6 +21,7 @@ export async function runDrainOnceMain(definition: ServiceDefinition, env: NodeJ
   const cliLogger = { info: () => undefined, warn: (message: string) => console.warn(message), error: (message: string) => console.error(message) };
   const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: createServicePool(databaseUrl, 2, cliLogger) }) });
   const delivered: string[] = [];
+  let haltReason: string | undefined; // why the sink stopped the pass (credentials, a store without the model, …)
   const drainer = createDrainer({
     db,
     spec,
@@ -32,6 +33,7 @@ export async function runDrainOnceMain(definition: ServiceDefinition, env: NodeJ
     }),
     onEvent: (event) => {
       if (event.type === 'delivered') delivered.push(...event.ids);
+      if (event.type === 'pass-failed' && event.halted) haltReason = event.error.message;
     },
   });
   try {
@@ -39,7 +41,7 @@ export async function runDrainOnceMain(definition: ServiceDefinition, env: NodeJ
     const n = tableNames(spec);
     const rows = delivered.length === 0 ? [] : (await sql<{ id: string; key: string; payload: { writes?: unknown[]; deletes?: unknown[] } }>`
       select id, ${sql.raw(n.partition)} as key, payload from ${sql.raw(n.table)} where id = any(${delivered}::bigint[]) order by id`.execute(db)).rows;
-    console.log(`${spec.table}: delivered ${result.delivered}, retried ${result.retried}, poisoned ${result.poisoned}${result.halted ? ' (HALTED: OpenFGA refused our credentials)' : ''}`);
+    console.log(`${spec.table}: delivered ${result.delivered}, retried ${result.retried}, poisoned ${result.poisoned}${result.halted ? ` (HALTED, nothing counted: ${haltReason ?? 'the sink stopped the pass'})` : ''}`);
     for (const row of rows) {
       console.log(`  #${row.id} ${row.key}: ${row.payload.writes?.length ?? 0} write(s), ${row.payload.deletes?.length ?? 0} delete(s)`);
     }
