@@ -130,16 +130,18 @@ function ignoreRejection(value: unknown): void {
 
 /** The service's logger, each call shielded: a logger that throws or rejects is ignored, never fatal. */
 function guardedLogger(target: Logger): Logger {
+  // The method is looked up at each call, not once here: a logger whose methods are replaced later
+  // (pino on a level change, a test's vi.spyOn) must be called as it is now.
   const guard =
-    (method: ((message: string, fields?: Record<string, unknown>) => void) | undefined) =>
+    (level: 'debug' | 'info' | 'warn' | 'error') =>
     (message: string, fields?: Record<string, unknown>) => {
       try {
-        ignoreRejection(method?.call(target, message, fields));
+        ignoreRejection(target[level]?.call(target, message, fields));
       } catch {
         // a broken log transport must not break delivery
       }
     };
-  return { debug: guard(target.debug), info: guard(target.info), warn: guard(target.warn), error: guard(target.error) };
+  return { debug: guard('debug'), info: guard('info'), warn: guard('warn'), error: guard('error') };
 }
 
 /** `value` (or `fallback` when undefined) if it is an integer from `min` to `max`; else an OutboxConfigError naming `field`. */
@@ -359,15 +361,20 @@ export function createDrainer(config: DrainerConfig): Drainer {
   // Single flight: one pass at a time in this process; a kick during a pass schedules one more.
   let running: Promise<DrainResult> | undefined;
   let again = false;
-  const passListeners = new Set<() => void>();
+  /** Told when a pass ends, and whether it delivered or poisoned anything. */
+  const passListeners = new Set<(progressed: boolean) => void>();
   function runPass(): Promise<DrainResult> {
     if (running) {
       again = true;
       return running;
     }
-    const current = pass().finally(() => {
+    let progressed = false;
+    const current = pass().then((result) => {
+      progressed = result.delivered + result.poisoned > 0;
+      return result;
+    }).finally(() => {
       running = undefined;
-      for (const listener of passListeners) listener();
+      for (const listener of passListeners) listener(progressed);
       if (again && !stopping) {
         again = false;
         runPass().catch(() => undefined);
@@ -407,11 +414,19 @@ export function createDrainer(config: DrainerConfig): Drainer {
   const flushes = new Set<FlushWaiter>();
   let poller: Promise<void> | undefined;
   let pollRound = 0;
+  /** A waiter was added since the poller's last status query: the next pass end is worth a look. */
+  let freshWaiter = false;
 
-  /** Resolves when the pass running now (or the next one) ends, or after `ms`, whichever comes first. */
+  /**
+   * Resolves after `ms`, or earlier when a pass ends that delivered or poisoned something (or any pass
+   * ends while a new waiter has not been looked at yet). A pass that moved nothing does not end the
+   * wait: while the awaited rows back off (or another process holds them) every kicked pass finds
+   * nothing and ends in a millisecond, and waking on each would poll the pool without pause.
+   */
   function passEndOr(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
-      const done = () => {
+      const done = (progressed = true) => {
+        if (!progressed && !freshWaiter) return;
         clearTimeout(wait);
         passListeners.delete(done);
         resolve();
@@ -438,6 +453,7 @@ export function createDrainer(config: DrainerConfig): Drainer {
       pollRound += 1;
       const current = [...flushes];
       if (current.length === 0) return;
+      freshWaiter = false; // the waiters added from here on are not in this round's query
       const ids = [...new Set(current.flatMap((w) => w.waiting))];
       let state;
       try {
@@ -445,7 +461,9 @@ export function createDrainer(config: DrainerConfig): Drainer {
           select id, sent_at is not null as sent, attempt_count >= ${spec.maxAttempts} or retired_at is not null as poisoned, last_error
           from ${sql.raw(n.table)} where id = any(${ids}::bigint[]) order by id`.execute(db);
       } catch (error) {
-        for (const waiter of current) waiter.finish(error instanceof Error ? error : new Error(String(error)));
+        // One failed query (a connection reset, a restart) must not reject every waiting flush at
+        // once: each goes on waiting, and its own timeoutMs ends it if the database stays away.
+        logger.warn(`flush status query on ${spec.table} failed; retrying`, { error: error instanceof Error ? error.message : String(error) });
         continue;
       }
       const byId = new Map(state.rows.map((r) => [String(r.id), r]));
@@ -504,6 +522,8 @@ export function createDrainer(config: DrainerConfig): Drainer {
           waiter = { partitionKey, waiting: target.rows.map((r) => String(r.id)), finish };
           flushes.add(waiter);
           pollRound = 0; // a new waiter: poll soon again
+          freshWaiter = true; // and look once the pass kicked for it ends
+          kick();
           ensurePoller();
         }, (error: unknown) => finish(error instanceof Error ? error : new Error(String(error))));
     });
