@@ -136,6 +136,15 @@ describe('outboxStats', () => {
 
     const plain = defineOutbox({ table: 'stats.tuple_outbox', partitionColumn: 'tuple_key' });
     expect(await outboxStats(t.db, plain)).toMatchObject({ poisoned: 2, superseded: 2 });
+
+    // A row without the field the coverage reads (an earlier build's, or written by hand): the
+    // fragment is NULL, and the pair falls back to the plain rule, as the reconciler decides it.
+    await seed(spec, [
+      { key: 'user:cid|vpc:v1', state: 'poisoned' },
+      { key: 'user:cid|vpc:v1', state: 'delivered', relations: ['viewer'] },
+    ]);
+    await sql`update stats.tuple_outbox set payload = payload - 'relations' where tuple_key = 'user:cid|vpc:v1' and sent_at is null`.execute(t.db);
+    expect(await outboxStats(t.db, spec)).toMatchObject({ poisoned: 3, superseded: 2 });
   });
 
   test('empty-key rows group together: a delivered empty-key row supersedes an earlier poisoned one', async () => {

@@ -54,7 +54,9 @@ export function outboxStatsQuery(spec: OutboxSpec) {
   // The value the table records, as its drainers (which verified it) count: a caller whose spec is
   // older or newer (a dashboard across a setMaxAttempts) still sees the states the drainers act on.
   const max = sql`coalesce(${recordedMaxAttemptsSql(spec)}, ${sql.lit(spec.maxAttempts)})`;
-  const coverage = spec.supersededCoverageSql ? sql.raw(`and (${spec.supersededCoverageSql})`) : sql``;
+  // `is not false`, as the reconciler writes it: a fragment that is NULL for a pair (a row without
+  // the field it reads) falls back to the plain rule, so this count matches what a pass reports.
+  const coverage = spec.supersededCoverageSql ? sql.raw(`and (${spec.supersededCoverageSql}) is not false`) : sql``;
   return sql<Record<string, string | number | null>>`
     with pending as materialized (
       select id, ${p} as key, attempt_count, created_at from ${t}

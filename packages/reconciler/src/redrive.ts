@@ -104,7 +104,11 @@ export interface SuccessorCheck {
 export function deliveredSuccessor(spec: OutboxSpec, check: SuccessorCheck): RawBuilder<boolean> {
   const n = tableNames(spec);
   const key = sql.raw(n.partition);
-  const coverage = spec.supersededCoverageSql ? sql.raw(` and (${spec.supersededCoverageSql})`) : sql``;
+  // `is not false`: a fragment that is NULL for a pair (a row without the field it reads — written
+  // by an earlier build, or by hand) cannot show that `s` leaves part of `t` undecided, so the pair
+  // falls back to the plain rule (parked, reported) instead of reviving `t` over a delivery that may
+  // have re-decided it: a wrong parking is reported at WARN, a wrong revival is silent and for good.
+  const coverage = spec.supersededCoverageSql ? sql.raw(` and (${spec.supersededCoverageSql}) is not false`) : sql``;
   const after = check.partitionIndex
     ? sql`s.id > t.id`
     : sql`(s.${key}, s.id) > (t.${key}, t.id)${check.keys ? sql` and (s.${key} || '') = any(${[...check.keys]}::text[])` : sql``}`;
@@ -115,8 +119,10 @@ export function deliveredSuccessor(spec: OutboxSpec, check: SuccessorCheck): Raw
 
 /**
  * Step 2: the first `batchSize` poisoned rows with no delivered successor (the candidates), and
- * the first `batchSize` with one (reported, never revived) — first meaning least recently attempted
- * (`next_attempt_at`, then id), so rows that fail again after a revival rotate to the back. Two lists so that superseded rows nobody
+ * the first `batchSize` with one (reported, never revived) — first meaning the partitions least
+ * recently attempted (the `next_attempt_at` of their earliest row), each partition's rows in id order, so
+ * rows that fail again after a revival rotate to the back and a cut never takes a partition's later
+ * row without its earlier ones. Two lists so that superseded rows nobody
  * has retired yet cannot fill the batch and starve revivable ones. Poisoned rows are found through
  * the partial pending index; the successor check runs once over them (a materialized semi-join),
  * then each list is cut to the batch. Rows are marked with `in (…)`, a hashed lookup: a join to
@@ -133,10 +139,15 @@ export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: Succe
       select t.id, t.${sql.raw(n.partition)} as key, t.last_error, t.next_attempt_at, t.id in (select id from superseded) as superseded
       from ${table} t where ${poisoned}
     ), ranked as (
-      -- Least recently attempted first: a revived row that fails for good again keeps the
-      -- next_attempt_at of its revival, so it goes behind rows not yet retried instead of
-      -- taking the same slot on every pass.
-      select *, row_number() over (partition by superseded order by next_attempt_at, id) as rank from marked
+      -- Least recently attempted partition first, by its earliest row (the one a revival makes
+      -- head): a revived row that fails for good again keeps the next_attempt_at of its revival,
+      -- so its partition goes behind rows not yet retried instead of taking the same slot on every
+      -- pass. Within a partition, id order: where the batch cuts a partition, it keeps its
+      -- earliest rows. Cutting by the rows' own next_attempt_at could revive a later row and leave
+      -- an earlier one poisoned; the later one is then delivered first and parks the earlier one
+      -- as superseded, so it is never delivered at all.
+      select *, row_number() over (partition by superseded order by since, key, id) as rank
+      from (select *, first_value(next_attempt_at) over (partition by superseded, key order by id) as since from marked) m
     )
     select id, key, last_error, superseded from ranked where rank <= ${batchSize} order by id`;
 }
