@@ -1,5 +1,5 @@
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import { assertRecordedMaxAttempts, compareIds, lockPartitions, resetHeads, SQLSTATE, sqlState, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { assertRecordedMaxAttempts, compareIds, lockPartitions, partitionLockKey, resetHeads, SQLSTATE, sqlState, tableNames, type OutboxSpec } from '@outbox/outbox';
 import type { Logger } from './logger.js';
 import { partitionIndexPresent } from './partition-index.js';
 
@@ -228,18 +228,18 @@ export function reviveRows(spec: OutboxSpec, ids: readonly string[]) {
 }
 
 
-/** Step 3 or 4 waited longer than the pass allows: the pass rolls back, its candidates deferred. */
-class LockWaitTimeout extends Error {
-  constructor(
-    readonly deferred: readonly RedrivenIntent[],
-    readonly superseded: readonly RedrivenIntent[],
-    readonly moreSuperseded: boolean,
-  ) {
-    super('lock wait timed out');
-  }
+/**
+ * Step 4b, only after steps 3–4 waited longer than the pass allows (and were rolled back to their
+ * savepoint): each partition's advisory lock, without waiting. A partition whose lock is held (an
+ * enqueue in flight, a transaction left open after one) is deferred; the others go on.
+ */
+function tryLockPartitions(spec: OutboxSpec, keys: readonly string[]) {
+  return sql<{ key: string; granted: boolean }>`
+    select k as key, pg_try_advisory_xact_lock(${partitionLockKey(spec, sql`k`)}) as granted
+    from unnest(${[...keys]}::text[]) as k`;
 }
 
-async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: number, lockTimeoutMs: number): Promise<RedriveResult> {
+async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: number, lockTimeoutMs: number, logger: Logger): Promise<RedriveResult> {
   const lock = await tryLockReconciler(spec).execute(trx);
   if (!lock.rows[0]?.granted) return SKIPPED;
 
@@ -250,27 +250,43 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
   const poisoned = (await selectPoisoned(spec, batchSize, { partitionIndex }).execute(trx)).rows;
   const candidates = poisoned.filter((r) => !r.superseded);
   const superseded = poisoned.filter((r) => r.superseded).map(toIntent);
-  const more = candidates.length >= batchSize;
+  let more = candidates.length >= batchSize;
   const moreSuperseded = superseded.length >= batchSize;
   if (candidates.length === 0) return { revived: [], superseded, deferred: [], skipped: false, more, moreSuperseded };
 
   const keys = distinct(candidates);
   // Waiting for in-flight claims is the point of steps 3 and 4, but a stuck drainer (a hung sink,
-  // up to its delivery deadline) must not hold this pass — and, through the rows it already locked,
-  // other partitions' heads — for as long: past lockTimeoutMs the pass rolls back, deferring all.
+  // up to its delivery deadline) or a transaction left open after an enqueue must not hold this
+  // pass — and, through the rows it already locked, other partitions' heads — for as long: past
+  // lockTimeoutMs the waits are rolled back (to a savepoint, releasing what they locked) and the
+  // pass goes on without waiting: it locks what it can (step 4b, then 5a's SKIP LOCKED) and defers
+  // only the partitions it could not lock, so one held partition does not stop every revival.
   await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(trx);
+  await sql`savepoint outbox_redrive_wait`.execute(trx);
+  let waitedOut = false;
   try {
     await lockPendingRows(spec, keys).execute(trx);
     await lockPartitions(spec, keys).execute(trx);
+    await sql`release savepoint outbox_redrive_wait`.execute(trx);
   } catch (error) {
-    if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE) throw new LockWaitTimeout(candidates.map(toIntent), superseded, moreSuperseded);
-    throw error;
+    if (sqlState(error) !== SQLSTATE.LOCK_NOT_AVAILABLE) throw error;
+    await sql`rollback to savepoint outbox_redrive_wait`.execute(trx);
+    waitedOut = true;
   }
   await sql`select set_config('lock_timeout', '0', true)`.execute(trx);
-  // A setMaxAttempts that committed while this pass waited for its row locks changed which rows are
-  // poisoned; one that comes later waits for this transaction (its EXCLUSIVE lock conflicts with ours).
-  await assertRecordedMaxAttempts(trx, spec, 'reconciler');
+  // Step 4b: without waiting, so in any order (a try-lock cannot deadlock).
+  const unlocked = new Set<string>();
+  if (waitedOut) {
+    for (const row of (await tryLockPartitions(spec, keys).execute(trx)).rows) if (!row.granted) unlocked.add(row.key);
+    logger.info(`redrive: a partition stayed locked longer than ${lockTimeoutMs} ms (a drainer still delivering, or an open transaction); its candidates are deferred, the others go on`, {
+      table: spec.table,
+    });
+  }
   const locked = (await lockPendingRows(spec, keys, { skipLocked: true }).execute(trx)).rows.map((r) => String(r.id));
+  // A setMaxAttempts that committed while this pass waited for its row locks changed which rows are
+  // poisoned; one that comes later waits for this transaction (its EXCLUSIVE lock conflicts with the
+  // row locks just taken — also after a wait that timed out, whose own locks were rolled back).
+  await assertRecordedMaxAttempts(trx, spec, 'reconciler');
   const decisions = (await decideCandidates(spec, candidates, locked, partitionIndex).execute(trx)).rows;
 
   const revive: Decision[] = [];
@@ -278,7 +294,7 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
   for (const row of decisions) {
     if (!row.poisoned) continue; // changed by hand since step 2: not ours to touch
     if (row.superseded) superseded.push(toIntent(row));
-    else if (row.contended) deferred.push(toIntent(row));
+    else if (row.contended || unlocked.has(row.key)) deferred.push(toIntent(row));
     else revive.push(row);
   }
   if (revive.length > 0) {
@@ -289,6 +305,7 @@ async function pass(trx: Transaction<unknown>, spec: OutboxSpec, batchSize: numb
     await resetHeads(trx, spec, distinct(revive));
   }
   superseded.sort((a, b) => compareIds(a.id, b.id));
+  if (waitedOut && deferred.length > 0) more = true; // they wait for a partition someone holds
   return { revived: revive.map(toIntent), superseded, deferred, skipped: false, more, moreSuperseded };
 }
 
@@ -300,23 +317,7 @@ export async function redrivePoisoned(db: Db, spec: OutboxSpec, batchSize: numbe
   const result = await db
     .transaction()
     .setIsolationLevel('read committed')
-    .execute((trx) => pass(trx, spec, batchSize, lockTimeoutMs))
-    .catch((error: unknown) => {
-      if (!(error instanceof LockWaitTimeout)) throw error;
-      logger.info(`redrive rolled back: a partition stayed locked longer than ${lockTimeoutMs} ms (a drainer still delivering); retrying next pass`, {
-        table: spec.table,
-      });
-      // Deferred candidates are still waiting: `more`.
-      const deferredResult: RedriveResult = {
-        revived: [],
-        superseded: [...error.superseded],
-        deferred: [...error.deferred],
-        skipped: false,
-        more: true,
-        moreSuperseded: error.moreSuperseded,
-      };
-      return deferredResult;
-    });
+    .execute((trx) => pass(trx, spec, batchSize, lockTimeoutMs, logger));
   const fields = (rows: readonly RedrivenIntent[]) => ({
     table: spec.table,
     ids: rows.map((r) => r.id),
