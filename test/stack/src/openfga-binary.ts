@@ -11,6 +11,9 @@ const run = promisify(execFile);
 export const OPENFGA_VERSION = 'v1.18.1';
 const OPENFGA_MODULE = 'github.com/openfga/openfga';
 
+/** The pinned version as a whole token: not the start of v1.18.10 or v1.18.1-rc1. */
+const PINNED = `${OPENFGA_VERSION.replaceAll('.', '\\.')}(?![\\w.+-])`;
+
 async function goPath(): Promise<string | undefined> {
   try {
     const { stdout } = await run('go', ['env', 'GOPATH']);
@@ -24,14 +27,14 @@ async function goPath(): Promise<string | undefined> {
 async function isPinnedVersion(bin: string): Promise<boolean> {
   try {
     const { stdout, stderr } = await run(bin, ['version'], { timeout: 10_000 });
-    if (`${stdout}${stderr}`.includes(OPENFGA_VERSION)) return true;
+    if (new RegExp(PINNED).test(`${stdout}${stderr}`)) return true;
   } catch {
     return false;
   }
   try {
     // A plain `go install` leaves the version string at "dev"; the module version is in the build info.
     const { stdout } = await run('go', ['version', '-m', bin], { timeout: 10_000 });
-    return new RegExp(`\\bmod\\s+${OPENFGA_MODULE.replaceAll('.', '\\.')}\\s+${OPENFGA_VERSION}\\b`).test(stdout);
+    return new RegExp(`\\bmod\\s+${OPENFGA_MODULE.replaceAll('.', '\\.')}\\s+${PINNED}`).test(stdout);
   } catch {
     return false;
   }
