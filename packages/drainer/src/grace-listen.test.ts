@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { enqueueRows, freshOutbox as fresh } from './testing/fixture.js';
+import { enqueueRows, escaped, freshOutbox as fresh } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, SinkHaltError, type Sink } from './index.js';
 
 const t = useTestDatabase();
@@ -12,20 +12,6 @@ const freshOutbox = (db: Kysely<any>) => fresh(db, 'grace', {});
 const rows = async (spec: { schema: string; tableName: string }) =>
   (await sql<{ sent: boolean; attempt_count: number; last_error: string | null }>`select sent_at is not null as sent, attempt_count, last_error from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} order by id`.execute(t.db)).rows.map((r) => [r.sent, r.attempt_count, r.last_error]);
 
-async function escaped(work: () => Promise<void>, settleMs = 300): Promise<unknown[]> {
-  const caught: unknown[] = [];
-  const onError = (error: unknown) => void caught.push(error);
-  process.on('uncaughtException', onError);
-  process.on('unhandledRejection', onError);
-  try {
-    await work();
-    await sleep(settleMs);
-  } finally {
-    process.off('uncaughtException', onError);
-    process.off('unhandledRejection', onError);
-  }
-  return caught;
-}
 
 describe('the grace after the delivery deadline', () => {
   test('a SinkHaltError thrown during the grace releases the batch without counting an attempt', async () => {
@@ -80,7 +66,7 @@ describe('LISTEN: stop() racing the connection attempt', () => {
         await started;
       }
       await sleep(300);
-    });
+    }, 300);
     expect(errors.map(String)).toEqual([]);
     expect(await listenCount()).toBe(0);
   }, 30_000);

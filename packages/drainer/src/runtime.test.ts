@@ -8,7 +8,7 @@ import { startEmbeddedPostgres, useTestDatabase } from '@outbox/test-stack';
 import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
 import pg from 'pg';
 import { describe, expect, test } from 'vitest';
-import { enqueueRows, freshOutbox as fresh, payload } from './testing/fixture.js';
+import { enqueueRows, escaped, freshOutbox as fresh, payload } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, type Intent, type Sink } from './index.js';
 
 // Run-time behaviour as a service meets it: flush, LISTEN, lifecycle, handlers, pool use.
@@ -36,21 +36,6 @@ async function waitUntil(what: string, check: () => Promise<boolean> | boolean, 
   }
 }
 
-/** Collects what escapes as an uncaught exception or an unhandled rejection while `work` runs (and `settleMs` after). */
-async function escaped(work: () => Promise<void>, settleMs = 200): Promise<unknown[]> {
-  const caught: unknown[] = [];
-  const onError = (error: unknown) => void caught.push(error);
-  process.on('uncaughtException', onError);
-  process.on('unhandledRejection', onError);
-  try {
-    await work();
-    await sleep(settleMs);
-  } finally {
-    process.off('uncaughtException', onError);
-    process.off('unhandledRejection', onError);
-  }
-  return caught;
-}
 
 describe('handlers that fail never break the drainer', () => {
   test('an async onEvent that rejects raises no unhandled rejection (which would end a Node process)', async () => {

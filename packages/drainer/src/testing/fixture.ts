@@ -1,5 +1,6 @@
 // Test fixtures shared by the drainer's test files: a fresh outbox table per test, and rows enqueued
 // through the real writer. Not part of the package's build.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec } from '@outbox/outbox';
 import type { Kysely } from 'kysely';
 
@@ -26,4 +27,20 @@ export async function enqueueRows(db: Kysely<any>, spec: OutboxSpec, keys: strin
     ids.push(...(await db.transaction().execute((trx) => enqueueMany(trx, spec, chunk.map((partitionKey, j) => ({ partitionKey, payload: payload(i + j) }))))));
   }
   return ids;
+}
+
+/** Collects what escapes as an uncaught exception or an unhandled rejection while `work` runs (and `settleMs` after). */
+export async function escaped(work: () => Promise<void>, settleMs = 200): Promise<unknown[]> {
+  const caught: unknown[] = [];
+  const onError = (error: unknown) => void caught.push(error);
+  process.on('uncaughtException', onError);
+  process.on('unhandledRejection', onError);
+  try {
+    await work();
+    await sleep(settleMs);
+  } finally {
+    process.off('uncaughtException', onError);
+    process.off('unhandledRejection', onError);
+  }
+  return caught;
 }
