@@ -2,7 +2,7 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, PayloadError } from './errors.js';
 import { compareIds } from './ids.js';
-import { recordedMaxAttemptsSql } from './max-attempts.js';
+import { countedMaxAttemptsSql } from './max-attempts.js';
 import { lockPartitions } from './partition-lock.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
 import { tableNames } from './table-names.js';
@@ -129,7 +129,7 @@ async function insertIntents(
         -- up most of the table, instead of walking the hot key's pending rows in id order.
         and x.${sql.raw(n.partition)} = any(${distinct}::text[])
         and x.sent_at is null and x.retired_at is null
-        and x.attempt_count < coalesce(${recordedMaxAttemptsSql(spec)}, ${spec.maxAttempts})
+        and x.attempt_count < ${countedMaxAttemptsSql(spec)}
       order by x.${sql.raw(n.partition)}, x.id -- the partition-head index's order
       limit 1
     ) found`.execute(trx);

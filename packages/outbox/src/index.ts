@@ -6,6 +6,7 @@ export {
   type OutboxSpecInput,
 } from './define-outbox.js';
 export { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
+export { supersededCoverageCondition } from './coverage.js';
 export { compareIds } from './ids.js';
 export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 export { createDrainFunctions } from './drain-functions.js';

@@ -46,6 +46,16 @@ export function recordedMaxAttemptsSql(spec: OutboxSpec): RawBuilder<number | nu
 }
 
 /**
+ * SQL for the `maxAttempts` rows are counted with: the one the table records, or the spec's when it
+ * records none (a table of an earlier release). What enqueue and `outboxStats` count with, as the
+ * drainers that verified the table do, even when the caller's spec is older or newer (a rolling
+ * change of maxAttempts).
+ */
+export function countedMaxAttemptsSql(spec: OutboxSpec): RawBuilder<number> {
+  return sql<number>`coalesce(${recordedMaxAttemptsSql(spec)}, ${sql.lit(spec.maxAttempts)})`;
+}
+
+/**
  * The `maxAttempts` the table records, or undefined when it records none (a table created by an
  * earlier release, which did not record it; see {@link setMaxAttempts}).
  */

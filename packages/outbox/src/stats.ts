@@ -1,6 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
-import { recordedMaxAttemptsSql } from './max-attempts.js';
+import { supersededCoverageCondition } from './coverage.js';
+import { countedMaxAttemptsSql } from './max-attempts.js';
 import { tableNames } from './table-names.js';
 
 /** What an outbox holds, by DESIGN §2's vocabulary. */
@@ -51,12 +52,10 @@ export function outboxStatsQuery(spec: OutboxSpec) {
   const n = tableNames(spec);
   const t = sql.raw(n.table);
   const p = sql.raw(n.partition);
-  // The value the table records, as its drainers (which verified it) count: a caller whose spec is
-  // older or newer (a dashboard across a setMaxAttempts) still sees the states the drainers act on.
-  const max = sql`coalesce(${recordedMaxAttemptsSql(spec)}, ${sql.lit(spec.maxAttempts)})`;
-  // `is not false`, as the reconciler writes it: a fragment that is NULL for a pair (a row without
-  // the field it reads) falls back to the plain rule, so this count matches what a pass reports.
-  const coverage = spec.supersededCoverageSql ? sql.raw(`and (${spec.supersededCoverageSql}) is not false`) : sql``;
+  // As the drainers count: a dashboard on an older or newer spec still sees the states they act on.
+  const max = countedMaxAttemptsSql(spec);
+  // The reconciler's rule, so this count matches what a pass reports.
+  const coverage = supersededCoverageCondition(spec);
   return sql<Record<string, string | number | null>>`
     with pending as materialized (
       select id, ${p} as key, attempt_count, created_at from ${t}

@@ -1,5 +1,5 @@
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import { assertRecordedMaxAttempts, compareIds, lockPartitions, partitionLockKey, resetHeads, SQLSTATE, sqlState, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { assertRecordedMaxAttempts, compareIds, lockPartitions, partitionLockKey, resetHeads, SQLSTATE, sqlState, supersededCoverageCondition, tableNames, type OutboxSpec } from '@outbox/outbox';
 import type { Logger } from './logger.js';
 import { partitionIndexPresent } from './partition-index.js';
 
@@ -104,11 +104,7 @@ export interface SuccessorCheck {
 export function deliveredSuccessor(spec: OutboxSpec, check: SuccessorCheck): RawBuilder<boolean> {
   const n = tableNames(spec);
   const key = sql.raw(n.partition);
-  // `is not false`: a fragment that is NULL for a pair (a row without the field it reads — written
-  // by an earlier build, or by hand) cannot show that `s` leaves part of `t` undecided, so the pair
-  // falls back to the plain rule (parked, reported) instead of reviving `t` over a delivery that may
-  // have re-decided it: a wrong parking is reported at WARN, a wrong revival is silent and for good.
-  const coverage = spec.supersededCoverageSql ? sql.raw(` and (${spec.supersededCoverageSql}) is not false`) : sql``;
+  const coverage = supersededCoverageCondition(spec);
   const after = check.partitionIndex
     ? sql`s.id > t.id`
     : sql`(s.${key}, s.id) > (t.${key}, t.id)${check.keys ? sql` and (s.${key} || '') = any(${[...check.keys]}::text[])` : sql``}`;
