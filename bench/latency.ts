@@ -1,5 +1,5 @@
 import { createDrainer, type DrainerEvent, type Sink } from '@outbox/drainer';
-import { createOutboxTable, defineOutbox, enqueue } from '@outbox/outbox';
+import { createOutboxTable, defineOutbox, enqueue, enqueueMany } from '@outbox/outbox';
 import { createDatabase, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
@@ -103,6 +103,64 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
   return { enqueued: committed.size, seconds, batches, latency, flushed: flushed.sort((a, b) => a - b) };
 }
 
+const BACKLOG = 20_000;
+const SINK_MS_PER_CALL = 60; // about OpenFGA's pace measured by `pnpm bench openfga`: ~1,500 intents/s in calls of 100
+const PROBES = 15;
+
+/**
+ * A backlog (after an outage, say): BACKLOG intents in as many partitions, then a drainer (defaults,
+ * LISTEN) starts on them with a sink that takes SINK_MS_PER_CALL per call. Meanwhile a writer commits
+ * one intent in a new partition every 200 ms, PROBES times, and either awaits `flush` for it (as an
+ * API handler would) or does not (its intent then waits its turn in the claim order). Returns, per
+ * probe, the ms from its commit to the flush resolving, or to the sink's call for its intent, and
+ * what was left of the backlog after the last probe.
+ */
+async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: number): Promise<{ waits: number[]; left: number; drainSeconds: number }> {
+  const spec = defineOutbox({ table: `bench.backlog_${n}`, partitionColumn: 'resource_id' });
+  await createOutboxTable(writerDb, spec);
+  for (let i = 0; i < BACKLOG; i += 1_000) {
+    await writerDb.transaction().execute((trx) =>
+      enqueueMany(trx, spec, Array.from({ length: 1_000 }, (_, j) => ({ partitionKey: `vpc:old-${i + j}`, payload: { writes: [{ user: 'project:p', relation: 'project', object: `vpc:old-${i + j}` }] } }))),
+    );
+  }
+  const drainerDb = kysely(url, 2);
+  const delivered = new Map<string, number>();
+  const sink: Sink = {
+    deliver: async (intents) => {
+      await new Promise((resolve) => setTimeout(resolve, SINK_MS_PER_CALL));
+      const now = performance.now();
+      for (const intent of intents) delivered.set(intent.id, now);
+      return intents.map(() => ({ kind: 'delivered' as const }));
+    },
+  };
+  const started = performance.now();
+  const drainer = createDrainer({ db: drainerDb, spec, sink, listen: { connectionString: url } });
+  await drainer.start();
+  const waits: number[] = [];
+  const probes: Array<{ id: string; at: number }> = [];
+  for (let i = 0; i < PROBES; i += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const partitionKey = `vpc:new-${i}`;
+    const id = await writerDb.transaction().execute((trx) => enqueue(trx, spec, { partitionKey, payload: { writes: [{ user: 'project:p', relation: 'project', object: partitionKey }] } }));
+    const at = performance.now();
+    probes.push({ id, at });
+    if (flush) {
+      await drainer.flush({ partitionKey, timeoutMs: 120_000 });
+      waits.push(performance.now() - at);
+    }
+  }
+  const left = BACKLOG + PROBES - delivered.size;
+  const deadline = performance.now() + 120_000;
+  while (delivered.size < BACKLOG + PROBES && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+  const drainSeconds = (performance.now() - started) / 1000;
+  await drainer.stop();
+  await drainerDb.destroy();
+  if (delivered.size < BACKLOG + PROBES) throw new Error(`behind a backlog: ${BACKLOG + PROBES - delivered.size} intents not delivered`);
+  if (!flush) for (const probe of probes) waits.push((delivered.get(probe.id) as number) - probe.at);
+  await sql.raw(`drop table bench.backlog_${n}`).execute(writerDb);
+  return { waits: waits.sort((a, b) => a - b), left, drainSeconds };
+}
+
 /**
  * Steady state: writers enqueue (one intent per transaction, stock durability, 1,000 partitions)
  * while one drainer with the default settings delivers to a no-op sink, all in this process. How long
@@ -135,6 +193,26 @@ export async function benchLatency(): Promise<string> {
           `${Math.round(m.enqueued / m.seconds).toLocaleString('en')}/s | ${m.batches.toLocaleString('en')} (${(m.enqueued / Math.max(m.batches, 1)).toFixed(1)}) | ` +
           `${l.length > 0 ? `${ms(percentile(l, 0.5))} / ${ms(percentile(l, 0.95))} / ${ms(percentile(l, 0.99))} / ${ms(l.at(-1) as number)}` : '—'} | ` +
           `${m.flushed.length > 0 ? `${ms(percentile(m.flushed, 0.5))} / ${ms(percentile(m.flushed, 0.99))}` : '—'} |`,
+      );
+    }
+    lines.push(
+      '',
+      `### Behind a backlog: ${BACKLOG.toLocaleString('en')} intents in as many partitions, a sink taking ${SINK_MS_PER_CALL} ms a call of 100; one new intent every 200 ms`,
+      '',
+      'After an outage, say: the drainer (defaults, LISTEN) starts on the backlog, and a writer commits one intent',
+      `in a new partition every 200 ms (${PROBES} of them). With \`flush\` its partition goes ahead of the backlog; without,`,
+      'its intent waits its turn in the claim order (which is what a flush waited for before it took priority).',
+      '',
+      '| writer | commit → flush resolved, or → sink (ms): p50 / max | backlog left after the last probe | whole backlog drained in |',
+      '| --- | --- | --- | --- |',
+    );
+    for (const flush of [true, false]) {
+      n += 1;
+      console.error(`[bench] latency: behind a backlog, ${flush ? 'with' : 'without'} flush…`);
+      const b = await behindBacklog(url, writerDb, flush, n);
+      lines.push(
+        `| ${flush ? 'awaits `flush`' : 'does not flush (its intent → sink)'} | ${ms(percentile(b.waits, 0.5))} / ${ms(b.waits.at(-1) as number)} | ` +
+          `${b.left.toLocaleString('en')} | ${b.drainSeconds.toFixed(1)} s |`,
       );
     }
     await writerDb.destroy();

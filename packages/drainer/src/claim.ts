@@ -14,6 +14,9 @@ export interface ClaimedBatch {
  * Claims up to `batchSize` intents (DESIGN §5) in one call of the table's claim function (see
  * `drainFunctionsDdl` in @outbox/outbox):
  *
+ * 0. Flushed partitions first: the due heads of the partitions in `flushKeys` (those a `flush`
+ *    waits for), found by key, so read-your-writes does not wait behind a backlog; then the rest
+ *    as below, fills what they leave.
  * 1. Heads: at most `headLimit` of the flagged earliest deliverable rows, due, in
  *    `(next_attempt_at, id)` order on the partial claim index, `FOR UPDATE SKIP LOCKED`. Only heads
  *    are read, so the cost follows the batch, not the backlog or the delivered rows; a predecessor
@@ -35,6 +38,7 @@ export async function claimBatch(
   headLimit: number = batchSize,
   runs = true,
   synchronousCommit = true,
+  flushKeys: readonly string[] = [],
 ): Promise<ClaimedBatch> {
   const args = [
     sqlLiteral.integer(batchSize),
@@ -42,6 +46,7 @@ export async function claimBatch(
     sqlLiteral.integer(spec.maxAttempts),
     sqlLiteral.boolean(runs),
     sqlLiteral.boolean(synchronousCommit),
+    sqlLiteral.textArray(flushKeys),
   ];
   // With the claimed rows, the maxAttempts the table records (read once per statement): a drainer
   // left running across a setMaxAttempts would count attempts with the old value and strand

@@ -97,7 +97,8 @@ export interface Drainer {
   kick(): void;
   /**
    * Resolves when every intent of `partitionKey` committed before the call (and deliverable then)
-   * is delivered; rejects with {@link FlushPoisonedError}, {@link FlushTimeoutError}, or
+   * is delivered. While it waits, the drainer's batches claim that partition first, so it does not
+   * wait behind a backlog of other partitions (only behind the batch in flight). Rejects with {@link FlushPoisonedError}, {@link FlushTimeoutError}, or
    * {@link DrainerStoppedError} when the drainer is stopped.
    * `partitionKey` must be a string (`''` included: rows with an empty key group under it); `timeoutMs`
    * (default 10000) an integer from 1 to 2147483647. Anything else rejects with an
@@ -254,7 +255,7 @@ export function createDrainer(config: DrainerConfig): Drainer {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   async function runBatch(conn: Kysely<any>, mayChain: () => boolean): Promise<BatchResult | undefined> {
     const claimStarted = performance.now();
-    const batch = await claimBatch(conn, spec, batchSize, headLimit, runs, synchronousCommit);
+    const batch = await claimBatch(conn, spec, batchSize, headLimit, runs, synchronousCommit, flushedPartitions());
     if (batch.intents.length === 0) return undefined;
     emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
     const deliverStarted = performance.now();
@@ -412,6 +413,19 @@ export function createDrainer(config: DrainerConfig): Drainer {
     readonly finish: (error?: Error) => void;
   }
   const flushes = new Set<FlushWaiter>();
+  /**
+   * The partitions waiting flushes are for, oldest flush first, at most a batch of them: each
+   * batch claims their heads before the rest (see `claimBatch`), so a read-your-writes flush waits
+   * for the batch in flight and its own, not for the whole backlog ahead of its partition.
+   */
+  function flushedPartitions(): string[] {
+    const keys = new Set<string>();
+    for (const waiter of flushes) {
+      if (keys.size >= batchSize) break;
+      if (waiter.waiting.length > 0) keys.add(waiter.partitionKey);
+    }
+    return [...keys];
+  }
   let poller: Promise<void> | undefined;
   let pollRound = 0;
   /** A waiter was added since the poller's last status query: the next pass end is worth a look. */

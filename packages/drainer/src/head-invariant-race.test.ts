@@ -2,14 +2,15 @@ import { createOutboxTable, defineOutbox, enqueueMany, type EnqueueInput } from 
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql, type Kysely } from 'kysely';
 import { expect, test } from 'vitest';
-import { createDrainer, createRecordingSink } from './index.js';
+import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError } from './index.js';
 
 /*
  * The head invariant of DESIGN §5 under concurrent writers and drainers: after every committed
  * transaction each partition with a deliverable row has exactly one head, its earliest deliverable
  * row, and no other partition has one. Writers enqueue random batches (duplicate keys, savepoints
  * rolled back, whole transactions rolled back), two drainers deliver through a sink that fails
- * transiently or permanently at random, and a checker reads the committed state every few ms.
+ * transiently or permanently at random, flushes of random partitions make their claims take those
+ * partitions first, and a checker reads the committed state every few ms.
  */
 
 const t = useTestDatabase();
@@ -104,6 +105,16 @@ test('exactly one head per partition, the earliest deliverable row, under concur
       });
     }
   };
+  // Read-your-writes callers: each flush puts its partition ahead in the claims until it ends.
+  let flushes = 0;
+  const flusher = async (drainer: (typeof drainers)[number]) => {
+    while (writing) {
+      await drainer.flush({ partitionKey: pick(KEYS), timeoutMs: 50 }).catch((error: unknown) => {
+        if (!(error instanceof FlushTimeoutError || error instanceof FlushPoisonedError)) throw error;
+      });
+      flushes += 1;
+    }
+  };
   const check = async () => {
     while (writing) {
       const now = await violations(t.db);
@@ -113,7 +124,7 @@ test('exactly one head per partition, the earliest deliverable row, under concur
   };
 
   const writers = [0, 1, 2, 3].map(() => writer(t.kysely({ max: 2, options: fastDeadlocks })));
-  const background = [...drainers.map(drain), check()];
+  const background = [...drainers.map(drain), ...drainers.map(flusher), check()];
   await Promise.all(writers);
   writing = false;
   await Promise.all(background);
@@ -121,6 +132,7 @@ test('exactly one head per partition, the earliest deliverable row, under concur
   for (let i = 0; i < 50; i += 1) await drainers[0]!.drainOnce();
   expect(found).toEqual([]);
   expect(await violations(t.db)).toEqual([]);
+  expect(flushes).toBeGreaterThan(0);
 
   // Order: within each partition, each id reached the sink for the first time only after every
   // smaller id that reached it (replays of a batch rolled back by a deadlock come again, at least once).

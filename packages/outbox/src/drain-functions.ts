@@ -1,5 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { OutboxSpec } from './define-outbox.js';
+import { partitionRangeSql } from './partition-range.js';
 import { tableNames } from './table-names.js';
 
 /**
@@ -11,15 +12,20 @@ export function drainFunctionMarker(spec: OutboxSpec, fn: 'claim' | 'settle'): s
 }
 
 /**
- * Versions of the functions' bodies and signatures. claim v2 added `p_synchronous_commit`; its v1
- * (four arguments) is left in place by `createDrainFunctions`, so drainers of the previous release
- * keep working through a rolling upgrade, and dropped by `dropOutboxTable`.
+ * Versions of the functions' bodies and signatures. claim v2 added `p_synchronous_commit`, v3
+ * `p_flush_keys` (and, with settle v2, reads its partitions' rows with a row comparison; see
+ * `after`); the older claim overloads are left in place by `createDrainFunctions`, so drainers of a
+ * previous release keep working through a rolling upgrade, and dropped by `dropOutboxTable`.
  */
-const DRAIN_FUNCTION_VERSIONS = { claim: 'v2', settle: 'v1' } as const;
+const DRAIN_FUNCTION_VERSIONS = { claim: 'v3', settle: 'v2' } as const;
 
 /** Every signature the claim and settle functions have had, for `dropOutboxTable`. */
 export const DRAIN_FUNCTION_SIGNATURES = {
-  claim: ['(integer, integer, integer, boolean, boolean)', '(integer, integer, integer, boolean)'],
+  claim: [
+    '(integer, integer, integer, boolean, boolean, text[])',
+    '(integer, integer, integer, boolean, boolean)',
+    '(integer, integer, integer, boolean)',
+  ],
   settle: ['(bigint[], text[], bigint[], integer)'],
 } as const;
 
@@ -28,13 +34,15 @@ export const DRAIN_FUNCTION_SIGNATURES = {
  * the drainer add what its claim needs). Being PL/pgSQL, their statements are planned once per
  * connection instead of once per batch, and each is one round trip:
  *
- * - `<table>_claim(batch, heads, max_attempts, runs, synchronous_commit)`: up to `heads` due heads in
- *   `(next_attempt_at, id)` order, `FOR UPDATE SKIP LOCKED`; then, when `runs` and the batch has
- *   room left, each claimed head's run: the deliverable rows that follow it in its partition —
- *   the first (oldest) head's run takes all the room left, the others share what it leaves
- *   equally — locked `SKIP LOCKED` and cut at the first row that is not due or not lockable, so
- *   a run is always consecutive. Unless `synchronous_commit`, it sets
- *   `synchronous_commit = off` for the rest of the transaction (see the drainer's option of that name).
+ * - `<table>_claim(batch, heads, max_attempts, runs, synchronous_commit, flush_keys)`: up to `heads`
+ *   due heads in `(next_attempt_at, id)` order, `FOR UPDATE SKIP LOCKED`; then, when `runs` and
+ *   the batch has room left, each claimed head's run: the deliverable rows that follow it in its
+ *   partition — the first (oldest) head's run takes all the room left, the others share what it
+ *   leaves equally — locked `SKIP LOCKED` and cut at the first row that is not due or not lockable,
+ *   so a run is always consecutive. The partitions in `flush_keys` (those a `flush` waits for) go
+ *   first: their due heads, found by key, and their runs, before the other heads fill what is
+ *   left. Unless `synchronous_commit`, it sets `synchronous_commit = off` for the rest of the
+ *   transaction (see the drainer's option of that name).
  * - `<table>_settle(delivered, keys, after, max_attempts)`: takes the partitions' advisory locks
  *   (sorted by hash, like enqueue and the reconciler), marks `delivered` rows sent, then — in a later
  *   statement, whose snapshot sees every enqueue that held one of those locks — gives each key its
@@ -46,20 +54,48 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
   const p = n.partition;
   const deliverable = (alias: string) =>
     `${alias}.sent_at is null and ${alias}.retired_at is null and ${alias}.attempt_count < p_max_attempts`;
+  // Look-ups on the partition-head index are written as ranges of rows (see `partitionRangeSql`).
+  const after = (alias: string, key: string, id: string) => partitionRangeSql(alias, p, key, { id, inclusive: false });
   // Due heads in claim-index order, locked, skipping other drainers' (as "h"). Only is_head and
   // due in the scan's WHERE: the planner then walks the claim index in order and stops at the
   // limit. A head is deliverable by invariant; the outer filter double-checks.
-  const heads = (limit: string) => `(
+  const heads = (limit: string, except = '') => `(
         select t.id, t.${p} as key, t.payload, t.attempt_count, t.next_attempt_at, t.sent_at, t.retired_at
         from ${n.table} t
-        where t.is_head and t.next_attempt_at <= now()
+        where t.is_head and t.next_attempt_at <= now()${except}
         order by t.next_attempt_at, t.id
         limit ${limit}
         for update skip locked
       ) h
       where ${deliverable('h')}`;
+  // The due heads of the partitions in p_flush_keys, locked, skipping other drainers' (as "h"): each
+  // key's head is found on the partition-head index (a flushed partition's head may be far down the
+  // claim index, behind a backlog), then locked by id, which re-checks it on the row's latest version.
+  const flushedHeads = `(
+        select y.id, y.${p} as key, y.payload, y.attempt_count, y.next_attempt_at, y.sent_at, y.retired_at
+        from (select distinct u.k from unnest(p_flush_keys) as u(k)) u
+        cross join lateral (
+          select x.id from ${n.table} x
+          where ${partitionRangeSql('x', p, 'u.k')} and x.sent_at is null and x.retired_at is null and x.is_head
+          order by x.${p}, x.id
+          limit 1
+        ) f
+        join ${n.table} y on y.id = f.id
+        where y.is_head and y.next_attempt_at <= now()
+        order by y.next_attempt_at, y.id
+        limit p_batch
+        for update of y skip locked
+      ) h
+      where ${deliverable('h')}`;
+  // The heads of `source` as four arrays in claim order, into the four variables named `<prefix>_…`.
+  const collect = (source: string, prefix: string) => `select coalesce(array_agg(h.id order by h.next_attempt_at, h.id), '{}'),
+             coalesce(array_agg(h.key order by h.next_attempt_at, h.id), '{}'),
+             coalesce(array_agg(h.payload order by h.next_attempt_at, h.id), '{}'),
+             coalesce(array_agg(h.attempt_count order by h.next_attempt_at, h.id), '{}')
+        into ${prefix}_ids, ${prefix}_keys, ${prefix}_payloads, ${prefix}_attempts
+        from ${source}`;
   // The deliverable rows after head h, in its partition (the lateral of the runs).
-  const followers = (alias: string) => `${alias}.${p} = h.key and ${alias}.id > h.id and ${deliverable(alias)}`;
+  const followers = (alias: string) => `${after(alias, 'h.key', 'h.id')} and ${deliverable(alias)}`;
   // The runs of the heads in `source` (rows of (id, key)), at most `limit` rows each: each head's
   // followers in id order, locked, cut at the first row that is not due or not lockable. rn numbers
   // a head's followers as read; pos numbers those this transaction could lock: they part at the
@@ -89,8 +125,28 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
           window w as (partition by l.key order by l.id)
         ) r
         where r.rn = r.pos and r.due_so_far`;
+  // The heads in v_ids (claim order) and then their runs, within v_room rows: the first head — the
+  // oldest due one — gets all the room its run needs; whatever it leaves is shared equally by the
+  // others. A partition with a long backlog then moves a full batch at a time while other
+  // partitions still get their head delivered. Leaves in v_room what is left of the batch. `withRuns`
+  // is the SQL condition to look for runs at all.
+  const headsThenRuns = (withRuns: string) => `
+        return query select u.id, u.key, u.payload, u.attempt_count, true
+          from unnest(v_ids, v_keys, v_payloads, v_attempts) as u(id, key, payload, attempt_count);
+        v_room := v_room - cardinality(v_ids);
+        if ${withRuns} and v_room > 0 then
+          return query ${runs('unnest(v_ids[1:1], v_keys[1:1])', 'v_room')};
+          get diagnostics v_taken = row_count;
+          v_room := v_room - v_taken;
+          v_share := v_room / greatest(cardinality(v_ids) - 1, 1);
+          if cardinality(v_ids) > 1 and v_share >= 1 then
+            return query ${runs('unnest(v_ids[2:], v_keys[2:])', 'v_share')};
+            get diagnostics v_taken = row_count;
+            v_room := v_room - v_taken;
+          end if;
+        end if;`;
   return [
-    `create or replace function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean)
+    `create or replace function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[])
     returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean)
     language plpgsql volatile as $fn$
     #variable_conflict use_column
@@ -100,7 +156,8 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
       v_keys text[];
       v_payloads jsonb[];
       v_attempts integer[];
-      v_room integer;
+      v_flushed bigint[] := '{}';
+      v_room integer := p_batch;
       v_taken integer;
       v_share integer;
     begin
@@ -109,35 +166,27 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
         -- means its intents are delivered again, in order (at-least-once).
         perform set_config('synchronous_commit', 'off', true);
       end if;
-      if not p_runs then
+      if coalesce(cardinality(p_flush_keys), 0) > 0 then
+        -- Partitions a flush waits for go first, heads and runs; the other heads fill what they leave.
+        ${collect(flushedHeads, 'v')};
+        v_flushed := v_ids;
+        -- Their runs always: a flush waits for its partition's every row, and few partitions are flushed at once.
+        if cardinality(v_ids) > 0 then${headsThenRuns('true')}
+        end if;
+        if v_room < 1 then
+          return;
+        end if;
+        ${collect(heads('greatest(least(p_heads, v_room), 1)', ' and t.id <> all(v_flushed)'), 'v')};
+      elsif not p_runs then
         -- Heads only (the caller saw no partition with more than one row): return them as they come.
         return query
           select h.id, h.key, h.payload, h.attempt_count, true
           from ${heads('greatest(least(p_heads, p_batch), 1)')};
         return;
+      else
+        ${collect(heads('greatest(least(p_heads, p_batch), 1)'), 'v')};
       end if;
-      select coalesce(array_agg(h.id order by h.next_attempt_at, h.id), '{}'), coalesce(array_agg(h.key order by h.next_attempt_at, h.id), '{}'),
-             coalesce(array_agg(h.payload order by h.next_attempt_at, h.id), '{}'),
-             coalesce(array_agg(h.attempt_count order by h.next_attempt_at, h.id), '{}')
-        into v_ids, v_keys, v_payloads, v_attempts
-      from ${heads('greatest(least(p_heads, p_batch), 1)')};
-      if cardinality(v_ids) = 0 then
-        return;
-      end if;
-      return query select u.id, u.key, u.payload, u.attempt_count, true
-        from unnest(v_ids, v_keys, v_payloads, v_attempts) as u(id, key, payload, attempt_count);
-      -- Runs. The first head — the oldest due one — gets all the room left; whatever it leaves
-      -- is shared equally by the others. A partition with a long backlog then moves a full batch
-      -- at a time while other partitions still get their head delivered.
-      v_room := p_batch - cardinality(v_ids);
-      if v_room < 1 then
-        return;
-      end if;
-      return query ${runs('unnest(v_ids[1:1], v_keys[1:1])', 'v_room')};
-      get diagnostics v_taken = row_count;
-      v_share := (v_room - v_taken) / greatest(cardinality(v_ids) - 1, 1);
-      if cardinality(v_ids) > 1 and v_share >= 1 then
-        return query ${runs('unnest(v_ids[2:], v_keys[2:])', 'v_share')};
+      if cardinality(v_ids) > 0 then${headsThenRuns('p_runs')}
       end if;
     end
     $fn$`,
@@ -158,14 +207,15 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
         with want as (
           select u.k, (
             select x.id from ${n.table} x
-            where x.${p} = u.k and x.id > u.after and ${deliverable('x')}
+            where ${after('x', 'u.k', 'u.after')} and ${deliverable('x')}
             order by x.${p}, x.id
             limit 1
           ) as head_id
           from unnest(p_keys, p_after) as u(k, after)
         ), promoted as (
+          -- By primary key (a join with want may be planned as a scan of the whole table).
           update ${n.table} t set is_head = true
-          from want w where t.id = w.head_id and not t.is_head
+          where t.id = any(array(select w.head_id from want w where w.head_id is not null)) and not t.is_head
         )
         select w.k, w.head_id from want w;
     end

@@ -45,22 +45,33 @@ async function heads(spec: OutboxSpec): Promise<Head[]> {
   return result.rows;
 }
 
-describe('enqueue: the head check costs one probe per key, not the key\'s whole backlog', () => {
+/** Rows of `spec`'s table this transaction read so far (heap tuples fetched and scanned). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function rowsRead(trx: Kysely<any>, spec: OutboxSpec): Promise<number> {
+  const stats = await sql<{ read: string }>`
+    select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) as read
+    from pg_stat_xact_user_tables where relid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass`.execute(trx);
+  return Number(stats.rows[0]?.read ?? 0);
+}
+
+// With statistics, and without: a table not analyzed yet (a fresh one, a burst, a restore), where
+// both partial indexes look nearly empty to the planner.
+describe.each([
+  ['analyzed', true],
+  ['never analyzed', false],
+])('enqueue: the head check costs one probe per key, not the key\'s whole backlog (%s)', (_, analyzed) => {
   test('an enqueue onto a key with 50k pending rows reads a handful of rows, and is still not head', async () => {
     const spec = await fresh();
     const n = tableNames(spec);
     // A delivered history over 20k keys, then a 50k-row backlog on one hot key.
     await run(`insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`);
     await run(`insert into ${n.table} (resource_id, payload, is_head) select 'vpc:hot', '{}', g = 1 from generate_series(1, 50000) g`);
-    await run(`analyze ${n.table}`);
+    if (analyzed) await run(`analyze ${n.table}`);
     const read = await t.db.transaction().execute(async (trx) => {
       await enqueue(trx, spec, { partitionKey: 'vpc:hot', payload });
       await enqueue(trx, spec, { partitionKey: 'vpc:cold', payload });
       // This transaction's own reads of the table (enqueue's lock and insert read none of it).
-      const stats = await sql<{ read: string }>`
-        select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) as read
-        from pg_stat_xact_user_tables where relid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass`.execute(trx);
-      return Number(stats.rows[0]?.read ?? 0);
+      return rowsRead(trx, spec);
     });
     expect(read).toBeLessThan(100);
     const last = await sql<Head>`select resource_id, is_head from ${sql.raw(n.table)} where id > 250000 order by id`.execute(t.db);
@@ -74,19 +85,30 @@ describe('enqueue: the head check costs one probe per key, not the key\'s whole 
     const spec = await fresh();
     const n = tableNames(spec);
     await run(`insert into ${n.table} (resource_id, payload, is_head) select 'vpc:hot', '{}', g = 1 from generate_series(1, 50000) g`);
-    await run(`analyze ${n.table}`);
-    for (const key of ['vpc:cold', 'vpc:hot']) {
+    if (analyzed) await run(`analyze ${n.table}`);
+    for (const keys of [['vpc:cold'], ['vpc:hot'], ['vpc:cold-2', 'vpc:hot']]) {
       const read = await t.db.transaction().execute(async (trx) => {
-        await enqueue(trx, spec, { partitionKey: key, payload });
-        const stats = await sql<{ read: string }>`
-          select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) as read
-          from pg_stat_xact_user_tables where relid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass`.execute(trx);
-        return Number(stats.rows[0]?.read ?? 0);
+        await enqueueMany(trx, spec, keys.map((partitionKey) => ({ partitionKey, payload })));
+        return rowsRead(trx, spec);
       });
-      expect(read, key).toBeLessThan(100);
+      expect(read, keys.join()).toBeLessThan(100);
     }
   });
 
+  test('many keys, each with one pending row: an enqueue of two keys reads a handful of rows', async () => {
+    const spec = await fresh();
+    const n = tableNames(spec);
+    await run(`insert into ${n.table} (resource_id, payload, is_head) select 'vpc:' || g, '{}', true from generate_series(1, 20000) g`);
+    if (analyzed) await run(`analyze ${n.table}`);
+    const read = await t.db.transaction().execute(async (trx) => {
+      await enqueueMany(trx, spec, [{ partitionKey: 'vpc:new', payload }, { partitionKey: 'vpc:8', payload }]);
+      return rowsRead(trx, spec);
+    });
+    expect(read).toBeLessThan(100);
+  });
+});
+
+describe('enqueue: the head check', () => {
   test('the check still skips poisoned rows: behind only poisoned rows the new row is head, behind a deliverable one it is not', async () => {
     const spec = await fresh();
     const n = tableNames(spec);
@@ -397,7 +419,7 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
     // …and a head with one follower of vpc:new in the current partition, at ctids (0,1) and (0,2).
     await run(`insert into edges.partitioned (resource_id, payload, is_head) values ('vpc:new', '{}', true), ('vpc:new', '{}', false)`);
     const claimed = await t.db.transaction().execute(async (trx) => {
-      const result = await sql<{ id: string; partition_key: string }>`select id, partition_key from edges.partitioned_claim(10, 10, 10, true, true)`.execute(trx);
+      const result = await sql<{ id: string; partition_key: string }>`select id, partition_key from edges.partitioned_claim(10, 10, 10, true, true, '{}')`.execute(trx);
       return result.rows.map((r) => `${r.partition_key} ${r.id}`).sort();
     });
     // The run of vpc:new, joined back by ctid, also picks the 2020 row at (0,2): vpc:old's

@@ -4,6 +4,7 @@ import { OutboxConfigError, PayloadError } from './errors.js';
 import { compareIds } from './ids.js';
 import { countedMaxAttemptsSql } from './max-attempts.js';
 import { lockPartitions } from './partition-lock.js';
+import { partitionRangeSql } from './partition-range.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
 import { tableNames } from './table-names.js';
 
@@ -123,11 +124,9 @@ async function insertIntents(
     select u.k as key from unnest(${distinct}::text[]) as u(k)
     cross join lateral (
       select 1 from ${sql.raw(n.table)} x
-      where x.${sql.raw(n.partition)} = u.k
-        -- Redundant, but the planner sees these keys' own frequencies (u.k is only known at run
-        -- time): a cold key then probes the partition-head index even where one hot key makes
-        -- up most of the table, instead of walking the hot key's pending rows in id order.
-        and x.${sql.raw(n.partition)} = any(${distinct}::text[])
+      -- The key's rows as a range of (partition, id), which only the partition-head index serves,
+      -- with or without statistics (see partitionRangeSql).
+      where ${sql.raw(partitionRangeSql('x', n.partition, 'u.k'))}
         and x.sent_at is null and x.retired_at is null
         and x.attempt_count < ${countedMaxAttemptsSql(spec)}
       order by x.${sql.raw(n.partition)}, x.id -- the partition-head index's order

@@ -139,7 +139,7 @@ describe('createOutboxTable', () => {
     expect((await outboxStats(t.db, spec)).pending).toBe(1);
     // The drainer's functions quote them too: claim the row, then mark it delivered.
     await t.db.transaction().execute(async (trx) => {
-      const claimed = await sql<{ id: string; partition_key: string }>`select id, partition_key from "select"."user_claim"(10, 10, 25, true, true)`.execute(trx);
+      const claimed = await sql<{ id: string; partition_key: string }>`select id, partition_key from "select"."user_claim"(10, 10, 25, true, true, '{}')`.execute(trx);
       expect(claimed.rows).toEqual([{ id, partition_key: 'vpc:v1' }]);
       expect(await promoteHeads(trx, spec, ['vpc:v1'], { markDelivered: [id] })).toEqual([{ partitionKey: 'vpc:v1', headId: null }]);
     });

@@ -78,7 +78,7 @@ describe('verifyOutboxTable', () => {
     await expect(verifyOutboxTable(t.db, spec)).resolves.toBeUndefined();
   });
 
-  test('upgrading from the four-argument claim (v1): verify names it, createDrainFunctions adds v2 beside it, dropOutboxTable drops both', async () => {
+  test('upgrading from the earlier claims (v1, v2): verify names them, createDrainFunctions adds the current one beside them, dropOutboxTable drops all three', async () => {
     const spec = await freshOutbox();
     const n = tableNames(spec);
     const overloads = async () =>
@@ -93,6 +93,11 @@ describe('verifyOutboxTable', () => {
       returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
       as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim v1 ${spec.table} resource_id
       $$`);
+    // And the one after it, with p_synchronous_commit (v2), which a table of that release has instead.
+    await run(`create function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean)
+      returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
+      as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim v2 ${spec.table} resource_id
+      $$`);
     expect(await missing(spec)).toEqual([foreignFunction(spec, 'claim')]);
 
     await createDrainFunctions(t.db, spec);
@@ -101,8 +106,10 @@ describe('verifyOutboxTable', () => {
     expect(await overloads()).toEqual([
       'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean',
       'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',
+      'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[]',
     ]);
     await run(`select * from ${n.claimFunction}(10, 10, 25, true)`);
+    await run(`select * from ${n.claimFunction}(10, 10, 25, true, false)`);
 
     await dropOutboxTable(t.db, spec);
     expect(await overloads()).toEqual([]);

@@ -1,0 +1,130 @@
+// A flushed partition goes ahead of the backlog: read-your-writes must not wait for every intent
+// enqueued before it in other partitions (after an outage, a backlog of minutes).
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import { useTestDatabase } from '@outbox/test-stack';
+import { describe, expect, test } from 'vitest';
+import { claimBatch } from './claim.js';
+import { enqueueRows, freshOutbox } from './testing/fixture.js';
+import { createDrainer, createRecordingSink, type Intent } from './index.js';
+
+const t = useTestDatabase();
+const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+const backlog = (n: number) => Array.from({ length: n }, (_, i) => `vpc:backlog-${i}`);
+const ofKey = (ids: string[], keys: string[], key: string) => ids.filter((_, i) => keys[i] === key);
+
+/** Per partition, the ids in the order the sink was told they were delivered. */
+function deliveryOrder(delivered: Intent[]): Map<string, string[]> {
+  const byKey = new Map<string, string[]>();
+  for (const intent of delivered) byKey.set(intent.partitionKey, [...(byKey.get(intent.partitionKey) ?? []), intent.id]);
+  return byKey;
+}
+
+describe('the claim with flushed partitions', () => {
+  test('a flushed partition comes first with its run, behind a backlog of older heads; the other heads fill the rest of the batch', async () => {
+    const spec = await freshOutbox(t.db, 'flushprio');
+    const keys = [...backlog(30), 'vpc:p', 'vpc:p', 'vpc:p'];
+    const ids = await enqueueRows(t.db, spec, keys);
+    await t.withTransactions(2, async ([flushed, plain]) => {
+      // Asked for vpc:p (twice) and a key with nothing pending: vpc:p's head and whole run, then
+      // the seven oldest other heads.
+      const claim = await claimBatch(flushed!, spec, 10, 10, true, true, ['vpc:p', 'vpc:p', 'vpc:none']);
+      expect(claim.intents.map((i) => i.id)).toEqual([...ids.slice(0, 7), ...ofKey(ids, keys, 'vpc:p')]);
+      expect(claim.heads).toBe(8);
+      // Without flushed partitions the claim is the backlog's order, and skips what the first holds.
+      const next = await claimBatch(plain!, spec, 10, 10, true, true);
+      expect(next.intents.map((i) => i.id)).toEqual(ids.slice(7, 17));
+    });
+  });
+
+  test('in a heads-only claim (no runs, every partition seemed to hold one row) the flushed partition still comes with its run', async () => {
+    const spec = await freshOutbox(t.db, 'flushprio');
+    const keys = [...backlog(10), 'vpc:p', 'vpc:p'];
+    const ids = await enqueueRows(t.db, spec, keys);
+    await t.withTransactions(1, async ([trx]) => {
+      const claim = await claimBatch(trx!, spec, 4, 4, false, true, ['vpc:p']);
+      expect(claim.intents.map((i) => i.id)).toEqual([...ids.slice(0, 2), ...ofKey(ids, keys, 'vpc:p')]);
+      expect(claim.heads).toBe(3);
+    });
+  });
+
+  test('a flushed head that is backing off, or held by another drainer, is not taken nor waited for; order holds', async () => {
+    const spec = await freshOutbox(t.db, 'flushprio');
+    const keys = [...backlog(5), 'vpc:off', 'vpc:off', 'vpc:held', 'vpc:held'];
+    const ids = await enqueueRows(t.db, spec, keys);
+    const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
+    const [offHead] = ofKey(ids, keys, 'vpc:off');
+    const [heldHead] = ofKey(ids, keys, 'vpc:held');
+    await sql`update ${table} set next_attempt_at = now() + interval '1 hour', attempt_count = 1 where id = ${offHead}`.execute(t.db);
+    await t.withTransactions(2, async ([holder, drainer]) => {
+      await sql`select id from ${table} where id = ${heldHead} for update`.execute(holder!);
+      const claim = await claimBatch(drainer!, spec, 10, 10, true, true, ['vpc:off', 'vpc:held']);
+      // Neither partition's successor is taken past its head: only the backlog's heads.
+      expect(claim.intents.map((i) => i.id)).toEqual(ids.slice(0, 5));
+    });
+  });
+});
+
+describe('flush behind a backlog', () => {
+  test('a flush called while a pass delivers a backlog is served by the next batch, not after the backlog; every partition keeps id order', async () => {
+    const spec = await freshOutbox(t.db, 'flushprio');
+    // 2,000 partitions of one row each, older than vpc:p's two rows: without priority vpc:p's head
+    // is the last of 2,001 in claim order, twenty batches away.
+    const keys = [...backlog(2_000), 'vpc:p', 'vpc:p'];
+    const ids = await enqueueRows(t.db, spec, keys);
+
+    // The flush's own query, seen by a log hook on the drainer's pool, tells the first sink call
+    // when the flush is registered: from then on every batch claims vpc:p first.
+    let flushQueried: () => void = () => undefined;
+    const flushRegistered = new Promise<void>((resolve) => (flushQueried = resolve));
+    const db = new Kysely({
+      dialect: new PostgresDialect({ pool: t.pool({ max: 3 }) }),
+      log: (event) => {
+        if (event.level === 'query' && /order by id$/.test(event.query.sql.trim()) && event.query.parameters.includes('vpc:p')) flushQueried();
+      },
+    });
+    let flushed: Promise<void> | undefined;
+    const sink = createRecordingSink();
+    const deliver = sink.deliver.bind(sink);
+    const drainer = createDrainer({
+      db,
+      spec,
+      batchSize: 100,
+      logger: quiet,
+      interval: 3_600_000,
+      sink: {
+        async deliver(intents, context) {
+          if (sink.calls.length === 0) {
+            flushed = drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 30_000 });
+            await flushRegistered;
+            await new Promise((resolve) => setImmediate(resolve)); // the flush's .then runs
+          }
+          return deliver(intents, context);
+        },
+      },
+    });
+    const pass = await drainer.drainOnce();
+    await flushed;
+
+    // The batch in flight when the flush came, then vpc:p's rows in the very next one.
+    const callOf = (id: string) => sink.calls.findIndex((call) => call.some((i) => i.id === id));
+    expect(ofKey(ids, keys, 'vpc:p').map(callOf)).toEqual([1, 1]);
+    expect(sink.calls[1]!.slice(-2).map((i) => i.partitionKey)).toEqual(['vpc:p', 'vpc:p']);
+    // Nothing lost, nothing twice, and order within each partition.
+    expect(pass.delivered).toBe(2_002);
+    expect(new Set(sink.delivered.map((i) => i.id)).size).toBe(2_002);
+    for (const order of deliveryOrder(sink.delivered).values()) expect(order).toEqual([...order].sort((a, b) => Number(a) - Number(b)));
+    await drainer.stop();
+    await db.destroy();
+  });
+
+  test('a flush on an idle drainer: its partition is in the first batch of the pass it starts', async () => {
+    const spec = await freshOutbox(t.db, 'flushprio');
+    const keys = [...backlog(500), 'vpc:p'];
+    const ids = await enqueueRows(t.db, spec, keys);
+    const sink = createRecordingSink();
+    const drainer = createDrainer({ db: t.db, spec, sink, batchSize: 50, logger: quiet, interval: 3_600_000 });
+    await drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 30_000 });
+    expect(sink.calls[0]!.map((i) => i.id)).toContain(ids.at(-1));
+    await drainer.stop();
+  });
+});
