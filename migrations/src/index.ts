@@ -21,4 +21,4 @@ export {
 } from './resource-table.js';
 export { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 export type { IamDatabase, OrganizationTable, ProjectGrantTable, ProjectTable } from './iam-schema.js';
-export { iamMigration, registerServiceMigration } from './service-migrations.js';
+export { drainFunctionsMigration, iamMigration, registerServiceMigration } from './service-migrations.js';

@@ -67,6 +67,28 @@ test('every outbox matches the contract its drainer and reconciler verify, cover
   }
 });
 
+test('a database migrated by the build before claim v3: the next migrate brings every outbox\'s functions up to date', async () => {
+  const db = open();
+  // What that build left: a claim without p_flush_keys (v2) and a settle marked v1.
+  for (const spec of specs) {
+    const claim = `"${spec.schema}"."${spec.tableName}_claim"`;
+    const settle = `"${spec.schema}"."${spec.tableName}_settle"`;
+    await sql.raw(`drop function ${claim}(integer, integer, integer, boolean, boolean, text[])`).execute(db);
+    await sql.raw(`create function ${claim}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean)
+      returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
+      as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim v2 ${spec.table} ${spec.partitionColumn}
+      $$`).execute(db);
+    await sql.raw(`create or replace function ${settle}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
+      returns table (partition_key text, head_id bigint) language sql
+      as $$ select null::text, null::bigint where false -- @outbox/outbox settle v1 ${spec.table} ${spec.partitionColumn}
+      $$`).execute(db);
+    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates/);
+  }
+  await sql`delete from public.kysely_migration where name = '0007_drain_functions_v3'`.execute(db);
+  expect(await migrateToLatest(db)).toEqual(['0007_drain_functions_v3']);
+  for (const spec of specs) await verifyOutboxTable(db, spec);
+});
+
 test('each resource table has exactly the common columns plus its descriptor\'s', async () => {
   const db = open();
   for (const table of tables) {

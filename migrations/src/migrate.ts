@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
-import { iamMigration, registerServiceMigration } from './service-migrations.js';
-import { computeOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
+import { drainFunctionsMigration, iamMigration, registerServiceMigration } from './service-migrations.js';
+import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
 import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
 /**
@@ -16,6 +16,8 @@ export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0004_nlb': registerServiceMigration(loadBalancerTable, nlbOutbox),
   '0005_storage': registerServiceMigration(bucketTable, storageOutbox),
   '0006_registry': registerServiceMigration(repositoryTable, registryOutbox),
+  // claim v3 (flushed partitions first) and settle v2 (look-ups as ranges of (partition, id)).
+  '0007_drain_functions_v3': drainFunctionsMigration([iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox]),
 });
 
 const provider: MigrationProvider = { getMigrations: async () => ({ ...migrations }) };

@@ -1,4 +1,4 @@
-import { createOutboxTable, dropOutboxTable, OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { createDrainFunctions, createOutboxTable, dropOutboxTable, OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
 import { createResourceTable, dropResourceTable, type ResourceTable } from './resource-table.js';
@@ -38,3 +38,21 @@ export const iamMigration: Migration = {
     await db.schema.dropSchema('iam').ifExists().execute();
   },
 };
+
+/**
+ * Brings the drainer's functions of existing outboxes to this release's (`createDrainFunctions`):
+ * a database migrated by an earlier build otherwise fails `verifyOutboxTable` at service start. On a
+ * database migrated from scratch it replaces them with themselves. The claim's earlier overloads stay
+ * (drainers of the earlier build keep working until they are replaced); `down` leaves the new ones,
+ * which the earlier build does not call.
+ */
+export function drainFunctionsMigration(specs: readonly OutboxSpec[]): Migration {
+  return {
+    async up(db) {
+      for (const spec of specs) await createDrainFunctions(db, spec);
+    },
+    async down() {
+      // nothing to undo: see above
+    },
+  };
+}

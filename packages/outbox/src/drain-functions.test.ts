@@ -60,7 +60,10 @@ describe.each([
       `select * from ${tableNames(spec).settleFunction}('{${ids}}'::bigint[], array[${ids.map((i) => `'vpc:${i}'`)}]::text[], '{${ids}}'::bigint[], 10)`,
     );
     expect(rows).toBe(100);
-    expect(read).toBeLessThan(1_000);
+    // One scan of a table this small is a plan the planner may choose (PostgreSQL 15 does, for the
+    // update that marks the rows delivered, when the table has no statistics); reading the backlog
+    // once per partition, as the look-up on the pending index did (2,010,001 rows), is not.
+    expect(read).toBeLessThan(20_000 + 1_000);
   });
 
   test('a claim of one head\'s run in an interleaved backlog reads the run, not the rows between', async () => {
