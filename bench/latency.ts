@@ -32,6 +32,21 @@ const SCENARIOS: readonly Scenario[] = [
   { name: 'LISTEN, writer awaits flush', rate: Infinity, listen: true, flush: true },
 ];
 
+/** A payload naming `key`'s object. */
+const payloadFor = (key: string) => ({ writes: [{ user: 'project:p', relation: 'project', object: key }] });
+
+/** A sink that delivers everything after `delayMs`, noting in `delivered` when each intent reached it. */
+function timingSink(delivered: Map<string, number>, delayMs = 0): Sink {
+  return {
+    deliver: async (intents) => {
+      if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+      const now = performance.now();
+      for (const intent of intents) delivered.set(intent.id, now);
+      return intents.map(() => ({ kind: 'delivered' as const }));
+    },
+  };
+}
+
 const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] as number;
 
 interface Measured {
@@ -50,13 +65,7 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
   await createOutboxTable(writerDb, spec);
   const drainerDb = kysely(url, 2);
   const delivered = new Map<string, number>();
-  const sink: Sink = {
-    deliver: async (intents) => {
-      const now = performance.now();
-      for (const intent of intents) delivered.set(intent.id, now);
-      return intents.map(() => ({ kind: 'delivered' as const }));
-    },
-  };
+  const sink = timingSink(delivered);
   let batches = 0;
   const onEvent = (event: DrainerEvent) => {
     if (event.type === 'batch-claimed') batches += 1;
@@ -78,7 +87,7 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
         if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
         const partitionKey = `vpc:${i % PARTITIONS}`;
         const id = await writerDb.transaction().execute((trx) =>
-          enqueue(trx, spec, { partitionKey, payload: { writes: [{ user: 'project:p', relation: 'project', object: partitionKey }] } }),
+          enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }),
         );
         const at = performance.now();
         committed.set(id, at);
@@ -120,19 +129,12 @@ async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: numbe
   await createOutboxTable(writerDb, spec);
   for (let i = 0; i < BACKLOG; i += 1_000) {
     await writerDb.transaction().execute((trx) =>
-      enqueueMany(trx, spec, Array.from({ length: 1_000 }, (_, j) => ({ partitionKey: `vpc:old-${i + j}`, payload: { writes: [{ user: 'project:p', relation: 'project', object: `vpc:old-${i + j}` }] } }))),
+      enqueueMany(trx, spec, Array.from({ length: 1_000 }, (_, j) => ({ partitionKey: `vpc:old-${i + j}`, payload: payloadFor(`vpc:old-${i + j}`) }))),
     );
   }
   const drainerDb = kysely(url, 2);
   const delivered = new Map<string, number>();
-  const sink: Sink = {
-    deliver: async (intents) => {
-      await new Promise((resolve) => setTimeout(resolve, SINK_MS_PER_CALL));
-      const now = performance.now();
-      for (const intent of intents) delivered.set(intent.id, now);
-      return intents.map(() => ({ kind: 'delivered' as const }));
-    },
-  };
+  const sink = timingSink(delivered, SINK_MS_PER_CALL);
   const started = performance.now();
   const drainer = createDrainer({ db: drainerDb, spec, sink, listen: { connectionString: url } });
   await drainer.start();
@@ -141,7 +143,7 @@ async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: numbe
   for (let i = 0; i < PROBES; i += 1) {
     await new Promise((resolve) => setTimeout(resolve, 200));
     const partitionKey = `vpc:new-${i}`;
-    const id = await writerDb.transaction().execute((trx) => enqueue(trx, spec, { partitionKey, payload: { writes: [{ user: 'project:p', relation: 'project', object: partitionKey }] } }));
+    const id = await writerDb.transaction().execute((trx) => enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }));
     const at = performance.now();
     probes.push({ id, at });
     if (flush) {

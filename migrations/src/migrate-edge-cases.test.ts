@@ -56,6 +56,12 @@ afterAll(async () => {
   for (const role of roles) await admin(`drop role if exists ${role}`);
 });
 
+/** Whether anything was ever migrated in `database` (Kysely's migration table exists). */
+async function migrated(database: string): Promise<boolean> {
+  const tables = await sql<{ n: number }>`select count(*)::int as n from pg_tables where tablename = 'kysely_migration'`.execute(open(urlOf(database)));
+  return tables.rows[0]?.n !== 0;
+}
+
 const runCli = (env: Record<string, string | undefined>, args: string[] = []) =>
   runMigrateCli({ OPENFGA_API_TOKEN: undefined, OPENFGA_STORE_ID: undefined, ...env }, args);
 
@@ -81,8 +87,7 @@ test('pnpm migrate with an OPENFGA_API_URL that is no URL fails naming the varia
   const { code, output } = await runCli({ DATABASE_URL: urlOf(database), OPENFGA_API_URL: 'openfga:8080' });
   expect(code, output).toBe(1);
   expect(output).toContain('OPENFGA_API_URL is not an http(s) URL');
-  const tables = await sql<{ n: number }>`select count(*)::int as n from pg_tables where tablename = 'kysely_migration'`.execute(open(urlOf(database)));
-  expect(tables.rows[0]?.n).toBe(0);
+  expect(await migrated(database)).toBe(false);
 });
 
 test('pnpm migrate with an OPENFGA_STORE_ID that is not a store id fails naming the variable, before it migrates anything', async () => {
@@ -90,8 +95,7 @@ test('pnpm migrate with an OPENFGA_STORE_ID that is not a store id fails naming 
   const { code, output } = await runCli({ DATABASE_URL: urlOf(database), OPENFGA_API_URL: 'http://127.0.0.1:1', OPENFGA_STORE_ID: 'outbox' });
   expect(code, output).toBe(1);
   expect(output).toContain('OPENFGA_STORE_ID is not an OpenFGA store id');
-  const tables = await sql<{ n: number }>`select count(*)::int as n from pg_tables where tablename = 'kysely_migration'`.execute(open(urlOf(database)));
-  expect(tables.rows[0]?.n).toBe(0);
+  expect(await migrated(database)).toBe(false);
 });
 
 test('pnpm migrate with a trailing slash in OPENFGA_API_URL reaches the same OpenFGA (the SDK would ask for //stores)', async () => {

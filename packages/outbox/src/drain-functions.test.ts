@@ -4,6 +4,7 @@ import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { createOutboxTable } from './migration.js';
 import { tableNames } from './table-names.js';
+import { rowsRead } from './testing/rows-read.js';
 
 /*
  * The drainer's claim and settle functions look partitions up on the partition-head index, one probe
@@ -24,16 +25,13 @@ async function fresh(): Promise<OutboxSpec> {
 }
 
 /** Runs `statement` in a transaction (rolled back) and returns how many rows of the table it read. */
-async function rowsRead(spec: OutboxSpec, statement: string): Promise<{ read: number; rows: number }> {
+async function readBy(spec: OutboxSpec, statement: string): Promise<{ read: number; rows: number }> {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   return t.db.connection().execute(async (conn: Kysely<any>) => {
     await sql`begin`.execute(conn);
     try {
       const result = await sql.raw(statement).execute(conn);
-      const stats = await sql<{ read: string }>`
-        select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) as read
-        from pg_stat_xact_user_tables where relid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass`.execute(conn);
-      return { read: Number(stats.rows[0]?.read ?? 0), rows: result.rows.length };
+      return { read: await rowsRead(conn, spec), rows: result.rows.length };
     } finally {
       await sql`rollback`.execute(conn);
     }
@@ -55,7 +53,7 @@ describe.each([
   test('a settle of 100 delivered heads looks for each partition\'s next head once', async () => {
     const spec = await distinctBacklog();
     const ids = Array.from({ length: 100 }, (_, i) => i + 1);
-    const { read, rows } = await rowsRead(
+    const { read, rows } = await readBy(
       spec,
       `select * from ${tableNames(spec).settleFunction}('{${ids}}'::bigint[], array[${ids.map((i) => `'vpc:${i}'`)}]::text[], '{${ids}}'::bigint[], 10)`,
     );
@@ -71,14 +69,14 @@ describe.each([
     // 200 partitions of 100 rows, interleaved: a partition's rows are 200 ids apart.
     await run(`insert into ${tableNames(spec).table} (resource_id, payload, is_head) select 'vpc:' || (g % 200), '{}', g <= 200 from generate_series(1, 20000) g`);
     if (analyzed) await run(`analyze ${tableNames(spec).table}`);
-    const { read, rows } = await rowsRead(spec, `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}')`);
+    const { read, rows } = await readBy(spec, `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}')`);
     expect(rows).toBe(100);
     expect(read).toBeLessThan(1_000);
   });
 
   test('a claim that puts flushed partitions first finds their heads by key', async () => {
     const spec = await distinctBacklog();
-    const { read, rows } = await rowsRead(spec, `select * from ${tableNames(spec).claimFunction}(10, 10, 10, true, true, array['vpc:19999', 'vpc:20000'])`);
+    const { read, rows } = await readBy(spec, `select * from ${tableNames(spec).claimFunction}(10, 10, 10, true, true, array['vpc:19999', 'vpc:20000'])`);
     expect(rows).toBe(10);
     expect(read).toBeLessThan(1_000);
   });

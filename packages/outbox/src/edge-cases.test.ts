@@ -10,6 +10,7 @@ import { createOutboxTable } from './migration.js';
 import type { IntentPayload } from './payload.js';
 import { outboxStats, outboxStatsQuery } from './stats.js';
 import { tableNames } from './table-names.js';
+import { rowsRead } from './testing/rows-read.js';
 import { verifyOutboxTable } from './verify.js';
 
 /*
@@ -43,15 +44,6 @@ interface Head {
 async function heads(spec: OutboxSpec): Promise<Head[]> {
   const result = await sql<Head>`select resource_id, is_head from ${sql.raw(tableNames(spec).table)} order by id`.execute(t.db);
   return result.rows;
-}
-
-/** Rows of `spec`'s table this transaction read so far (heap tuples fetched and scanned). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function rowsRead(trx: Kysely<any>, spec: OutboxSpec): Promise<number> {
-  const stats = await sql<{ read: string }>`
-    select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) as read
-    from pg_stat_xact_user_tables where relid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass`.execute(trx);
-  return Number(stats.rows[0]?.read ?? 0);
 }
 
 // With statistics, and without: a table not analyzed yet (a fresh one, a burst, a restore), where
