@@ -98,8 +98,9 @@ export interface Drainer {
   /**
    * Resolves when every intent of `partitionKey` committed before the call (and deliverable then)
    * is delivered. While it waits, the drainer's batches claim that partition first, so it does not
-   * wait behind a backlog of other partitions (only behind the batch in flight). Rejects with {@link FlushPoisonedError}, {@link FlushTimeoutError}, or
-   * {@link DrainerStoppedError} when the drainer is stopped.
+   * wait behind a backlog of other partitions (only behind the batch in flight). Rejects with
+   * {@link FlushPoisonedError}, {@link FlushTimeoutError}, or {@link DrainerStoppedError} when the
+   * drainer is stopped.
    * `partitionKey` must be a string (`''` included: rows with an empty key group under it); `timeoutMs`
    * (default 10000) an integer from 1 to 2147483647. Anything else rejects with an
    * `OutboxConfigError` naming `flush.partitionKey` or `flush.timeoutMs`.
