@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { outboxStats, verifyOutboxTable } from '@outbox/outbox';
+import { outboxStats, verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Migrator, NO_MIGRATIONS } from 'kysely/migration';
 import pg from 'pg';
@@ -67,25 +67,55 @@ test('every outbox matches the contract its drainer and reconciler verify, cover
   }
 });
 
-test('a database migrated by the build before claim v3: the next migrate brings every outbox\'s functions up to date', async () => {
+/** Leaves `spec`'s settle as a stand-in whose body carries the marker of settle `version`. */
+async function oldSettle(db: Kysely<unknown>, spec: OutboxSpec, version: string): Promise<void> {
+  await sql.raw(`create or replace function "${spec.schema}"."${spec.tableName}_settle"(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
+    returns table (partition_key text, head_id bigint) language sql
+    as $$ select null::text, null::bigint where false -- @outbox/outbox settle ${version} ${spec.table} ${spec.partitionColumn}
+    $$`).execute(db);
+}
+
+/** Leaves `spec`'s claim as a stand-in with `params` whose body carries the marker of claim `version`. */
+async function oldClaim(db: Kysely<unknown>, spec: OutboxSpec, version: string, params: string): Promise<void> {
+  await sql.raw(`create or replace function "${spec.schema}"."${spec.tableName}_claim"(${params})
+    returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
+    as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim ${version} ${spec.table} ${spec.partitionColumn}
+    $$`).execute(db);
+}
+
+const claimParams = {
+  v2: 'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',
+  v3: 'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[]',
+};
+
+test.each([
+  {
+    build: 'before claim v3',
+    // A claim without p_flush_keys (v2) and a settle marked v1.
+    leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[])`).execute(db);
+      await oldClaim(db, spec, 'v2', claimParams.v2);
+      await oldSettle(db, spec, 'v1');
+    },
+    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4'],
+  },
+  {
+    build: 'before claim v4',
+    // The same signatures, with bodies marked claim v3 and settle v2.
+    leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await oldClaim(db, spec, 'v3', claimParams.v3);
+      await oldSettle(db, spec, 'v2');
+    },
+    pending: ['0008_drain_functions_v4'],
+  },
+])('a database migrated by the build $build: the next migrate brings every outbox\'s functions up to date', async ({ leave, pending }) => {
   const db = open();
-  // What that build left: a claim without p_flush_keys (v2) and a settle marked v1.
   for (const spec of specs) {
-    const claim = `"${spec.schema}"."${spec.tableName}_claim"`;
-    const settle = `"${spec.schema}"."${spec.tableName}_settle"`;
-    await sql.raw(`drop function ${claim}(integer, integer, integer, boolean, boolean, text[])`).execute(db);
-    await sql.raw(`create function ${claim}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean)
-      returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
-      as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim v2 ${spec.table} ${spec.partitionColumn}
-      $$`).execute(db);
-    await sql.raw(`create or replace function ${settle}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
-      returns table (partition_key text, head_id bigint) language sql
-      as $$ select null::text, null::bigint where false -- @outbox/outbox settle v1 ${spec.table} ${spec.partitionColumn}
-      $$`).execute(db);
+    await leave(db, spec);
     await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates/);
   }
-  await sql`delete from public.kysely_migration where name = '0007_drain_functions_v3'`.execute(db);
-  expect(await migrateToLatest(db)).toEqual(['0007_drain_functions_v3']);
+  await sql`delete from public.kysely_migration where name = any(${pending})`.execute(db);
+  expect(await migrateToLatest(db)).toEqual(pending);
   for (const spec of specs) await verifyOutboxTable(db, spec);
 });
 

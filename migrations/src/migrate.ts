@@ -18,6 +18,8 @@ export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0006_registry': registerServiceMigration(repositoryTable, registryOutbox),
   // claim v3 (flushed partitions first) and settle v2 (look-ups as ranges of (partition, id)).
   '0007_drain_functions_v3': drainFunctionsMigration([iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox]),
+  // claim v4 and settle v3 (generic plans: planned once per connection instead of on every call).
+  '0008_drain_functions_v4': drainFunctionsMigration([iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox]),
 });
 
 const provider: MigrationProvider = { getMigrations: async () => ({ ...migrations }) };

@@ -80,4 +80,75 @@ describe.each([
     expect(rows).toBe(10);
     expect(read).toBeLessThan(1_000);
   });
+
+  test('calls on one connection keep reading what they return once the functions run on generic plans', async () => {
+    // A plan cache makes a statement's generic plan after its fifth call: the twenty calls below
+    // run on it. A generic plan of the heads' look-up (its LIMIT unknown) could read and sort
+    // the whole table; the functions keep that look-up on custom plans.
+    const distinct = await distinctBacklog();
+    const interleaved = await fresh();
+    // 1,000 partitions of 100 rows, interleaved (the drain benchmark's first shape).
+    await run(`insert into ${tableNames(interleaved).table} (resource_id, payload, is_head) select 'vpc:' || (g % 1000), '{}', g <= 1000 from generate_series(1, 100000) g`);
+    if (analyzed) await run(`analyze ${tableNames(interleaved).table}`);
+    const calls = [
+      { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, false, true, '{}')` },
+      { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, true, true, array['vpc:20000'])` },
+      { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 1, 10, true, true, '{}')` },
+      { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 4, 10, true, true, '{}')` },
+      { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{1,1001,2001}'::bigint[], '{vpc:1}'::text[], '{2001}'::bigint[], 10)` },
+    ];
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const reads = await t.db.connection().execute(async (conn: Kysely<any>) => {
+      const found: Array<{ read: number; rows: number }> = [];
+      for (let i = 0; i < 20; i += 1) {
+        for (const { spec, statement } of calls) {
+          await sql`begin`.execute(conn);
+          try {
+            // The counts of back-to-back transactions reach the statistics together: take the difference.
+            const before = await rowsRead(conn, spec);
+            const result = await sql.raw(statement).execute(conn);
+            found.push({ read: (await rowsRead(conn, spec)) - before, rows: result.rows.length });
+          } finally {
+            await sql`rollback`.execute(conn);
+          }
+        }
+      }
+      return found;
+    });
+    expect(reads.map((r) => r.rows)).toEqual(Array.from({ length: 20 }, () => [100, 100, 100, 100, 1]).flat());
+    // Well under one scan of either table (20,000 and 100,000 rows) in every call.
+    expect(Math.max(...reads.map((r) => r.read))).toBeLessThan(1_000);
+  });
+
+  test('plans made while the table was small still read by index after a burst fills it', async () => {
+    const spec = await fresh();
+    const table = tableNames(spec).table;
+    // Two partitions of one row each: a table of one page when the connection first plans.
+    await run(`insert into ${table} (resource_id, payload, is_head) values ('vpc:a', '{}', true), ('vpc:b', '{}', true)`);
+    if (analyzed) await run(`analyze ${table}`);
+    const claim = `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}')`;
+    const settle = `select * from ${tableNames(spec).settleFunction}('{1}'::bigint[], '{vpc:a}'::text[], '{1}'::bigint[], 10)`;
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const reads = await t.db.connection().execute(async (conn: Kysely<any>) => {
+      const readBy = async (statement: string) => {
+        await sql`begin`.execute(conn);
+        try {
+          const before = await rowsRead(conn, spec);
+          const result = await sql.raw(statement).execute(conn);
+          return { read: (await rowsRead(conn, spec)) - before, rows: result.rows.length };
+        } finally {
+          await sql`rollback`.execute(conn);
+        }
+      };
+      for (let i = 0; i < 8; i += 1) {
+        await readBy(claim);
+        await readBy(settle);
+      }
+      // The burst: 100,000 rows of 1,000 partitions behind vpc:a, not analyzed (as in its first minute).
+      await run(`insert into ${table} (resource_id, payload) select case when g % 1000 = 0 then 'vpc:a' else 'vpc:' || (g % 1000) end, '{}' from generate_series(1, 100000) g`);
+      return [await readBy(claim), await readBy(settle)];
+    });
+    expect(reads.map((r) => r.rows)).toEqual([100, 1]);
+    expect(Math.max(...reads.map((r) => r.read))).toBeLessThan(1_000);
+  });
 });

@@ -14,10 +14,11 @@ export function drainFunctionMarker(spec: OutboxSpec, fn: 'claim' | 'settle'): s
 /**
  * Versions of the functions' bodies and signatures. claim v2 added `p_synchronous_commit`, v3
  * `p_flush_keys` (and, with settle v2, reads its partitions' rows with a row comparison; see
- * `after`); the older claim overloads are left in place by `createDrainFunctions`, so drainers of a
- * previous release keep working through a rolling upgrade, and dropped by `dropOutboxTable`.
+ * `after`); claim v4 and settle v3 (same signatures) run on generic plans. The older claim
+ * overloads are left in place by `createDrainFunctions`, so drainers of a previous release keep
+ * working through a rolling upgrade, and dropped by `dropOutboxTable`.
  */
-const DRAIN_FUNCTION_VERSIONS = { claim: 'v3', settle: 'v2' } as const;
+const DRAIN_FUNCTION_VERSIONS = { claim: 'v4', settle: 'v3' } as const;
 
 /** Every signature the claim and settle functions have had, for `dropOutboxTable`. */
 export const DRAIN_FUNCTION_SIGNATURES = {
@@ -28,6 +29,30 @@ export const DRAIN_FUNCTION_SIGNATURES = {
   ],
   settle: ['(bigint[], text[], bigint[], integer)'],
 } as const;
+
+/**
+ * How the functions' statements are planned, set for the duration of each call (a function's SET
+ * clause: the caller's settings are back when it returns).
+ *
+ * - `plan_cache_mode = force_generic_plan`: each statement is planned once per connection. By
+ *   default PostgreSQL re-plans a statement with parameters on every call unless its generic plan
+ *   is estimated no dearer than the custom ones, which these never are (a LIMIT or an array whose
+ *   size the generic plan cannot know). Planning again on every call cost about an eighth of a
+ *   batch (claim and settle) on the drain benchmark's run shapes.
+ * - `enable_sort = off`, `enable_seqscan = off`: every statement here that reads the table reads it
+ *   by an index, in that index's order (the claim index for heads, the partition-head index for a
+ *   partition's rows, the primary key or the TID for rows already found). Plans that sort or scan
+ *   instead read a whole index or the whole table, and a generic plan has more ways to choose
+ *   them: it knows neither the LIMIT nor the key; without statistics (a table not analyzed yet)
+ *   the pending index looks nearly empty, so the planner sorts its rows rather than walk the
+ *   partition-head index; and a plan made while the table was small (a scan of its one page) is
+ *   kept when a burst fills it, until it is next analyzed. A disabled sort is still used where
+ *   nothing else gives the order (a window over a run's rows, a few heads).
+ * - `jit = off`: before PostgreSQL 18 a disabled node adds 10^10 to a plan's cost, far above
+ *   `jit_above_cost`, and every call compiled its plans (a third of a second a claim on
+ *   PostgreSQL 15). These statements read a few hundred rows: JIT never pays for them.
+ */
+const planSettings = 'set plan_cache_mode = force_generic_plan set enable_sort = off set enable_seqscan = off set jit = off';
 
 /**
  * The two server-side functions of the drainer's hot path, created with the table (DESIGN §4 lets
@@ -68,23 +93,29 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
         for update skip locked
       ) h
       where ${deliverable('h')}`;
-  // The due heads of the partitions in p_flush_keys, locked, skipping other drainers' (as "h"): each
-  // key's head is found on the partition-head index (a flushed partition's head may be far down the
-  // claim index, behind a backlog), then locked by id, which re-checks it on the row's latest version.
+  // The due heads of the partitions in p_flush_keys (the first p_batch of them, in the caller's
+  // order: the drainer passes the oldest flush first), locked, skipping other drainers' (as "h"):
+  // each key's head is found and locked on the partition-head index (a flushed partition's head may
+  // be far down the claim index, behind a backlog); the lock re-checks it on the row's latest
+  // version. Neither an ORDER BY over the heads nor a join back to the table: without statistics
+  // either was planned along the claim index, every head read (see planSettings); collect orders them.
   const flushedHeads = `(
-        select y.id, y.${p} as key, y.payload, y.attempt_count, y.next_attempt_at, y.sent_at, y.retired_at
-        from (select distinct u.k from unnest(p_flush_keys) as u(k)) u
+        select f.*
+        from (
+          select u.k from unnest(p_flush_keys) with ordinality as u(k, n)
+          group by u.k
+          order by min(u.n)
+          limit p_batch
+        ) u
         cross join lateral (
-          select x.id from ${n.table} x
-          where ${partitionRangeSql('x', p, 'u.k')} and x.sent_at is null and x.retired_at is null and x.is_head
+          select x.id, x.${p} as key, x.payload, x.attempt_count, x.next_attempt_at, x.sent_at, x.retired_at
+          from ${n.table} x
+          where ${partitionRangeSql('x', p, 'u.k')} and x.sent_at is null and x.retired_at is null
+            and x.is_head and x.next_attempt_at <= now()
           order by x.${p}, x.id
           limit 1
+          for update skip locked
         ) f
-        join ${n.table} y on y.id = f.id
-        where y.is_head and y.next_attempt_at <= now()
-        order by y.next_attempt_at, y.id
-        limit p_batch
-        for update of y skip locked
       ) h
       where ${deliverable('h')}`;
   // The heads of `source` as four arrays in claim order, into the four variables named `<prefix>_…`.
@@ -97,34 +128,46 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
   // The deliverable rows after head h, in its partition (the lateral of the runs).
   const followers = (alias: string) => `${after(alias, 'h.key', 'h.id')} and ${deliverable(alias)}`;
   // The runs of the heads in `source` (rows of (id, key)), at most `limit` rows each: each head's
-  // followers in id order, locked, cut at the first row that is not due or not lockable. rn numbers
-  // a head's followers as read; pos numbers those this transaction could lock: they part at the
-  // first follower someone else holds (only by hand, in practice: only the holder of a partition's
-  // head touches its followers), so a run is always consecutive and the drainer never waits on a
-  // row lock. The lock joins by ctid (no second index descent); a row updated since the read no
-  // longer matches it and cuts the run there.
+  // followers in id order, locked, cut at the first row that is not due or not lockable. Two
+  // statements: the first reads the followers on the partition-head index (their ctids, ids and keys
+  // in run order); the second locks those row versions by ctid (a TID scan: no second index descent),
+  // skipping rows someone else holds (only by hand, in practice: only the holder of a partition's
+  // head touches its followers), and keeps each run up to its first follower that was not locked or
+  // is not due, so a run is always consecutive and the drainer never waits on a row lock. A row
+  // updated since the read is no longer at its ctid, or no longer the version read there: it is not
+  // locked, and cuts its run there.
+  //
+  // Both statements run on generic plans (the claim's plan_cache_mode), which these shapes keep
+  // sound whatever the parameters: an index range scan per head, then a TID scan, then joins of
+  // arrays. A single statement joining the look-up to the table by ctid had custom plans only (its
+  // generic plan hashed the whole table), planned again on every call.
   const runs = (source: string, limit: string) => `
-        select r.id, r.key, r.payload, r.attempt_count, false
-        from (
-          select l.*, row_number() over w as pos, bool_and(l.due) over w as due_so_far
-          from (
-            select y.id, y.${p} as key, y.payload, y.attempt_count, f.rn, y.next_attempt_at <= now() as due
+          select coalesce(array_agg(f.tid order by f.key, f.id), '{}'),
+                 coalesce(array_agg(f.id order by f.key, f.id), '{}'),
+                 coalesce(array_agg(f.key order by f.key, f.id), '{}')
+            into v_tids, v_run_ids, v_run_keys
             from ${source} as h(id, key)
             cross join lateral (
-              select q.tid, row_number() over (order by q.id) as rn
-              from (
-                select x.ctid as tid, x.id from ${n.table} x
-                where ${followers('x')}
-                order by x.${p}, x.id -- the partition-head index's order
-                limit ${limit}
-              ) q
-            ) f
-            join ${n.table} y on y.ctid = f.tid
-            for update of y skip locked
-          ) l
-          window w as (partition by l.key order by l.id)
-        ) r
-        where r.rn = r.pos and r.due_so_far`;
+              select x.ctid as tid, x.id, h.key from ${n.table} x
+              where ${followers('x')}
+              order by x.${p}, x.id -- the partition-head index's order
+              limit ${limit}
+            ) f;
+          return query
+            with locked as materialized (
+              select y.id, y.payload, y.attempt_count, y.next_attempt_at <= now() as due
+              from ${n.table} y
+              where y.ctid = any(v_tids)
+              for update skip locked
+            )
+            select r.id, r.key, r.payload, r.attempt_count, false
+            from (
+              select w.id, w.key, l.payload, l.attempt_count,
+                     bool_and(l.id is not null and l.due) over (partition by w.key order by w.n) as ok
+              from unnest(v_run_ids, v_run_keys) with ordinality as w(id, key, n)
+              left join locked l on l.id = w.id
+            ) r
+            where r.ok`;
   // The heads in v_ids (claim order) and then their runs, within v_room rows: the first head — the
   // oldest due one — gets all the room its run needs; whatever it leaves is shared equally by the
   // others. A partition with a long backlog then moves a full batch at a time while other
@@ -135,12 +178,12 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
           from unnest(v_ids, v_keys, v_payloads, v_attempts) as u(id, key, payload, attempt_count);
         v_room := v_room - cardinality(v_ids);
         if ${withRuns} and v_room > 0 then
-          return query ${runs('unnest(v_ids[1:1], v_keys[1:1])', 'v_room')};
+          ${runs('unnest(v_ids[1:1], v_keys[1:1])', 'v_room')};
           get diagnostics v_taken = row_count;
           v_room := v_room - v_taken;
           v_share := v_room / greatest(cardinality(v_ids) - 1, 1);
           if cardinality(v_ids) > 1 and v_share >= 1 then
-            return query ${runs('unnest(v_ids[2:], v_keys[2:])', 'v_share')};
+            ${runs('unnest(v_ids[2:], v_keys[2:])', 'v_share')};
             get diagnostics v_taken = row_count;
             v_room := v_room - v_taken;
           end if;
@@ -148,7 +191,7 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
   return [
     `create or replace function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[])
     returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean)
-    language plpgsql volatile as $fn$
+    language plpgsql volatile ${planSettings} as $fn$
     #variable_conflict use_column
     -- ${drainFunctionMarker(spec, 'claim')}
     declare
@@ -157,6 +200,9 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
       v_payloads jsonb[];
       v_attempts integer[];
       v_flushed bigint[] := '{}';
+      v_tids tid[];
+      v_run_ids bigint[];
+      v_run_keys text[];
       v_room integer := p_batch;
       v_taken integer;
       v_share integer;
@@ -192,7 +238,7 @@ export function drainFunctionsDdl(spec: OutboxSpec): string[] {
     $fn$`,
     `create or replace function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
     returns table (partition_key text, head_id bigint)
-    language plpgsql volatile as $fn$
+    language plpgsql volatile ${planSettings} as $fn$
     #variable_conflict use_column
     -- ${drainFunctionMarker(spec, 'settle')}
     begin

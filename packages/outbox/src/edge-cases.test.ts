@@ -382,7 +382,7 @@ describe('defineOutbox', () => {
 });
 
 describe('verifyOutboxTable refuses a partitioned outbox table (rows of two partitions can share a ctid)', () => {
-  test('a time-partitioned outbox made by hand: the claim hands out an already delivered row of another partition', async () => {
+  test('a time-partitioned outbox made by hand: the claim locks a delivered row of another partition that shares a ctid with a run', async () => {
     const spec = defineOutbox({ table: 'edges.partitioned', partitionColumn: 'resource_id' });
     const pending = 'sent_at is null and retired_at is null';
     await run('create schema if not exists edges');
@@ -410,13 +410,20 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
       ('vpc:old', '{"deregister": true}', '2020-06-03', '2020-06-03')`);
     // …and a head with one follower of vpc:new in the current partition, at ctids (0,1) and (0,2).
     await run(`insert into edges.partitioned (resource_id, payload, is_head) values ('vpc:new', '{}', true), ('vpc:new', '{}', false)`);
-    const claimed = await t.db.transaction().execute(async (trx) => {
+    const { claimed, lockedElsewhere } = await t.db.transaction().execute(async (trx) => {
       const result = await sql<{ id: string; partition_key: string }>`select id, partition_key from edges.partitioned_claim(10, 10, 10, true, true, '{}')`.execute(trx);
-      return result.rows.map((r) => `${r.partition_key} ${r.id}`).sort();
+      // Another session tries the 2020 row at (0,2): vpc:old's register.
+      const other = await t.db.connection().execute((conn) => sql`select id from edges.partitioned_2020 where id = 2 for update nowait`.execute(conn).then(
+        () => false,
+        (error: { code?: string }) => (error.code === '55P03' ? true : Promise.reject(error)), // lock_not_available
+      ));
+      return { claimed: result.rows.map((r) => `${r.partition_key} ${r.id}`).sort(), lockedElsewhere: other };
     });
-    // The run of vpc:new, joined back by ctid, also picks the 2020 row at (0,2): vpc:old's
-    // register, handed to the sink again after its deregister — revoked access resurrected.
-    expect(claimed).toEqual(['vpc:new 4', 'vpc:new 5', 'vpc:old 2']);
+    // The run of vpc:new is locked by ctid, and the lock lands on the 2020 row at (0,2) as well.
+    // The claim hands out only the ids it read (an earlier claim handed that register out again,
+    // after its deregister: revoked access resurrected), but it holds a row it never read.
+    expect(claimed).toEqual(['vpc:new 4', 'vpc:new 5']);
+    expect(lockedElsewhere).toBe(true);
     expect(await gaps(spec)).toEqual(['the table itself: it is partitioned (or has inheritance children), and rows of two partitions can share a ctid, by which the drainer locks its runs']);
   });
 });
