@@ -24,18 +24,26 @@ async function fresh(): Promise<OutboxSpec> {
   return spec;
 }
 
-/** Runs `statement` in a transaction (rolled back) and returns how many rows of the table it read. */
+/**
+ * Runs `statement` on `conn` in a transaction (rolled back) and returns how many rows of the table
+ * it read. The counts of back-to-back transactions reach the statistics together: it takes the
+ * difference.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function readOn(conn: Kysely<any>, spec: OutboxSpec, statement: string): Promise<{ read: number; rows: number }> {
+  await sql`begin`.execute(conn);
+  try {
+    const before = await rowsRead(conn, spec);
+    const result = await sql.raw(statement).execute(conn);
+    return { read: (await rowsRead(conn, spec)) - before, rows: result.rows.length };
+  } finally {
+    await sql`rollback`.execute(conn);
+  }
+}
+
+/** {@link readOn} on a connection of the pool. */
 async function readBy(spec: OutboxSpec, statement: string): Promise<{ read: number; rows: number }> {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  return t.db.connection().execute(async (conn: Kysely<any>) => {
-    await sql`begin`.execute(conn);
-    try {
-      const result = await sql.raw(statement).execute(conn);
-      return { read: await rowsRead(conn, spec), rows: result.rows.length };
-    } finally {
-      await sql`rollback`.execute(conn);
-    }
-  });
+  return t.db.connection().execute((conn) => readOn(conn, spec, statement));
 }
 
 describe.each([
@@ -82,9 +90,9 @@ describe.each([
   });
 
   test('calls on one connection keep reading what they return once the functions run on generic plans', async () => {
-    // A plan cache makes a statement's generic plan after its fifth call: the twenty calls below
-    // run on it. A generic plan of the heads' look-up (its LIMIT unknown) could read and sort
-    // the whole table; the functions keep that look-up on custom plans.
+    // The functions' statements run on generic plans, made at their first call on a connection
+    // and kept: the twenty calls below run on them. A generic plan knows neither the LIMIT nor the
+    // key; one that sorts or scans instead of walking an index reads the whole table.
     const distinct = await distinctBacklog();
     const interleaved = await fresh();
     // 1,000 partitions of 100 rows, interleaved (the drain benchmark's first shape).
@@ -97,21 +105,10 @@ describe.each([
       { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 4, 10, true, true, '{}')` },
       { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{1,1001,2001}'::bigint[], '{vpc:1}'::text[], '{2001}'::bigint[], 10)` },
     ];
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    const reads = await t.db.connection().execute(async (conn: Kysely<any>) => {
+    const reads = await t.db.connection().execute(async (conn) => {
       const found: Array<{ read: number; rows: number }> = [];
       for (let i = 0; i < 20; i += 1) {
-        for (const { spec, statement } of calls) {
-          await sql`begin`.execute(conn);
-          try {
-            // The counts of back-to-back transactions reach the statistics together: take the difference.
-            const before = await rowsRead(conn, spec);
-            const result = await sql.raw(statement).execute(conn);
-            found.push({ read: (await rowsRead(conn, spec)) - before, rows: result.rows.length });
-          } finally {
-            await sql`rollback`.execute(conn);
-          }
-        }
+        for (const { spec, statement } of calls) found.push(await readOn(conn, spec, statement));
       }
       return found;
     });
@@ -128,25 +125,14 @@ describe.each([
     if (analyzed) await run(`analyze ${table}`);
     const claim = `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}')`;
     const settle = `select * from ${tableNames(spec).settleFunction}('{1}'::bigint[], '{vpc:a}'::text[], '{1}'::bigint[], 10)`;
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    const reads = await t.db.connection().execute(async (conn: Kysely<any>) => {
-      const readBy = async (statement: string) => {
-        await sql`begin`.execute(conn);
-        try {
-          const before = await rowsRead(conn, spec);
-          const result = await sql.raw(statement).execute(conn);
-          return { read: (await rowsRead(conn, spec)) - before, rows: result.rows.length };
-        } finally {
-          await sql`rollback`.execute(conn);
-        }
-      };
+    const reads = await t.db.connection().execute(async (conn) => {
       for (let i = 0; i < 8; i += 1) {
-        await readBy(claim);
-        await readBy(settle);
+        await readOn(conn, spec, claim);
+        await readOn(conn, spec, settle);
       }
       // The burst: 100,000 rows of 1,000 partitions behind vpc:a, not analyzed (as in its first minute).
       await run(`insert into ${table} (resource_id, payload) select case when g % 1000 = 0 then 'vpc:a' else 'vpc:' || (g % 1000) end, '{}' from generate_series(1, 100000) g`);
-      return [await readBy(claim), await readBy(settle)];
+      return [await readOn(conn, spec, claim), await readOn(conn, spec, settle)];
     });
     expect(reads.map((r) => r.rows)).toEqual([100, 1]);
     expect(Math.max(...reads.map((r) => r.read))).toBeLessThan(1_000);
