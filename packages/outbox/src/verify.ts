@@ -96,8 +96,9 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
   const missing: string[] = [];
 
   // A plain table without inheritance children: the drainer locks a run's rows by ctid, and rows of
-  // two partitions (or of a parent and its child) can share one, so a partitioned outbox would hand
-  // out a row of another partition — even an old, delivered one — with a run.
+  // two partitions (or of a parent and its child) can share one. The claim hands out only the ids
+  // it read (claim v3 and earlier handed out such a row, even an old, delivered one, with a run),
+  // but it would still lock rows of other partitions that it never read.
   const kind = await sql<{ kind: string; children: boolean }>`
     select c.relkind as kind, exists (select 1 from pg_inherits i where i.inhparent = c.oid) as children
     from pg_class c where c.oid = ${oid}`.execute(db);
