@@ -4,7 +4,7 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { claimBatch } from './claim.js';
-import { enqueueRows, freshOutbox as fresh, payload } from './testing/fixture.js';
+import { deliveryOrder, enqueueRows, freshOutbox as fresh, payload } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, SinkHaltError, type DrainerEvent, type Intent, type Outcome, type Sink } from './index.js';
 
 const t = useTestDatabase();
@@ -55,10 +55,9 @@ describe('ordering under concurrency', () => {
     expect(deliveries).toHaveLength(20_000);
     expect(new Set(deliveries.map((d) => d.id)).size).toBe(20_000);
     // Per partition, delivery order is id order.
-    const byKey = new Map<string, bigint[]>();
-    for (const d of deliveries) byKey.set(d.partitionKey, [...(byKey.get(d.partitionKey) ?? []), BigInt(d.id)]);
+    const byKey = deliveryOrder(deliveries);
     expect(byKey.size).toBe(200);
-    for (const ids of byKey.values()) expect(ids).toEqual([...ids].sort((a, b) => (a < b ? -1 : 1)));
+    for (const ids of [...byKey.values()].map((order) => order.map(BigInt))) expect(ids).toEqual([...ids].sort((a, b) => (a < b ? -1 : 1)));
     // A retried intent carries its attempts.
     const retried = all.filter((r) => failures.has(r.id));
     for (const r of retried) expect(r.attempt_count).toBe(failures.get(r.id));

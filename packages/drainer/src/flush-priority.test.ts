@@ -4,20 +4,13 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { useTestDatabase } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
 import { claimBatch } from './claim.js';
-import { enqueueRows, freshOutbox } from './testing/fixture.js';
-import { createDrainer, createRecordingSink, type Intent } from './index.js';
+import { deliveryOrder, enqueueRows, freshOutbox } from './testing/fixture.js';
+import { createDrainer, createRecordingSink } from './index.js';
 
 const t = useTestDatabase();
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const backlog = (n: number) => Array.from({ length: n }, (_, i) => `vpc:backlog-${i}`);
 const ofKey = (ids: string[], keys: string[], key: string) => ids.filter((_, i) => keys[i] === key);
-
-/** Per partition, the ids in the order the sink was told they were delivered. */
-function deliveryOrder(delivered: Intent[]): Map<string, string[]> {
-  const byKey = new Map<string, string[]>();
-  for (const intent of delivered) byKey.set(intent.partitionKey, [...(byKey.get(intent.partitionKey) ?? []), intent.id]);
-  return byKey;
-}
 
 describe('the claim with flushed partitions', () => {
   test('a flushed partition comes first with its run, behind a backlog of older heads; the other heads fill the rest of the batch', async () => {

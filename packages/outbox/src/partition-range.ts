@@ -8,8 +8,10 @@
  * it took the pending one, walking every pending row for each partition looked up: 390 ms for the
  * settle of 100 partitions over a 20k backlog instead of 2, and 4.5 ms an enqueued key. A range
  * of rows is an index condition of the (partition, id) index only, and without the equality the
- * pending index no longer gives the order the look-up asks for, so the choice holds with or without
- * statistics. Callers keep `order by <partition>, id` (the index's order).
+ * pending index no longer gives the order the look-up asks for, so a custom plan's choice holds with
+ * or without statistics. (A generic plan, which knows neither key nor limit, may still sort: the
+ * drainer's functions, which run on generic plans, also disable sorts; see planSettings.) Callers
+ * keep `order by <partition>, id` (the index's order).
  *
  * @internal used by the drainer's functions and by enqueue. `column` is the quoted partition column,
  * `key` and `from.id` are SQL expressions.

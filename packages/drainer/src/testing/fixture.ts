@@ -29,6 +29,13 @@ export async function enqueueRows(db: Kysely<any>, spec: OutboxSpec, keys: strin
   return ids;
 }
 
+/** Per partition, the ids in the order a sink was told they were delivered. */
+export function deliveryOrder(delivered: readonly { id: string; partitionKey: string }[]): Map<string, string[]> {
+  const byKey = new Map<string, string[]>();
+  for (const intent of delivered) byKey.set(intent.partitionKey, [...(byKey.get(intent.partitionKey) ?? []), intent.id]);
+  return byKey;
+}
+
 /** Collects what escapes as an uncaught exception or an unhandled rejection while `work` runs (and `settleMs` after). */
 export async function escaped(work: () => Promise<void>, settleMs = 200): Promise<unknown[]> {
   const caught: unknown[] = [];
