@@ -16,7 +16,7 @@ const kysely = (url: string, max = 4): Db => new Kysely({ dialect: new PostgresD
 const noopSink: Sink = { deliver: async (intents) => intents.map(() => ({ kind: 'delivered' as const })) };
 const payload = `'{"writes":[{"user":"user:a","relation":"owner","object":"vpc:1"}]}'::jsonb`;
 
-/** The backlog shapes of DESIGN §5: key expression over the row number i (1-based). */
+/** The backlog shapes of docs/design.md §5: key expression over the row number i (1-based). */
 const SHAPES: ReadonlyArray<{ name: string; key: string }> = [
   { name: '1000 keys interleaved', key: `'k' || (i % 1000)` },
   { name: '10 keys', key: `'k' || (i % 10)` },

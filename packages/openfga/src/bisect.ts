@@ -6,9 +6,9 @@ import type { WriteResult } from './write-request.js';
 /** Outcomes of one `deliver` call, filled in as requests finish. */
 export interface DeliveryState {
   readonly outcomes: Array<Outcome | undefined>;
-  /** Partitions with an intent that was not delivered in this call: their later intents are skipped. */
+  /** Partitions with an intent not delivered in this call: their later intents are skipped. */
   readonly stopped: Set<string>;
-  /** Per intent index, the keys a later intent of its partition in this batch deletes (`keysDeletedLater`). */
+  /** `keysDeletedLater` of the batch. */
   readonly deletedLater: ReadonlyMap<number, ReadonlySet<string>>;
 }
 
@@ -20,7 +20,7 @@ export function fail(state: DeliveryState, items: readonly PreparedIntent[], kin
   }
 }
 
-/** Thrown inside a delivery when the sink must halt; carries the classification. */
+/** What `deliver` throws on a halt, saying what to fix. */
 export function haltError(failure: Classification): SinkHaltError {
   const what =
     failure.rule === 'credentials'
@@ -32,16 +32,9 @@ export function haltError(failure: Classification): SinkHaltError {
 }
 
 /**
- * Delivers `items` (batch order; a partition's intents in id order) in one Write request. When it
- * fails permanently because of some intent in it, splits it in halves and delivers each, the first
- * half first, until every bad intent stands alone: only those are permanent, the others land in the
- * same call. An intent whose partition stopped in an earlier half is skipped, never applied after
- * its failed predecessor. A write refused for a different stored condition is dropped, not
- * poisoned, when a later intent of its partition in the batch deletes its key (a replayed run).
- * Throws {@link SinkHaltError} when the failure is nobody's intent's fault.
- *
- * @example
- * await deliverBisecting(request, (items) => sendWrite(items, context), state);
+ * Delivers `items` in one Write request; when some intent in it is at fault, delivers each half,
+ * first half first, until the bad intents stand alone. An intent whose partition stopped in an
+ * earlier half is skipped. Throws {@link SinkHaltError} on a halt. See docs/openfga-sink.md §1, §4.
  */
 export async function deliverBisecting(
   items: readonly PreparedIntent[],
@@ -62,12 +55,8 @@ export async function deliverBisecting(
   const { failure } = result;
   if (failure.verdict === 'halt') throw haltError(failure);
   if (live.length === 1 && failure.rule === 'different-condition') {
-    // A write refused because its key is stored with another condition, where a later intent of
-    // the same partition in this batch deletes that key: the write is superseded. This is what an
-    // at-least-once replay of a run "write K (condition A); delete K; write K (condition B)" meets
-    // (the replayed first write finds the third's tuple): poisoning it would park a row whose
-    // effect is erased by its successors anyway. Send the intent without its superseded writes (a
-    // conflict on any other key stays permanent).
+    // A replayed run (docs/openfga-sink.md §4): writes of keys a later intent deletes are
+    // superseded; send the intent without them.
     const item = live[0] as PreparedIntent;
     const superseded = state.deletedLater.get(item.index);
     const reduced = superseded === undefined ? undefined : withoutSupersededWrites(item, superseded);

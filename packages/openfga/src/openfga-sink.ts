@@ -3,43 +3,37 @@ import type { Intent, Outcome, Sink, SinkContext } from '@outbox/drainer';
 import { deliverBisecting, fail, type DeliveryState } from './bisect.js';
 import { OpenFgaSinkConfigError } from './errors.js';
 import { keysDeletedLater, packRound, prepareIntents, segmentByPartition, type PreparedIntent, type Segment } from './pack.js';
-import { sendWrite, type OpenFgaWriteClient, type OpenFgaWriteEvent, type WriteContext } from './write-request.js';
+import { NO_RETRY, sendWrite, type OpenFgaWriteClient, type OpenFgaWriteEvent, type WriteContext } from './write-request.js';
 
 /**
  * Knobs shared by both ways of pointing the sink at OpenFGA.
  *
  * @example
- * createOpenFgaSink({ client, maxTuplesPerWrite: 100, timeoutMs: 5_000, onRequest: (e) => histogram.observe(e.durationMs) });
+ * createOpenFgaSink({ client, timeoutMs: 5_000, onRequest: (e) => histogram.observe(e.durationMs) });
  */
 export interface OpenFgaSinkOptions {
   /**
-   * Most tuple operations (writes + deletes) per Write request. Default 100: OpenFGA's own default
-   * limit (`OPENFGA_MAX_TUPLES_PER_WRITE`); a request over the server's limit is refused with a 400,
-   * which the sink then bisects. Raise it only with the server's limit; an intent is never split, so
-   * an intent larger than this is sent alone.
+   * Most tuple operations (writes + deletes) per Write request. Default 100, OpenFGA's default
+   * limit: raise it only with the server's. An intent is never split; a larger one goes alone.
    */
   readonly maxTuplesPerWrite?: number;
   /**
-   * Milliseconds one Write request may take before it is abandoned as transient. Default 10000: a
-   * Write of 100 tuples takes milliseconds, so a request this slow is stuck; a third of the
-   * drainer's default 30 s delivery deadline leaves room to report the rest of the batch.
+   * Milliseconds a Write may take before it is abandoned as transient. Default 10000: a Write takes
+   * milliseconds, and a third of the drainer's 30 s deadline leaves room for the rest of the batch.
    */
   readonly timeoutMs?: number;
   /**
-   * Write requests in flight at once within one `deliver` call (only requests that share no tuple
-   * key and no partition run together). Default 4: enough to hide round trips on a batch of 100,
-   * few enough not to crowd OpenFGA's datastore connections.
+   * Write requests in flight at once in one `deliver` call (they never share a key or a partition).
+   * Default 4: hides round trips on a batch of 100 without crowding OpenFGA's datastore.
    */
   readonly maxConcurrentRequests?: number;
-  /** Called after every Write request, with its size, duration and result (a metrics hook). Exceptions are ignored. */
+  /** Called after every Write request with its size, duration and result (a metrics hook); its exceptions are ignored. */
   readonly onRequest?: (event: OpenFgaWriteEvent) => void;
 }
 
 /**
- * Use a client you built (store, model and credentials set on it). `OpenFgaClient` fits. Its own
- * retry settings are overridden per request (no SDK retries). The connection fields (`apiUrl`,
- * `storeId`, `authorizationModelId`, `credentials`) are refused next to a client: the sink would
- * ignore them.
+ * Use a client you built, with store, model and credentials set on it (its retries are turned off
+ * per request). Connection fields next to it are refused: the sink would ignore them.
  *
  * @example
  * createOpenFgaSink({ client: new OpenFgaClient({ apiUrl, storeId, authorizationModelId }) });
@@ -52,60 +46,37 @@ export interface OpenFgaSinkClientConfig extends OpenFgaSinkOptions {
   readonly credentials?: never;
 }
 
-/**
- * Let the sink build its own client.
- *
- * @example
- * createOpenFgaSink({ apiUrl: 'http://openfga:8080', storeId, authorizationModelId, credentials });
- */
+/** Let the sink build its own client (see {@link createOpenFgaSink}'s example). */
 export interface OpenFgaSinkConnectionConfig extends OpenFgaSinkOptions {
   /** OpenFGA's HTTP API, e.g. `http://openfga:8080`. Required. */
   readonly apiUrl: string;
   /** The store to write to. Required. */
   readonly storeId: string;
   /**
-   * The model every written tuple is validated against. Default: the store's latest model. Pin it in
-   * production so a model change is a deliberate step (iam re-drives its outbox on one). `undefined`
-   * is accepted (e.g. straight from `process.env`) and means the default.
+   * The model tuples are validated against. Default: the store's latest. Pin it in production so a
+   * model change is a deliberate step; `undefined` (e.g. an unset env variable) means the default.
    */
   readonly authorizationModelId?: string | undefined;
   /**
-   * How to authenticate: `{ method: CredentialsMethod.ApiToken, config: { token } }` for a preshared
-   * key, or client credentials. Default none: only for a server without authentication (local, tests).
+   * `{ method: CredentialsMethod.ApiToken, config: { token } }`, or client credentials. Default
+   * none: only for a server without authentication (local, tests).
    */
   readonly credentials?: UserClientConfigurationParams['credentials'];
 }
 
-/**
- * What `createOpenFgaSink` takes: a client, or what to build one from.
- *
- * @example
- * const config: OpenFgaSinkConfig = { apiUrl: process.env.FGA_API_URL!, storeId: process.env.FGA_STORE_ID! };
- */
+/** What `createOpenFgaSink` takes: a client, or what to build one from. */
 export type OpenFgaSinkConfig = OpenFgaSinkClientConfig | OpenFgaSinkConnectionConfig;
 
-/**
- * The drainer's `Sink`, plus the settings it resolved (defaults applied).
- *
- * @example
- * const sink = createOpenFgaSink(config);
- * logger.info('openfga sink', { maxTuplesPerWrite: sink.maxTuplesPerWrite, timeoutMs: sink.timeoutMs });
- */
+/** The drainer's `Sink`, plus the settings it resolved (defaults applied), e.g. to log at start. */
 export interface OpenFgaSink extends Sink {
   readonly maxTuplesPerWrite: number;
   readonly timeoutMs: number;
   readonly maxConcurrentRequests: number;
 }
 
-/**
- * Defaults of {@link OpenFgaSinkOptions} (the reasons are documented there).
- *
- * @example
- * createOpenFgaSink({ client, timeoutMs: OPENFGA_SINK_DEFAULTS.timeoutMs / 2 });
- */
+/** Defaults of {@link OpenFgaSinkOptions}, whose fields give the reasons. */
 export const OPENFGA_SINK_DEFAULTS = { maxTuplesPerWrite: 100, timeoutMs: 10_000, maxConcurrentRequests: 4 } as const;
 
-/** What builds a client: refused next to a given one. */
 const CONNECTION_FIELDS = ['apiUrl', 'storeId', 'authorizationModelId', 'credentials'] as const;
 
 function integer(field: string, value: unknown, fallback: number, max: number): number {
@@ -139,17 +110,14 @@ function buildClient(config: OpenFgaSinkConnectionConfig): OpenFgaWriteClient {
   }
   try {
     return new OpenFgaClient({
-      // The SDK appends `/stores/…` as is, and OpenFGA answers 404 to `//stores/…`: every Write
-      // would halt on a trailing slash.
+      // `//stores/…` is a 404, which would halt every pass.
       apiUrl: apiUrl.replace(/\/+$/, ''),
       storeId,
       ...(config.authorizationModelId !== undefined ? { authorizationModelId: config.authorizationModelId } : {}),
       ...(config.credentials !== undefined ? { credentials: config.credentials } : {}),
-      // The drainer owns retries; every request also passes maxRetry 0 (a given client may differ).
-      retryParams: { maxRetry: 0, minWaitInMs: 0 },
+      retryParams: { ...NO_RETRY },
     });
   } catch (error) {
-    // The SDK validates URLs, ULIDs and credentials; name the field it complained about.
     const sdkField = (error as { field?: unknown }).field;
     const field =
       typeof sdkField === 'string' && sdkField !== ''
@@ -161,7 +129,7 @@ function buildClient(config: OpenFgaSinkConnectionConfig): OpenFgaWriteClient {
   }
 }
 
-/** Runs `tasks` with at most `limit` at once; on the first rejection stops starting new ones and rejects after the running ones settle. */
+/** Runs `tasks`, at most `limit` at once; after the first rejection starts no more, and rejects once the rest settle. */
 async function runBounded(tasks: ReadonlyArray<() => Promise<void>>, limit: number, onFirstError: () => void): Promise<void> {
   let next = 0;
   let firstError: { error: unknown } | undefined;
@@ -183,21 +151,10 @@ async function runBounded(tasks: ReadonlyArray<() => Promise<void>>, limit: numb
 }
 
 /**
- * Creates the OpenFGA sink for the drainer. Each `deliver` call:
- * - packs intents into as few Write requests as fit `maxTuplesPerWrite` operations, never splitting
- *   an intent and never naming one tuple key twice in a request (nor in two requests in flight);
- * - keeps each partition's order: a later intent goes in the same atomic request as an earlier one
- *   only when their keys are disjoint, else in a later round, and is `skipped` if the earlier failed;
- * - writes idempotently (`on_duplicate` / `on_missing` "ignore": OpenFGA ≥ 1.10), without SDK retries;
- * - bisects a request refused because of some intent, so only the bad intents are `permanent`
- *   (a write refused for a different stored condition whose key a later intent of its partition
- *   in the batch deletes is dropped instead: a replayed run);
- * - throws `SinkHaltError` when OpenFGA refuses the credentials, the token issuer refuses the
- *   client-credentials exchange, the store lacks the model, the Write route is not found (404), a
- *   proxy (not OpenFGA) answers a 4xx, or the SDK refuses to build the request: the batch is
- *   released, nothing poisoned.
- *
- * Bad config throws {@link OpenFgaSinkConfigError} naming the field.
+ * Creates the OpenFGA sink for the drainer. Each `deliver` call packs the intents into few
+ * idempotent Write requests in per-partition order, bisects a refused request so only bad intents
+ * are `permanent`, and throws `SinkHaltError` when no intent is at fault (credentials, a missing
+ * model, a wrong endpoint): docs/openfga-sink.md. Bad config throws {@link OpenFgaSinkConfigError}.
  *
  * @example
  * const sink = createOpenFgaSink({
@@ -220,8 +177,6 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
   }
   let client: OpenFgaWriteClient;
   if ('client' in config && config.client !== undefined) {
-    // A connection field next to a client would be silently ignored (a model the user believes
-    // pinned, credentials never sent): refuse it, naming it.
     const ignored = CONNECTION_FIELDS.filter((field) => field in config);
     if (ignored.length > 0) {
       throw new OpenFgaSinkConfigError(
@@ -254,7 +209,7 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
 
     const queues = segmentByPartition(prepared, maxTuplesPerWrite);
     for (;;) {
-      // Each partition offers its next segment; a stopped partition's remaining intents are skipped.
+      // Each partition offers its next segment; a stopped one's remaining intents are skipped.
       const heads: Segment[] = [];
       for (const [partitionKey, queue] of queues) {
         if (state.stopped.has(partitionKey)) {
@@ -273,7 +228,7 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
         const item = segment.items[0] as PreparedIntent;
         fail(state, [item], 'permanent', item.invalid as string);
       }
-      // A halt (SinkHaltError) aborts the requests still in flight, waits for them, and propagates.
+      // A halt aborts the requests in flight, waits for them, and propagates.
       await runBounded(
         round.requests.map((items) => () => deliverBisecting(items, send, state)),
         maxConcurrentRequests,
@@ -286,10 +241,7 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
   return { deliver, maxTuplesPerWrite, timeoutMs, maxConcurrentRequests };
 }
 
-/**
- * Within a partition, only the first intent that was not delivered keeps its failure; every later
- * one is `skipped` (it was not applied, or only inside the same failed atomic request).
- */
+/** In a partition, the first intent not delivered keeps its failure; every later one is `skipped`. */
 function orderedOutcomes(intents: readonly Intent[], outcomes: ReadonlyArray<Outcome | undefined>): Outcome[] {
   const stopped = new Set<string>();
   return intents.map((intent, index) => {

@@ -15,10 +15,7 @@ export interface PreparedIntent {
   readonly invalid?: string;
 }
 
-/**
- * Consecutive intents of one partition that may share one atomic request: their tuple keys are
- * pairwise disjoint (so their order inside the request does not matter) and they fit together.
- */
+/** Consecutive intents of one partition on pairwise disjoint keys, which may share one atomic request. */
 export interface Segment {
   readonly partitionKey: string;
   readonly items: readonly PreparedIntent[];
@@ -31,7 +28,7 @@ export function tupleKeyId(key: TupleKey): string {
   return `${key.user}\n${key.relation}\n${key.object}`;
 }
 
-/** Validates each intent's payload (a row edited by hand must not reach OpenFGA malformed). */
+/** Validates each intent's payload again: a row edited by hand must not reach OpenFGA malformed. */
 export function prepareIntents(intents: readonly Intent[]): PreparedIntent[] {
   return intents.map((intent, index) => {
     try {
@@ -47,10 +44,8 @@ export function prepareIntents(intents: readonly Intent[]): PreparedIntent[] {
 }
 
 /**
- * For each intent, the tuple keys that a LATER intent of the same partition in this batch deletes
- * (only intents with such keys are in the map). A write of one of those keys is superseded: once
- * the partition's later intents are applied, that key is gone whatever the write did. See
- * `withoutSupersededWrites`.
+ * Per intent index, the tuple keys a LATER intent of its partition in this batch deletes (intents
+ * without any are left out): writes of those keys are superseded (docs/openfga-sink.md §4).
  */
 export function keysDeletedLater(items: readonly PreparedIntent[]): Map<number, ReadonlySet<string>> {
   const result = new Map<number, ReadonlySet<string>>();
@@ -66,10 +61,7 @@ export function keysDeletedLater(items: readonly PreparedIntent[]): Map<number, 
   return result;
 }
 
-/**
- * The intent without its writes of `superseded` keys, or undefined when it has none of them. Its
- * tuple-key ids shrink accordingly; its index stays (its outcome is still its own).
- */
+/** The intent without its writes of `superseded` keys (same index), or undefined when it has none. */
 export function withoutSupersededWrites(item: PreparedIntent, superseded: ReadonlySet<string>): PreparedIntent | undefined {
   const writes = item.writes.filter((key) => !superseded.has(tupleKeyId(key)));
   if (writes.length === item.writes.length) return undefined;
@@ -84,9 +76,8 @@ export function operationCount(items: readonly PreparedIntent[]): number {
 }
 
 /**
- * Cuts each partition's intents (in batch order) into segments: a run grows while the next intent's
- * keys are disjoint from the run's and the operations fit in `maxOperations`. An invalid intent is
- * a segment of its own. Returns the segments per partition, partitions in order of first appearance.
+ * Cuts each partition's intents into segments (an invalid intent is one of its own); partitions
+ * in order of first appearance.
  */
 export function segmentByPartition(items: readonly PreparedIntent[], maxOperations: number): Map<string, Segment[]> {
   const result = new Map<string, Segment[]>();
@@ -132,12 +123,8 @@ export interface Round {
 }
 
 /**
- * Packs one round from the next segment of each partition (`heads`, in partition order). A head
- * whose keys meet a key already in the round waits for the next round: two requests in flight at
- * once never touch the same tuple (OpenFGA aborts concurrent first inserts of one key with a 409,
- * even with on_duplicate "ignore"), and one request never names a key twice (a 400). The rest is
- * packed first-fit-decreasing into requests of at most `maxOperations` operations; a segment is
- * never split, so an intent's tuples land together or not at all.
+ * Packs one round from the next segment of each partition, first-fit-decreasing, never splitting
+ * one; a head that meets a key already in the round waits (docs/openfga-sink.md §1).
  */
 export function packRound(heads: readonly Segment[], maxOperations: number): Round {
   const roundKeys = new Set<string>();
@@ -176,12 +163,8 @@ export function packRound(heads: readonly Segment[], maxOperations: number): Rou
 }
 
 /**
- * The SDK body of one Write request: every write and delete of the intents (deletes carry no
- * condition). A condition always goes with a context, `{}` when the intent has none: OpenFGA
- * (v1.18, postgres datastore) answers a write whose condition has no context with 409 "already
- * exists with a different condition" when the tuple is already stored with that very condition,
- * however it was written, so the replay of such an intent would be poisoned; with `context: {}` it
- * is ignored as a duplicate, and a tuple written earlier without a context matches it too.
+ * The SDK body of one Write request. Deletes carry no condition; a write's condition always has a
+ * context, `{}` if none, or its replay is a 409 on the postgres datastore (docs/openfga-sink.md §2).
  */
 export function writeRequestBody(items: readonly PreparedIntent[]): ClientWriteRequest {
   const writes = items.flatMap((item) =>

@@ -8,12 +8,12 @@ import {
 import { classifyWriteError, type AbortCause, type Classification } from './classify.js';
 import { writeRequestBody, type PreparedIntent } from './pack.js';
 
-/** Options the sink passes with every Write. `signal` reaches axios through the SDK's request options. */
+/** Options the sink passes with every Write; `signal` reaches axios through the SDK. */
 export type WriteOptions = ClientWriteRequestOpts & ClientRequestOptsWithAuthZModelId & { readonly signal?: AbortSignal };
 
 /**
- * The one method the sink needs from an OpenFGA client. `OpenFgaClient` from `@openfga/sdk` fits;
- * so does a wrapper that counts or traces requests before passing them on.
+ * The one method the sink needs from an OpenFGA client: `OpenFgaClient` fits, or a wrapper that
+ * traces requests before passing them on.
  *
  * @example
  * const traced: OpenFgaWriteClient = { write: (body, options) => tracer.span('fga.write', () => client.write(body, options)) };
@@ -37,7 +37,7 @@ export interface OpenFgaWriteEvent {
   readonly durationMs: number;
   /** `delivered`, or how the failure was classified. */
   readonly result: 'delivered' | 'transient' | 'permanent' | 'halt';
-  /** The classification rule that matched a failure (see classify.ts), e.g. `invalid-input`. */
+  /** The rule of the error table that matched a failure, e.g. `invalid-input`. */
   readonly rule?: string;
   /** The failure's message, as it goes to `last_error`. */
   readonly error?: string;
@@ -57,22 +57,17 @@ export interface WriteContext {
   readonly onRequest: ((event: OpenFgaWriteEvent) => void) | undefined;
 }
 
-// Idempotency (OpenFGA >= 1.10): a replay after a crash must not fail on what already landed.
+// A replay after a crash must not fail on what already landed (docs/openfga-sink.md §2).
 const CONFLICT = {
   onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore,
   onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore,
 } as const;
-// The drainer owns retries (backoff, attempt counts, deadline): the SDK must not retry unseen.
-const NO_RETRY = { maxRetry: 0, minWaitInMs: 0 } as const;
+/** The drainer owns retries (backoff, attempt counts, deadline): the SDK must not retry unseen. */
+export const NO_RETRY = { maxRetry: 0, minWaitInMs: 0 } as const;
 
 /**
- * Sends the intents as ONE Write request (one OpenFGA transaction: all land or none), with
- * conflicts ignored, no SDK retries, and a timeout. Resolves with the classified failure instead
- * of throwing; resolves promptly when the deadline, the timeout or a halt aborts the request.
- *
- * @example
- * const result = await sendWrite(items, context);
- * if (!result.ok) console.log(result.failure.verdict, result.failure.message);
+ * Sends the intents as ONE Write request (one OpenFGA transaction), conflicts ignored, no SDK
+ * retries. Resolves with the classified failure instead of throwing, promptly on an abort.
  */
 export async function sendWrite(items: readonly PreparedIntent[], context: WriteContext): Promise<WriteResult> {
   const body = writeRequestBody(items);
@@ -93,7 +88,7 @@ export async function sendWrite(items: readonly PreparedIntent[], context: Write
     }
   };
   if (context.deadline.aborted || context.halt.aborted) {
-    // Not sent at all (nothing to report to the hook): the deadline passed or the sink is halting.
+    // Not sent, so not reported to the hook.
     return { ok: false, failure: classifyWriteError(undefined, 'deadline', context.timeoutMs) };
   }
 
@@ -108,7 +103,7 @@ export async function sendWrite(items: readonly PreparedIntent[], context: Write
   context.deadline.addEventListener('abort', onDeadline, { once: true });
   context.halt.addEventListener('abort', onHalt, { once: true });
   const timer = setTimeout(() => abort('timeout'), context.timeoutMs);
-  // If the SDK ever stopped passing `signal` to axios, the race still returns on time.
+  // Returns on time even if the SDK stopped passing `signal` on.
   const aborted = new Promise<never>((_, reject) => {
     controller.signal.addEventListener('abort', () => reject(new Error('aborted')), { once: true });
   });

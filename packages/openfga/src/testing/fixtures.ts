@@ -1,11 +1,14 @@
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { CredentialsMethod, type ClientWriteRequest, type OpenFgaClient } from '@openfga/sdk';
-import type { Intent, SinkContext } from '@outbox/drainer';
-import type { IntentPayload, TupleKey } from '@outbox/outbox';
+import type { ClientWriteRequest, OpenFgaClient } from '@openfga/sdk';
+import { createDrainer, type DrainerConfig, type DrainResult, type Intent, type Logger, type Outcome, type Sink, type SinkContext } from '@outbox/drainer';
+import { createOutboxTable, defineOutbox, enqueueMany, REGISTER_OUTBOX_PARTITION, type EnqueueInput, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import { openFgaClientConfig, type TestDatabase, type TestStore } from '@outbox/test-stack';
+import { tupleKey } from '@outbox/test-stack/openfga';
+import { sql } from 'kysely';
+import { createOpenFgaSink, type OpenFgaSinkOptions } from '../openfga-sink.js';
 import type { OpenFgaWriteClient, WriteOptions } from '../write-request.js';
 
-// Test-only helpers (not exported from the package).
+// Test-only helpers of this package (not exported from it); the OpenFGA ones other packages can
+// use live in @outbox/test-stack/openfga.
 
 let nextId = 0;
 
@@ -15,32 +18,20 @@ export function intent(partitionKey: string, payload: IntentPayload): Intent {
   return { id: String(nextId), partitionKey, payload, attemptCount: 0 };
 }
 
-/** `user relation object` → a tuple key. */
-export function key(text: string): TupleKey {
-  const [user, relation, object] = text.split(' ') as [string, string, string];
-  return { user, relation, object };
-}
+/** A payload writing each `'user relation object'`. */
+export const writes = (...keys: string[]): IntentPayload => ({ writes: keys.map(tupleKey) });
+
+/** A payload deleting each `'user relation object'`. */
+export const deletes = (...keys: string[]): IntentPayload => ({ deletes: keys.map(tupleKey) });
 
 /** A context whose signal never aborts. */
 export const noDeadline = (): SinkContext => ({ signal: new AbortController().signal });
 
-/** Whether the exact tuple is stored (a `check` could be true through inheritance; `read` is not). */
-export async function stored(client: OpenFgaClient, tuple: TupleKey): Promise<boolean> {
-  const { tuples } = await client.read({ user: tuple.user, relation: tuple.relation, object: tuple.object });
-  return tuples.length === 1;
-}
+export const kinds = (outcomes: readonly Outcome[]) => outcomes.map((o) => o.kind);
 
-/** Every tuple stored on `object`, as "user relation object" lines, sorted. */
-export async function storedOn(client: OpenFgaClient, object: string): Promise<string[]> {
-  const lines: string[] = [];
-  let continuationToken: string | undefined;
-  do {
-    const page = await client.read({ object }, { pageSize: 100, ...(continuationToken ? { continuationToken } : {}) });
-    for (const t of page.tuples) lines.push(`${t.key.user} ${t.key.relation} ${t.key.object}`);
-    continuationToken = page.continuation_token || undefined;
-  } while (continuationToken);
-  return lines.sort();
-}
+/** A sink on the test file's store and model (through the stack's credentials, if any). */
+export const sinkOn = (fga: TestStore, options: OpenFgaSinkOptions = {}) =>
+  createOpenFgaSink({ ...openFgaClientConfig(fga.storeId, fga.authorizationModelId), storeId: fga.storeId, ...options });
 
 /** Wraps a real client and records every Write body it passes on (the server still gets them all). */
 export function recordingClient(client: OpenFgaClient): { client: OpenFgaWriteClient; bodies: ClientWriteRequest[] } {
@@ -61,39 +52,36 @@ export function bodyKeys(body: ClientWriteRequest): string[] {
   return [...(body.writes ?? []), ...(body.deletes ?? [])].map((k) => `${k.user} ${k.relation} ${k.object}`);
 }
 
-/**
- * A stand-in OAuth token issuer (not OpenFGA) that refuses every client-credentials exchange the
- * way RFC 6749 §5.2 says: `status` with `{ "error": code }`. It records each request's form body.
- */
-export async function startRefusingTokenIssuer(
-  status: number,
-  code: string,
-): Promise<{ url: string; requests: Array<{ path: string; form: URLSearchParams }>; close(): Promise<void> }> {
-  const requests: Array<{ path: string; form: URLSearchParams }> = [];
-  const server = createServer((request, response) => {
-    let body = '';
-    request.setEncoding('utf8');
-    request.on('data', (chunk: string) => (body += chunk));
-    request.on('end', () => {
-      requests.push({ path: request.url ?? '', form: new URLSearchParams(body) });
-      response.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify({ error: code }));
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+export const quiet: Logger = { info: () => undefined, warn: () => undefined, error: () => undefined };
+
+/** Register-outbox tables in the test file's database, for tests through the real drainer. */
+export function outboxTables(t: TestDatabase) {
+  let tables = 0;
   return {
-    url: `http://127.0.0.1:${port}`,
-    requests,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    async fresh(): Promise<OutboxSpec> {
+      tables += 1;
+      const spec = defineOutbox({ table: `fga_sink.outbox_${tables}`, partitionColumn: REGISTER_OUTBOX_PARTITION, maxAttempts: 10 });
+      await createOutboxTable(t.db, spec);
+      return spec;
+    },
+    enqueue(spec: OutboxSpec, intents: readonly EnqueueInput[]): Promise<string[]> {
+      return t.db.transaction().execute((trx) => enqueueMany(trx, spec, intents));
+    },
+    async rows(spec: OutboxSpec) {
+      const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null }>`
+        select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error
+        from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} t order by t.id`.execute(t.db);
+      return result.rows;
+    },
   };
 }
 
-/** Client-credentials settings for `@openfga/sdk` that exchange `secret` at `issuer`. */
-export const clientCredentials = (issuer: string, secret: string) => ({
-  method: CredentialsMethod.ClientCredentials as const,
-  config: { clientId: 'outbox-drainer', clientSecret: secret, apiTokenIssuer: issuer, apiAudience: 'https://openfga.example/' },
-});
+/** One `drainOnce` of a quiet drainer, stopped afterwards. */
+export async function drainOnce(t: TestDatabase, spec: OutboxSpec, sink: Sink, config: Partial<DrainerConfig> = {}): Promise<DrainResult> {
+  const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, ...config });
+  try {
+    return await drainer.drainOnce();
+  } finally {
+    await drainer.stop();
+  }
+}

@@ -11,11 +11,12 @@ import {
   useOpenFgaStore,
   type OpenFgaServer,
 } from '@outbox/test-stack';
+import { clientCredentials, startRefusingTokenIssuer, tupleKey } from '@outbox/test-stack/openfga';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { classifyWriteError } from './classify.js';
-import { clientCredentials, key, startRefusingTokenIssuer } from './testing/fixtures.js';
 
-// Every status and code below is what a real OpenFGA (the test stack's pinned version) answered.
+// The error table of classify.ts (docs/openfga-sink.md §3). Every status and code in the first two
+// groups is what a real OpenFGA (the test stack's pinned version) answered.
 
 const fga = useOpenFgaStore();
 const IGNORE = { conflict: { onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore, onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore } };
@@ -40,25 +41,25 @@ describe('against the real OpenFGA', () => {
 
   test('unknown type, unknown relation, wrong user type: 400 validation_error, permanent, bisect', async () => {
     for (const tuple of ['user:a owner nosuchtype:1', 'user:a nosuch vpc:1', 'vpc:x owner vpc:1']) {
-      const error = await failure(client(), { writes: [key(tuple)] });
+      const error = await failure(client(), { writes: [tupleKey(tuple)] });
       expect(summary(error)).toEqual({ verdict: 'permanent', scope: 'intent', rule: 'invalid-input', status: 400, code: 'validation_error' });
     }
-    const c = classifyWriteError(await failure(client(), { writes: [key('user:a owner nosuchtype:1')] }), undefined, 1_000);
+    const c = classifyWriteError(await failure(client(), { writes: [tupleKey('user:a owner nosuchtype:1')] }), undefined, 1_000);
     expect(c.message).toBe("OpenFGA 400 validation_error: Invalid tuple 'nosuchtype:1#owner@user:a'. Reason: type 'nosuchtype' not found");
   });
 
   test('without conflict options a replayed write or a missing delete is a 400 write_failed_due_to_invalid_input (why the sink sets them)', async () => {
-    await client().write({ writes: [key('user:b owner vpc:dup')] });
-    const duplicate = await failure(client(), { writes: [key('user:b owner vpc:dup')] }, {});
+    await client().write({ writes: [tupleKey('user:b owner vpc:dup')] });
+    const duplicate = await failure(client(), { writes: [tupleKey('user:b owner vpc:dup')] }, {});
     expect(summary(duplicate)).toMatchObject({ verdict: 'permanent', status: 400, code: 'write_failed_due_to_invalid_input' });
-    const missing = await failure(client(), { deletes: [key('user:nobody owner vpc:dup')] }, {});
+    const missing = await failure(client(), { deletes: [tupleKey('user:nobody owner vpc:dup')] }, {});
     expect(summary(missing)).toMatchObject({ verdict: 'permanent', status: 400, code: 'write_failed_due_to_invalid_input' });
     // With them, both are accepted.
-    await client().write({ writes: [key('user:b owner vpc:dup')], deletes: [key('user:nobody owner vpc:dup')] }, { ...NO_RETRY, ...IGNORE });
+    await client().write({ writes: [tupleKey('user:b owner vpc:dup')], deletes: [tupleKey('user:nobody owner vpc:dup')] }, { ...NO_RETRY, ...IGNORE });
   });
 
   test('one key twice in a request (even write + delete): 400 cannot_allow_duplicate_tuples_in_one_request', async () => {
-    const error = await failure(client(), { writes: [key('user:c owner vpc:twice')], deletes: [key('user:c owner vpc:twice')] });
+    const error = await failure(client(), { writes: [tupleKey('user:c owner vpc:twice')], deletes: [tupleKey('user:c owner vpc:twice')] });
     expect(summary(error)).toEqual({
       verdict: 'permanent',
       scope: 'intent',
@@ -69,7 +70,7 @@ describe('against the real OpenFGA', () => {
   });
 
   test('101 operations: 400 exceeded_entity_limit, bisected (halves fit)', async () => {
-    const writes = Array.from({ length: 101 }, (_, i) => key(`user:m${i} viewer vpc:big`));
+    const writes = Array.from({ length: 101 }, (_, i) => tupleKey(`user:m${i} viewer vpc:big`));
     expect(summary(await failure(client(), { writes }))).toEqual({
       verdict: 'permanent',
       scope: 'intent',
@@ -81,17 +82,17 @@ describe('against the real OpenFGA', () => {
 
   test('a tuple already stored with a different condition: 409 Aborted "different condition", permanent', async () => {
     const condition = { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } };
-    await client().write({ writes: [{ ...key('user:d viewer project:cond'), condition }] });
-    const error = await failure(client(), { writes: [key('user:d viewer project:cond')] });
+    await client().write({ writes: [{ ...tupleKey('user:d viewer project:cond'), condition }] });
+    const error = await failure(client(), { writes: [tupleKey('user:d viewer project:cond')] });
     expect(summary(error)).toEqual({ verdict: 'permanent', scope: 'intent', rule: 'different-condition', status: 409, code: 'Aborted' });
   });
 
   test('unknown model id, unknown store: 400 (latest_)authorization_model_not_found, halt (configuration, no intent at fault)', async () => {
     const ghost = '01ARZ3NDEKTSV4RRFFQ69G5FAV';
-    const model = await failure(client(), { writes: [key('user:e owner vpc:1')] }, { ...IGNORE, authorizationModelId: ghost });
+    const model = await failure(client(), { writes: [tupleKey('user:e owner vpc:1')] }, { ...IGNORE, authorizationModelId: ghost });
     expect(summary(model)).toEqual({ verdict: 'halt', scope: 'request', rule: 'model-not-found', status: 400, code: 'authorization_model_not_found' });
     const store = new OpenFgaClient({ ...openFgaClientConfig(ghost), ...NO_RETRY });
-    expect(summary(await failure(store, { writes: [key('user:e owner vpc:1')] }))).toEqual({
+    expect(summary(await failure(store, { writes: [tupleKey('user:e owner vpc:1')] }))).toEqual({
       verdict: 'halt',
       scope: 'request',
       rule: 'model-not-found',
@@ -103,7 +104,7 @@ describe('against the real OpenFGA', () => {
   test('connection refused: transient, with the reason', async () => {
     const port = await freePort();
     const down = new OpenFgaClient({ apiUrl: `http://127.0.0.1:${port}`, storeId: fga.storeId, ...NO_RETRY });
-    const c = classifyWriteError(await failure(down, { writes: [key('user:f owner vpc:1')] }), undefined, 1_000);
+    const c = classifyWriteError(await failure(down, { writes: [tupleKey('user:f owner vpc:1')] }), undefined, 1_000);
     expect({ verdict: c.verdict, rule: c.rule, message: c.message }).toEqual({
       verdict: 'transient',
       rule: 'network',
@@ -113,7 +114,7 @@ describe('against the real OpenFGA', () => {
 
   test('the SDK refusing to send (no store id): halt, it is configuration', async () => {
     const storeless = new OpenFgaClient({ apiUrl: fga.apiUrl, ...NO_RETRY });
-    expect(summary(await failure(storeless, { writes: [key('user:g owner vpc:1')] }))).toMatchObject({ verdict: 'halt', rule: 'sdk-refused' });
+    expect(summary(await failure(storeless, { writes: [tupleKey('user:g owner vpc:1')] }))).toMatchObject({ verdict: 'halt', rule: 'sdk-refused' });
   });
 });
 
@@ -135,7 +136,7 @@ describe('against servers of its own', () => {
     const server = secured as OpenFgaServer;
     const storeId = '01ARZ3NDEKTSV4RRFFQ69G5FAV';
     const wrong = new OpenFgaClient({ apiUrl: server.apiUrl, storeId, ...NO_RETRY, credentials: { method: CredentialsMethod.ApiToken, config: { token: 'wrong' } } });
-    const refused = classifyWriteError(await failure(wrong, { writes: [key('user:h owner vpc:1')] }), undefined, 1_000);
+    const refused = classifyWriteError(await failure(wrong, { writes: [tupleKey('user:h owner vpc:1')] }), undefined, 1_000);
     expect({ verdict: refused.verdict, rule: refused.rule, status: refused.error.status, code: refused.error.code }).toEqual({
       verdict: 'halt',
       rule: 'credentials',
@@ -144,7 +145,7 @@ describe('against servers of its own', () => {
     });
     expect(refused.message).not.toContain('wrong');
     const anonymous = new OpenFgaClient({ apiUrl: server.apiUrl, storeId, ...NO_RETRY });
-    expect(summary(await failure(anonymous, { writes: [key('user:h owner vpc:1')] }))).toMatchObject({ verdict: 'halt', status: 401, code: 'bearer_token_missing' });
+    expect(summary(await failure(anonymous, { writes: [tupleKey('user:h owner vpc:1')] }))).toMatchObject({ verdict: 'halt', status: 401, code: 'bearer_token_missing' });
   });
 
   test('concurrent first inserts of one tuple (postgres datastore): 409 Aborted "inserted by another transaction", transient', async () => {
@@ -154,7 +155,7 @@ describe('against servers of its own', () => {
     // It happens even with on_duplicate "ignore" (openfga#3201); it needs a race, so try a few times.
     let race: unknown;
     for (let round = 0; round < 30 && race === undefined; round += 1) {
-      const writes = Array.from({ length: 20 }, (_, i) => key(`user:r${i} owner vpc:race${round}`));
+      const writes = Array.from({ length: 20 }, (_, i) => tupleKey(`user:r${i} owner vpc:race${round}`));
       const results = await Promise.allSettled(Array.from({ length: 8 }, () => client.write({ writes }, { ...NO_RETRY, ...IGNORE })));
       race = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')?.reason;
     }
@@ -182,7 +183,7 @@ describe('a token issuer refusing the client credentials (a local stand-in issue
         ...NO_RETRY,
         credentials: clientCredentials(`${issuer.url}/`, 'the-client-secret'),
       });
-      const error = await failure(client, { writes: [key('user:t owner vpc:1')] });
+      const error = await failure(client, { writes: [tupleKey('user:t owner vpc:1')] });
       // What the SDK throws: FgaApiAuthenticationError with the issuer's status.
       expect(error).toMatchObject({ name: 'FgaApiAuthenticationError', statusCode: status });
       const c = classifyWriteError(error, undefined, 1_000);

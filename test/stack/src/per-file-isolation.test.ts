@@ -1,19 +1,8 @@
-import { OpenFgaClient } from '@openfga/sdk';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { startStack } from './stack.js';
 import { useOpenFgaStore, useTestDatabase } from './test-context.js';
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-describe('the test stack', () => {
+describe("each test file's own database and OpenFGA store, on the real servers", () => {
   const t = useTestDatabase();
   const fga = useOpenFgaStore();
 
@@ -57,31 +46,4 @@ describe('the test stack', () => {
     const refused = await fga.client.check({ user: 'user:eve', relation: 'can_view', object: 'vpc:v1' });
     expect(refused.allowed).toBe(false);
   });
-
-  test('a native stack starts healthy and stop() leaves no process behind', async () => {
-    // Servers named by the environment (a matrix run sets DATABASE_URL) would take precedence.
-    const saved = { DATABASE_URL: process.env.DATABASE_URL, OPENFGA_API_URL: process.env.OPENFGA_API_URL };
-    delete process.env.DATABASE_URL;
-    delete process.env.OPENFGA_API_URL;
-    const stack = await startStack({ mode: 'native' }).finally(() => Object.assign(process.env, JSON.parse(JSON.stringify(saved))));
-    try {
-      expect(stack.sources).toEqual({ postgres: 'native', openfga: 'native' });
-      expect(stack.pids).toHaveLength(2);
-      for (const pid of stack.pids) expect(alive(pid)).toBe(true);
-      const health = await fetch(new URL('/healthz', stack.openfga.apiUrl));
-      expect(await health.json()).toEqual({ status: 'SERVING' });
-      const stores = await new OpenFgaClient({ apiUrl: stack.openfga.apiUrl }).listStores();
-      expect(stores.stores).toEqual([]);
-    } finally {
-      await stack.stop();
-    }
-    for (const pid of stack.pids) expect(alive(pid)).toBe(false);
-    // postgres backends and auxiliary processes go with the postmaster
-    const { execFileSync } = await import('node:child_process');
-    const leftovers = execFileSync('ps', ['-eo', 'ppid='], { encoding: 'utf8' })
-      .split('\n')
-      .map((line) => Number(line.trim()))
-      .filter((ppid) => stack.pids.includes(ppid));
-    expect(leftovers).toEqual([]);
-  }, 120_000);
 });
