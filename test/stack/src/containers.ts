@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { homedir, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
-import type { GenericContainer, StartedTestContainer } from 'testcontainers';
+import type { GenericContainer, StartedTestContainer, WaitStrategy } from 'testcontainers';
 import { openFgaServing, postgresAnswers } from './health.js';
 import type { OpenFgaServer, OpenFgaServerOptions } from './native-openfga.js';
 import type { PostgresServer } from './native-postgres.js';
@@ -35,7 +35,7 @@ export function containerImages(): ContainerImages {
 
 /** Whether the containers mode can run here and, when it cannot, why. */
 export type ContainersReadiness =
-  | { readonly ready: true; readonly images: ContainerImages }
+  | { readonly ready: true }
   | {
       readonly ready: false;
       /** What is missing and what to do about it, in one sentence. */
@@ -61,20 +61,20 @@ export async function containersReadiness(): Promise<ContainersReadiness> {
   if (!hinted) {
     return { ready: false, engineAnswers: false, reason: 'no Docker engine (no DOCKER_HOST, no /var/run/docker.sock)' };
   }
+  const endpoint = process.env.DOCKER_HOST;
+  if (endpoint && !onThisMachine(endpoint)) {
+    return {
+      ready: false,
+      engineAnswers: false,
+      reason: `DOCKER_HOST (${endpoint}) is another machine, and the stack publishes ports on ${LOOPBACK} only`,
+    };
+  }
   const { getContainerRuntimeClient, ImageName } = await import('testcontainers');
   let client: Awaited<ReturnType<typeof getContainerRuntimeClient>>;
   try {
     client = await getContainerRuntimeClient();
   } catch (error) {
     return { ready: false, engineAnswers: false, reason: `no Docker engine answers (${firstLine(error)})` };
-  }
-  const host = client.info.containerRuntime.host;
-  if (!isLoopback(host)) {
-    return {
-      ready: false,
-      engineAnswers: true,
-      reason: `the Docker engine is not on this machine (its host is ${host}) and the stack publishes ports on ${LOOPBACK} only`,
-    };
   }
   const images = containerImages();
   const missing: string[] = [];
@@ -84,18 +84,15 @@ export async function containersReadiness(): Promise<ContainersReadiness> {
   if (missing.length > 0) {
     return { ready: false, engineAnswers: true, reason: `the image(s) ${missing.join(', ')} are not present locally: ${BUILD_HINT}` };
   }
-  return { ready: true, images };
+  return { ready: true };
 }
 
 /** Postgres in a container (the command the official image takes), waited on until it answers a query. */
 export async function startPostgresContainer(): Promise<PostgresServer> {
-  const { Wait } = await import('testcontainers');
   const started = await startLoopbackContainer(containerImages().postgres, 5432, (container) =>
     container
       .withEnvironment({ POSTGRES_PASSWORD: 'outbox' })
-      .withCommand(['postgres', '-c', 'fsync=off', '-c', 'max_connections=300', '-c', 'max_locks_per_transaction=256'])
-      // An image that runs a temporary server while initialising logs this twice; the query below is the real test.
-      .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/)),
+      .withCommand(['postgres', '-c', 'fsync=off', '-c', 'max_connections=300', '-c', 'max_locks_per_transaction=256']),
   );
   const url = `postgres://postgres:outbox@${LOOPBACK}:${started.container.getMappedPort(5432)}/postgres`;
   try {
@@ -141,8 +138,22 @@ interface StartedLoopbackContainer {
 }
 
 /**
+ * testcontainers' own waits probe the host it resolves, which is not always where the port is
+ * published (see onThisMachine): the callers probe 127.0.0.1 with the native mode's health checks.
+ */
+const RUNNING_IS_ENOUGH: WaitStrategy = {
+  waitUntilReady: async () => undefined,
+  withStartupTimeout() {
+    return this;
+  },
+  isStartupTimeoutSet: () => false,
+  getStartupTimeout: () => 0,
+};
+
+/**
  * Starts `image` with `port` published on 127.0.0.1 only, never pulling it, without the reaper
- * container, and with a watchdog that removes the container if this process dies first.
+ * container, and with a watchdog that removes the container if this process dies first. Returns
+ * once the container runs: what runs in it is the caller's to wait for.
  */
 async function startLoopbackContainer(
   image: string,
@@ -165,7 +176,11 @@ async function startLoopbackContainer(
       watchdog = startWatchdog(CONTAINER_WATCHDOG, [id]);
     }
   }
-  const container = configure(new LoopbackContainer(image).withPullPolicy(PullPolicy.neverPull()).withAutoCleanup(false)).withExposedPorts(port);
+  const container = configure(new LoopbackContainer(image))
+    .withPullPolicy(PullPolicy.neverPull())
+    .withAutoCleanup(false)
+    .withExposedPorts(port)
+    .withWaitStrategy(RUNNING_IS_ENOUGH);
   let started: StartedTestContainer;
   try {
     started = await container.start();
@@ -189,8 +204,21 @@ async function startLoopbackContainer(
   };
 }
 
-function isLoopback(host: string): boolean {
-  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+/**
+ * Whether the engine at `endpoint` (a DOCKER_HOST) is on this machine: a socket, or TCP to a
+ * loopback or own address. (testcontainers' resolved host does not tell: wherever a /.dockerenv
+ * exists it names the bridge gateway, also on a machine that is the engine's own host.)
+ */
+function onThisMachine(endpoint: string): boolean {
+  if (/^(unix|npipe):/.test(endpoint)) return true;
+  let host: string;
+  try {
+    host = new URL(endpoint).hostname.replace(/^\[(.*)\]$/, '$1');
+  } catch {
+    return false;
+  }
+  if (host === 'localhost' || host === '::1' || /^127\./.test(host)) return true;
+  return Object.values(networkInterfaces()).some((addresses) => addresses?.some((a) => a.address === host));
 }
 
 function firstLine(error: unknown): string {
