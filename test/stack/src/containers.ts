@@ -40,7 +40,7 @@ export type ContainersReadiness =
       readonly ready: false;
       /** What is missing and what to do about it, in one sentence. */
       readonly reason: string;
-      /** A Docker engine answered (so the reason is the images or the engine's place, not its absence). */
+      /** A Docker engine on this machine answered: what is missing is an image. */
       readonly engineAnswers: boolean;
     };
 
