@@ -12,7 +12,6 @@ export type { OpenFgaWriteClient, OpenFgaWriteEvent } from './write-request.js';
 export {
   createOpenFgaTupleReader,
   OpenFgaReadError,
-  OpenFgaReaderConfigError,
   type OpenFgaChangePage,
   type OpenFgaReadClient,
   type OpenFgaTuplePage,

@@ -1,10 +1,10 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { OpenFgaClient } from '@openfga/sdk';
-import type { TupleKey } from '@outbox/outbox';
+import { OutboxConfigError, type TupleKey } from '@outbox/outbox';
 import { openFgaClientConfig, useOpenFgaStore } from '@outbox/test-stack';
 import { beforeAll, describe, expect, test } from 'vitest';
-import { createOpenFgaTupleReader, OpenFgaReadError, OpenFgaReaderConfigError, type OpenFgaTupleReader } from './index.js';
+import { createOpenFgaTupleReader, OpenFgaReadError, type OpenFgaTupleReader } from './index.js';
 
 const fga = useOpenFgaStore();
 let reader: OpenFgaTupleReader;
@@ -87,7 +87,7 @@ describe('createOpenFgaTupleReader', () => {
     expect(error).toBeInstanceOf(OpenFgaReadError);
     expect(error).toMatchObject({ status: 400, code: 'validation_error' });
     expect((error as OpenFgaReadError).message).toMatch(/^OpenFGA Read of vpc: failed \(400 validation_error\): /);
-    expect(() => createOpenFgaTupleReader({ apiUrl: '', storeId: fga.storeId })).toThrow(OpenFgaReaderConfigError);
+    expect(() => createOpenFgaTupleReader({ apiUrl: '', storeId: fga.storeId })).toThrow(OutboxConfigError);
     expect(() => createOpenFgaTupleReader({ client: {} as never })).toThrow(/read and readChanges/);
     expect(() => createOpenFgaTupleReader({ client: fga.client, timeoutMs: 0 })).toThrow(/timeoutMs/);
   });

@@ -8,7 +8,7 @@ import {
   type ReadResponse,
   type UserClientConfigurationParams,
 } from '@openfga/sdk';
-import type { TupleKey } from '@outbox/outbox';
+import { OutboxConfigError, type TupleKey } from '@outbox/outbox';
 
 /**
  * The two reads the tuple reader needs from an OpenFGA client. `OpenFgaClient` from `@openfga/sdk`
@@ -100,22 +100,6 @@ export class OpenFgaReadError extends Error {
   }
 }
 
-/**
- * The tuple reader was configured wrongly: the message names the field and says what is expected.
- *
- * @example
- * createOpenFgaTupleReader({ apiUrl: '', storeId }); // throws OpenFgaReaderConfigError, field 'apiUrl'
- */
-export class OpenFgaReaderConfigError extends Error {
-  override readonly name = 'OpenFgaReaderConfigError';
-  /** The config field at fault, e.g. `storeId`. */
-  readonly field: string;
-  constructor(field: string, message: string, options?: { cause?: unknown }) {
-    super(`${field}: ${message}`, options);
-    this.field = field;
-  }
-}
-
 /** OpenFGA's largest page for Read and ReadChanges. */
 const PAGE_SIZE = 100;
 
@@ -124,13 +108,13 @@ const CONSISTENT = { consistency: ConsistencyPreference.HigherConsistency } as c
 function readClient(config: OpenFgaTupleReaderConfig): OpenFgaReadClient {
   if ('client' in config) {
     if (config.client === null || typeof config.client?.read !== 'function' || typeof config.client.readChanges !== 'function') {
-      throw new OpenFgaReaderConfigError('client', 'expected an OpenFgaClient (an object with read and readChanges)');
+      throw new OutboxConfigError('client', 'expected an OpenFgaClient (an object with read and readChanges)');
     }
     return config.client;
   }
   for (const field of ['apiUrl', 'storeId'] as const) {
     if (typeof config[field] !== 'string' || config[field].trim() === '') {
-      throw new OpenFgaReaderConfigError(field, `expected a non-empty string, got ${JSON.stringify(config[field])}`);
+      throw new OutboxConfigError(field, `expected a non-empty string, got ${JSON.stringify(config[field])}`);
     }
   }
   try {
@@ -142,7 +126,7 @@ function readClient(config: OpenFgaTupleReaderConfig): OpenFgaReadClient {
     });
   } catch (error) {
     const field = (error as { field?: unknown }).field;
-    throw new OpenFgaReaderConfigError(typeof field === 'string' && field !== '' ? field : 'config', error instanceof Error ? error.message : String(error), { cause: error });
+    throw new OutboxConfigError(typeof field === 'string' && field !== '' ? field : 'config', error instanceof Error ? error.message : String(error), { cause: error });
   }
 }
 
@@ -176,19 +160,19 @@ function toTupleKey(key: { user: string; relation: string; object: string; condi
 /**
  * Builds the reader the audit (`auditOutbox`, `auditOutboxIncremental`, `repairOutbox` in
  * @outbox/reconciler) takes. Reads ask for higher consistency (no cache: a confirmation must see the
- * drainer's last write). Bad config throws `OpenFgaReaderConfigError` naming the field; a failed read
- * rejects with {@link OpenFgaReadError}.
+ * drainer's last write). Bad config throws an `OutboxConfigError` (@outbox/outbox) naming the
+ * field; a failed read rejects with {@link OpenFgaReadError}.
  *
  * @example
  * const reader = createOpenFgaTupleReader({ apiUrl: process.env.FGA_API_URL!, storeId: process.env.FGA_STORE_ID! });
  * const report = await auditOutbox({ db, spec: vpcOutbox, owner, reader });
  */
 export function createOpenFgaTupleReader(config: OpenFgaTupleReaderConfig): OpenFgaTupleReader {
-  if (config === null || typeof config !== 'object') throw new OpenFgaReaderConfigError('config', 'expected { client } or { apiUrl, storeId, credentials? }');
+  if (config === null || typeof config !== 'object') throw new OutboxConfigError('config', 'expected { client } or { apiUrl, storeId, credentials? }');
   const client = readClient(config);
   const timeoutMs = config.timeoutMs ?? 10_000;
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > 600_000) {
-    throw new OpenFgaReaderConfigError('timeoutMs', `expected an integer from 1 to 600000, got ${JSON.stringify(config.timeoutMs)}`);
+    throw new OutboxConfigError('timeoutMs', `expected an integer from 1 to 600000, got ${JSON.stringify(config.timeoutMs)}`);
   }
 
   async function request<T>(what: string, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
