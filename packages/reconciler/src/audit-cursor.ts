@@ -1,4 +1,4 @@
-import { OutboxConfigError } from '@outbox/outbox';
+import { OutboxConfigError, SQLSTATE, sqlState } from '@outbox/outbox';
 import { sql, type Kysely } from 'kysely';
 
 /** Where the incremental audit keeps its changelog positions by default. */
@@ -45,7 +45,12 @@ export interface AuditCursor {
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export async function readAuditCursors(db: Kysely<any>, table: string, outbox: string): Promise<Map<string, AuditCursor>> {
   const result = await sql<{ object_type: string; continuation_token: string | null; start_time: Date | null }>`
-    select object_type, continuation_token, start_time from ${sql.raw(auditCursorTableName(table))} where outbox = ${outbox}`.execute(db);
+    select object_type, continuation_token, start_time from ${sql.raw(auditCursorTableName(table))} where outbox = ${outbox}`
+    .execute(db)
+    .catch((error: unknown) => {
+      if (sqlState(error) !== SQLSTATE.UNDEFINED_TABLE) throw error;
+      throw new OutboxConfigError('cursorTable', `${table} does not exist: create it in a migration with auditCursorTableDdl(${JSON.stringify(table)})`, { cause: error });
+    });
   return new Map(
     result.rows.map((row) => [
       row.object_type,

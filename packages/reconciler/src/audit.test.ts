@@ -207,4 +207,11 @@ describe('auditOutboxIncremental', () => {
     const found = await auditOutboxIncremental(options);
     expect(found).toMatchObject({ drifted: 1, orphans: { objects: 1 }, reads: { tuplePages: 0 } });
   });
+
+  test('without its cursor table it says how to create it', async () => {
+    const world = await auditWorld(t.db);
+    await expect(auditOutboxIncremental({ ...world.target, cursorTable: 'reconciler.no_such_cursor' })).rejects.toThrow(
+      /reconciler\.no_such_cursor does not exist: create it in a migration with auditCursorTableDdl/,
+    );
+  });
 });

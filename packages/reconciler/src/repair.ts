@@ -53,7 +53,7 @@ export interface RepairResult {
   readonly deletes: number;
   /** Drifted partitions left alone: an intent was pending when the audit or repair (under the lock) looked. */
   readonly skippedPending: number;
-  /** Partitions the audit found drifted that agreed with the owner when re-read under the lock. */
+  /** Partitions the audit found drifted that agreed with the owner when re-read under the lock (0 on a dry run). */
   readonly agreed: number;
   /** Whether the deletes are within `maxDeletes` (a dry run reports it; a real run past it throws {@link RepairBudgetError}). */
   readonly withinBudget: boolean;
