@@ -9,3 +9,12 @@ export {
 } from './openfga-sink.js';
 export { OpenFgaSinkConfigError, OpenFgaWriteError } from './errors.js';
 export type { OpenFgaWriteClient, OpenFgaWriteEvent } from './write-request.js';
+export {
+  createOpenFgaTupleReader,
+  OpenFgaReadError,
+  type OpenFgaChangePage,
+  type OpenFgaReadClient,
+  type OpenFgaTuplePage,
+  type OpenFgaTupleReader,
+  type OpenFgaTupleReaderConfig,
+} from './tuple-reader.js';

@@ -27,3 +27,4 @@ export function start(options: ServiceOptions): Promise<RunningService<'iam'>> {
 }
 
 export { GRANTABLE_RELATIONS, grantIntent, relationsProblem, type GrantableRelation, type GrantIntent } from './grant-intent.js';
+export { grantTuples, iamOwner, organizationOwnerTuple, projectOrganizationTuple } from './iam-owner.js';

@@ -3,6 +3,7 @@ import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
 import { findById, NAME_FIELD, validateBody, writeAnswer, type Route, type ServiceContext } from '@outbox/service-kit';
 import type { Kysely } from 'kysely';
+import { organizationOwnerTuple } from './iam-owner.js';
 
 /**
  * `POST /organizations` `{ name }`: anyone may create one and becomes its owner (tuple
@@ -18,12 +19,12 @@ export function organizationRoutes(ctx: ServiceContext): Route[] {
         const caller = request.caller();
         const { name } = validateBody(request.body, { name: NAME_FIELD }) as { name: string };
         const id = randomUUID();
-        const user = `user:${caller}`;
-        const object = `organization:${id}`;
-        const partitionKey = grantTupleKey(user, object);
+        // The audit's owner mapping expects the same tuple of the row (iam-owner.ts).
+        const tuple = organizationOwnerTuple(id, caller);
+        const partitionKey = grantTupleKey(tuple.user, tuple.object);
         const row = await db.transaction().execute(async (trx) => {
           const inserted = await trx.insertInto('iam.organizations').values({ id, name, created_by: caller }).returningAll().executeTakeFirstOrThrow();
-          await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [{ user, relation: 'owner', object }], relations: ['owner'] } });
+          await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [tuple], relations: [tuple.relation] } });
           return inserted;
         });
         return writeAnswer(row, await ctx.outbox.settle(partitionKey), 201);

@@ -3,6 +3,7 @@ import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
 import { findById, HttpError, ID_FIELD, NAME_FIELD, validateBody, writeAnswer, type Route, type ServiceContext } from '@outbox/service-kit';
 import type { Kysely } from 'kysely';
+import { projectOrganizationTuple } from './iam-owner.js';
 
 /**
  * `POST /projects` `{ organization_id, name }`: an admin (or owner) of the organization creates a
@@ -22,19 +23,16 @@ export function projectRoutes(ctx: ServiceContext): Route[] {
         if (!organization) throw new HttpError(404, 'not_found', `no organization ${JSON.stringify(body.organization_id)}`);
         await ctx.authorizer.require(`user:${caller}`, 'admin', `organization:${organization.id}`);
         const id = randomUUID();
-        const user = `organization:${organization.id}`;
-        const object = `project:${id}`;
-        const partitionKey = grantTupleKey(user, object);
+        // The audit's owner mapping expects the same tuple of the row (iam-owner.ts).
+        const tuple = projectOrganizationTuple(id, organization.id);
+        const partitionKey = grantTupleKey(tuple.user, tuple.object);
         const row = await db.transaction().execute(async (trx) => {
           const inserted = await trx
             .insertInto('iam.projects')
             .values({ id, organization_id: organization.id, name: body.name, created_by: caller })
             .returningAll()
             .executeTakeFirstOrThrow();
-          await enqueue(trx, iamOutbox, {
-            partitionKey,
-            payload: { writes: [{ user, relation: 'organization', object }], relations: ['organization'] },
-          });
+          await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [tuple], relations: [tuple.relation] } });
           return inserted;
         });
         return writeAnswer(row, await ctx.outbox.settle(partitionKey), 201);

@@ -1,4 +1,5 @@
-export { createRegisterService, registrationTuples, type RegisterServiceConfig, type RegisterServiceDefinition } from './register-service.js';
+export { createRegisterService, type RegisterServiceConfig, type RegisterServiceDefinition } from './register-service.js';
+export { registerServiceOwner, registrationTuples, resourceObject } from './register-owner.js';
 export { startService, type RunningService, type ServiceContext, type ServiceDefinition } from './service.js';
 export { startServices, type RunningServices, type StartServicesOptions } from './start-services.js';
 export { runServiceMain } from './run-main.js';

@@ -1,11 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { ResourceColumn, ResourceTable } from '@outbox/migrations';
-import { enqueue, REGISTER_OUTBOX_PARTITION, type IntentPayload, type OutboxSpec, type TupleKey } from '@outbox/outbox';
+import { enqueue, REGISTER_OUTBOX_PARTITION, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
 import { findById } from './find-by-id.js';
 import { ID_FIELD, ID_PATTERN, NAME_FIELD, validateBody, type FieldRule, type FieldRules } from './body-schema.js';
 import { HttpError, ServiceConfigError } from './errors.js';
 import type { Route, ServiceRequest } from './http-server.js';
+// The create path and the audit's owner mapping build the tuples with the same functions.
+import { registrationTuples, resourceObject } from './register-owner.js';
 import type { ServiceContext, ServiceDefinition } from './service.js';
 import { resourceTableColumns } from './verify-tables.js';
 import { writeAnswer } from './write-answer.js';
@@ -35,14 +37,6 @@ export interface RegisterServiceDefinition<N extends string = string> extends Se
   /** The collection path, e.g. `/vpcs`. */
   readonly resourcePath: string;
   readonly resourceTable: ResourceTable;
-}
-
-/** The tuples that make a resource reachable: its project, and its creator as owner. */
-export function registrationTuples(object: string, projectId: string, owner: string): TupleKey[] {
-  return [
-    { user: `project:${projectId}`, relation: 'project', object },
-    { user: `user:${owner}`, relation: 'owner', object },
-  ];
 }
 
 /** A row of any resource table: the common columns, then the service's own. */
@@ -75,7 +69,7 @@ export function createRegisterService<const N extends string, C extends Readonly
   }
   const path = `/${config.path ?? table.table}`;
   const rules: Record<string, FieldRule> = { project_id: ID_FIELD, name: NAME_FIELD, ...(config.fields as Record<string, FieldRule>) };
-  const objectOf = (id: string) => `${fgaType}:${id}`;
+  const objectOf = (id: string) => resourceObject(fgaType, id);
 
   return {
     name: config.name,

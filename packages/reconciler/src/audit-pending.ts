@@ -1,0 +1,27 @@
+import { tableNames, type OutboxSpec } from '@outbox/outbox';
+import { sql, type Kysely } from 'kysely';
+
+/** Keys per statement: one array parameter, bounded so a large candidate set stays many small statements. */
+const KEYS_PER_STATEMENT = 1_000;
+
+/**
+ * Which of `keys` have a pending intent (`sent_at IS NULL AND retired_at IS NULL`: deliverable or
+ * poisoned), as the transaction `trx` sees the outbox. Such a partition is not drift (yet): what
+ * OpenFGA lacks may be on its way. One probe of the partition-head index per key.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function pendingPartitions(trx: Kysely<any>, spec: OutboxSpec, keys: Iterable<string>): Promise<Set<string>> {
+  const n = tableNames(spec);
+  const all = [...new Set(keys)];
+  const pending = new Set<string>();
+  for (let from = 0; from < all.length; from += KEYS_PER_STATEMENT) {
+    const chunk = all.slice(from, from + KEYS_PER_STATEMENT);
+    const result = await sql<{ key: string }>`
+      select u.k as key from unnest(${chunk}::text[]) as u(k)
+      where exists (
+        select 1 from ${sql.raw(n.table)} x
+        where x.${sql.raw(n.partition)} = u.k and x.sent_at is null and x.retired_at is null)`.execute(trx);
+    for (const row of result.rows) pending.add(row.key);
+  }
+  return pending;
+}

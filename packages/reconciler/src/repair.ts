@@ -1,0 +1,208 @@
+import { enqueueMany, lockPartitions, MAX_INTENTS_PER_ENQUEUE, OutboxConfigError, type EnqueueInput, type TupleKey } from '@outbox/outbox';
+import { auditContext, integerOption, ownedState, readPartitions, type AuditContext, type AuditReads, type AuditTarget } from './audit-context.js';
+import { findDrift } from './audit.js';
+import { pendingPartitions } from './audit-pending.js';
+import { diffTuples } from './audit-tuples.js';
+import type { Logger } from './logger.js';
+import { RepairBudgetError } from './repair-errors.js';
+import { correctionIntents } from './repair-intents.js';
+
+/** What {@link repairOutbox} takes. */
+export interface RepairOptions extends AuditTarget {
+  /** Repair only these partitions (e.g. an audit's sample). Default: audit the whole outbox first and repair every drifted partition. */
+  readonly partitionKeys?: readonly string[];
+  /**
+   * Default true: plan and report, enqueue nothing. Pass `false` to enqueue the corrections.
+   */
+  readonly dryRun?: boolean;
+  /**
+   * Most tuples one run may delete. Default 100: deleting revokes access, and mass "unexpected"
+   * drift is more often a mistake — an audit against the wrong store, an owner database restored
+   * from an old backup, an owner mapping that misses a relation — than real out-of-band grants;
+   * a run past the budget is refused before it enqueues anything, and the error says how to raise it.
+   */
+  readonly maxDeletes?: number;
+  /**
+   * Partitions corrected per transaction. Default 50: each holds its partition's advisory lock
+   * while its live tuples are re-read (enqueues and settles of those partitions wait), so a batch
+   * stays short; and one transaction never nears Postgres' ~6.4k lock slots.
+   */
+  readonly batchSize?: number;
+  /** Corrections listed in the result's sample. Default 20. */
+  readonly sampleSize?: number;
+  /** Told what was enqueued (INFO). Default: silent. */
+  readonly logger?: Logger;
+}
+
+/** The correction of one partition: `writes` = expected − live, `deletes` = live − expected. */
+export interface PartitionCorrection {
+  readonly partitionKey: string;
+  readonly writes: readonly TupleKey[];
+  readonly deletes: readonly TupleKey[];
+}
+
+/** What {@link repairOutbox} did, or on a dry run would do. */
+export interface RepairResult {
+  readonly outbox: string;
+  readonly dryRun: boolean;
+  /** Partitions corrected (on a dry run: that would be, as planned). */
+  readonly partitions: number;
+  /** Intents enqueued (would be). */
+  readonly intents: number;
+  readonly writes: number;
+  readonly deletes: number;
+  /** Drifted partitions left alone: an intent was pending when the audit or repair (under the lock) looked. */
+  readonly skippedPending: number;
+  /** Partitions the audit found drifted that agreed with the owner when re-read under the lock (0 on a dry run). */
+  readonly agreed: number;
+  /** Whether the deletes are within `maxDeletes` (a dry run reports it; a real run past it throws {@link RepairBudgetError}). */
+  readonly withinBudget: boolean;
+  readonly maxDeletes: number;
+  /** Ids of the intents enqueued, in partition order (empty on a dry run). */
+  readonly enqueued: readonly string[];
+  /** At most `sampleSize` corrections, in partition-key order. */
+  readonly sample: readonly PartitionCorrection[];
+  /** OpenFGA requests made (the audit's and the re-reads under the locks). */
+  readonly reads: AuditReads;
+}
+
+interface Totals {
+  partitions: number;
+  intents: number;
+  writes: number;
+  deletes: number;
+}
+
+function corrections(list: readonly PartitionCorrection[]): { intents: EnqueueInput[]; totals: Totals } {
+  const intents = list.flatMap((c) => correctionIntents(c.partitionKey, c.writes, c.deletes));
+  return {
+    intents,
+    totals: {
+      partitions: list.length,
+      intents: intents.length,
+      writes: list.reduce((n, c) => n + c.writes.length, 0),
+      deletes: list.reduce((n, c) => n + c.deletes.length, 0),
+    },
+  };
+}
+
+/** One batch: lock, skip pending, read the owner and OpenFGA under the lock, enqueue the difference. */
+async function repairBatch(
+  ctx: AuditContext,
+  keys: readonly string[],
+  budget: { readonly maxDeletes: number; deletes: number; partitions: number; readonly enqueued: string[] },
+): Promise<{ corrected: PartitionCorrection[]; pending: number; agreed: number; totals: Totals }> {
+  return ctx.db
+    .transaction()
+    .setIsolationLevel('read committed')
+    .execute(async (trx) => {
+      // The lock enqueue takes: every intent of these partitions committed before it is visible to
+      // the next statements, and none can commit until this transaction ends, so what is read below
+      // is the state the corrections are ordered after.
+      await lockPartitions(ctx.spec, keys).execute(trx);
+      const pending = await pendingPartitions(trx, ctx.spec, keys);
+      const free = keys.filter((key) => !pending.has(key));
+      const owned = await ownedState(ctx, trx, free);
+      const live = await readPartitions(ctx, free);
+      const corrected: PartitionCorrection[] = [];
+      for (const key of free) {
+        const diff = diffTuples(owned.get(key)?.tuples ?? [], live.get(key) ?? []);
+        if (diff.missing.length + diff.unexpected.length > 0) corrected.push({ partitionKey: key, writes: diff.missing, deletes: diff.unexpected });
+      }
+      const { intents, totals } = corrections(corrected);
+      if (budget.deletes + totals.deletes > budget.maxDeletes) {
+        throw new RepairBudgetError(ctx.spec.table, {
+          deletes: budget.deletes + totals.deletes,
+          maxDeletes: budget.maxDeletes,
+          partitions: budget.partitions + corrected.filter((c) => c.deletes.length > 0).length,
+          enqueued: [...budget.enqueued],
+        });
+      }
+      // The locks are held already, so the calls below wait on none (no deadlock between them).
+      const ids: string[] = [];
+      for (let from = 0; from < intents.length; from += MAX_INTENTS_PER_ENQUEUE) {
+        ids.push(...(await enqueueMany(trx, ctx.spec, intents.slice(from, from + MAX_INTENTS_PER_ENQUEUE))));
+      }
+      budget.deletes += totals.deletes;
+      budget.partitions += corrected.filter((c) => c.deletes.length > 0).length;
+      budget.enqueued.push(...ids);
+      return { corrected, pending: pending.size, agreed: free.length - corrected.length, totals };
+    });
+}
+
+/**
+ * Repairs drift through the outbox: for each drifted partition, enqueues into the owning outbox the
+ * intents `{ writes: expected − live, deletes: live − expected }` (at most 100 operations each), as
+ * ordinary intents — ordered with everything else in their partition, kept as evidence, delivered
+ * by the drainer. Never writes to OpenFGA itself.
+ *
+ * Each batch of partitions runs in one transaction that first takes the partitions' enqueue locks,
+ * then skips those with a pending intent, then reads the owner's rows and re-reads OpenFGA, and
+ * enqueues what differs then: never what the audit saw earlier (a user's delete committed since
+ * would be undone by a stale re-grant).
+ *
+ * Dry run by default. Refuses, with a {@link RepairBudgetError} and before enqueuing anything, a
+ * run whose corrections delete more than `maxDeletes` tuples. Idempotent: once the drainer has
+ * delivered the corrections, the next audit finds nothing and the next repair enqueues nothing.
+ *
+ * @example
+ * const plan = await repairOutbox({ db, spec: vpcOutbox, owner, reader }); // dry run
+ * console.log(plan.writes, plan.deletes, plan.sample);
+ * const done = await repairOutbox({ db, spec: vpcOutbox, owner, reader, dryRun: false });
+ * await drainer.flush({ partitionKey: done.sample[0].partitionKey, timeoutMs: 5_000 });
+ */
+export async function repairOutbox(options: RepairOptions): Promise<RepairResult> {
+  const ctx = auditContext(options);
+  const dryRun = options.dryRun ?? true;
+  if (typeof dryRun !== 'boolean') throw new OutboxConfigError('dryRun', `expected a boolean, got ${JSON.stringify(dryRun)}`);
+  const maxDeletes = integerOption('maxDeletes', options.maxDeletes, 100, 0, Number.MAX_SAFE_INTEGER);
+  const batchSize = integerOption('batchSize', options.batchSize, 50, 1, 1_000);
+  const sampleSize = integerOption('sampleSize', options.sampleSize, 20, 0, 1_000);
+
+  const { findings } = await findDrift(ctx, options.partitionKeys);
+  const planned = findings.drifted
+    .map((p): PartitionCorrection => ({ partitionKey: p.partitionKey, writes: p.missing, deletes: p.unexpected }))
+    .sort((a, b) => (a.partitionKey < b.partitionKey ? -1 : a.partitionKey > b.partitionKey ? 1 : 0));
+  const plan = corrections(planned).totals;
+  const withinBudget = plan.deletes <= maxDeletes;
+  const base = { outbox: ctx.spec.table, maxDeletes, reads: ctx.reads };
+  if (dryRun) {
+    return { ...base, dryRun, ...plan, skippedPending: findings.pending, agreed: 0, withinBudget, enqueued: [], sample: planned.slice(0, sampleSize), reads: { ...ctx.reads } };
+  }
+  if (!withinBudget) {
+    throw new RepairBudgetError(ctx.spec.table, { deletes: plan.deletes, maxDeletes, partitions: planned.filter((c) => c.deletes.length > 0).length, enqueued: [] });
+  }
+
+  const budget = { maxDeletes, deletes: 0, partitions: 0, enqueued: [] as string[] };
+  const done: PartitionCorrection[] = [];
+  const totals: Totals = { partitions: 0, intents: 0, writes: 0, deletes: 0 };
+  let pending = findings.pending;
+  let agreed = 0;
+  const keys = planned.map((c) => c.partitionKey);
+  for (let from = 0; from < keys.length; from += batchSize) {
+    const batch = await repairBatch(ctx, keys.slice(from, from + batchSize), budget);
+    done.push(...batch.corrected);
+    for (const field of ['partitions', 'intents', 'writes', 'deletes'] as const) totals[field] += batch.totals[field];
+    pending += batch.pending;
+    agreed += batch.agreed;
+  }
+  const result: RepairResult = {
+    ...base,
+    dryRun,
+    ...totals,
+    skippedPending: pending,
+    agreed,
+    withinBudget: true,
+    enqueued: budget.enqueued,
+    sample: done.slice(0, sampleSize),
+    reads: { ...ctx.reads },
+  };
+  options.logger?.info(`repair of ${ctx.spec.table}: enqueued ${result.intents} intent(s) in ${result.partitions} partition(s)`, {
+    outbox: result.outbox,
+    writes: result.writes,
+    deletes: result.deletes,
+    skippedPending: result.skippedPending,
+    agreed: result.agreed,
+  });
+  return result;
+}
