@@ -186,7 +186,7 @@ describe('how many partitions a claim takes', () => {
     const of = (key: string, n: number) => ids.filter((_, i) => keys[i] === key).slice(0, n);
     await t.withTransactions(1, async ([trx]) => {
       // 3 heads, room 9: vpc:a's run is its 2 other rows; the 7 left make a share of 3 each.
-      const claim = await claimBatch(trx!, spec, 12, 3);
+      const claim = await claimBatch(trx!, spec, 12, { headLimit: 3 });
       expect(claim.heads).toBe(3);
       expect(claim.intents.map((i) => i.id)).toEqual([...of('vpc:a', 3), ...of('vpc:b', 4), ...of('vpc:c', 4)].sort((x, y) => Number(x) - Number(y)));
     });
@@ -195,7 +195,7 @@ describe('how many partitions a claim takes', () => {
     const hotIds = await enqueueRows(t.db, hot, hotKeys);
     await t.withTransactions(1, async ([trx]) => {
       // The oldest head has a long backlog: its run fills the batch, the other heads come alone.
-      const claim = await claimBatch(trx!, hot, 10, 3);
+      const claim = await claimBatch(trx!, hot, 10, { headLimit: 3 });
       expect(claim.intents.map((i) => i.partitionKey)).toEqual(['vpc:hot', 'vpc:x', 'vpc:y', ...Array.from({ length: 7 }, () => 'vpc:hot')]);
       expect(claim.intents.map((i) => i.id)).toEqual(hotIds.slice(0, 10));
     });
@@ -215,8 +215,8 @@ describe('how many partitions a claim takes', () => {
     const keys = Array.from({ length: 30 }, (_, i) => `vpc:${i % 3}`);
     const ids = await enqueueRows(t.db, spec, keys);
     await t.withTransactions(2, async ([a, b]) => {
-      const first = await claimBatch(a!, spec, 10, 1);
-      const second = await claimBatch(b!, spec, 10, 1);
+      const first = await claimBatch(a!, spec, 10, { headLimit: 1 });
+      const second = await claimBatch(b!, spec, 10, { headLimit: 1 });
       expect(first).toEqual({ heads: 1, intents: expect.any(Array) });
       expect(first.intents.map((i) => i.id)).toEqual(ids.filter((_, i) => keys[i] === 'vpc:0'));
       expect(second.intents.map((i) => i.id)).toEqual(ids.filter((_, i) => keys[i] === 'vpc:1'));
@@ -230,11 +230,11 @@ describe('how many partitions a claim takes', () => {
     await t.withTransactions(3, async ([holder, drainer, later]) => {
       await sql`select id from ${table} where id = ${ids[1]} for update`.execute(holder!);
       // Both heads, vpc:b's whole run, and of vpc:a's run nothing past the held row.
-      const claim = await claimBatch(drainer!, spec, 10, 2);
+      const claim = await claimBatch(drainer!, spec, 10, { headLimit: 2 });
       expect(claim.intents.map((i) => i.id)).toEqual([ids[0], ids[3], ids[4]]);
       await drainer!.rollback().execute();
       await holder!.commit().execute();
-      expect((await claimBatch(later!, spec, 10, 2)).intents.map((i) => i.id)).toEqual(ids);
+      expect((await claimBatch(later!, spec, 10, { headLimit: 2 })).intents.map((i) => i.id)).toEqual(ids);
     });
   });
 });
@@ -481,11 +481,11 @@ describe('commit durability', () => {
     const db = t.kysely({ max: 1, options: '-c synchronous_commit=on' });
     await db.transaction().execute(async (trx) => {
       await sql`set local synchronous_commit = remote_write`.execute(trx);
-      await claimBatch(trx, spec, 1, 1, true, true);
+      await claimBatch(trx, spec, 1, { synchronousCommit: true });
       expect(await setting(trx)).toBe('remote_write');
     });
     await db.transaction().execute(async (trx) => {
-      await claimBatch(trx, spec, 1, 1, true, false);
+      await claimBatch(trx, spec, 1, { synchronousCommit: false });
       expect(await setting(trx)).toBe('off');
     });
     // The next transaction on the drainer's connection is back to the session's setting.

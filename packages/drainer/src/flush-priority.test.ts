@@ -20,11 +20,11 @@ describe('the claim with flushed partitions', () => {
     await t.withTransactions(2, async ([flushed, plain]) => {
       // Asked for vpc:p (twice) and a key with nothing pending: vpc:p's head and whole run, then
       // the seven oldest other heads.
-      const claim = await claimBatch(flushed!, spec, 10, 10, true, true, ['vpc:p', 'vpc:p', 'vpc:none']);
+      const claim = await claimBatch(flushed!, spec, 10, { flushKeys: ['vpc:p', 'vpc:p', 'vpc:none'] });
       expect(claim.intents.map((i) => i.id)).toEqual([...ids.slice(0, 7), ...ofKey(ids, keys, 'vpc:p')]);
       expect(claim.heads).toBe(8);
       // Without flushed partitions the claim is the backlog's order, and skips what the first holds.
-      const next = await claimBatch(plain!, spec, 10, 10, true, true);
+      const next = await claimBatch(plain!, spec, 10);
       expect(next.intents.map((i) => i.id)).toEqual(ids.slice(7, 17));
     });
   });
@@ -34,7 +34,7 @@ describe('the claim with flushed partitions', () => {
     const keys = [...backlog(10), 'vpc:p', 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
     await t.withTransactions(1, async ([trx]) => {
-      const claim = await claimBatch(trx!, spec, 4, 4, false, true, ['vpc:p']);
+      const claim = await claimBatch(trx!, spec, 4, { runs: false, flushKeys: ['vpc:p'] });
       expect(claim.intents.map((i) => i.id)).toEqual([...ids.slice(0, 2), ...ofKey(ids, keys, 'vpc:p')]);
       expect(claim.heads).toBe(3);
     });
@@ -50,7 +50,7 @@ describe('the claim with flushed partitions', () => {
     await sql`update ${table} set next_attempt_at = now() + interval '1 hour', attempt_count = 1 where id = ${offHead}`.execute(t.db);
     await t.withTransactions(2, async ([holder, drainer]) => {
       await sql`select id from ${table} where id = ${heldHead} for update`.execute(holder!);
-      const claim = await claimBatch(drainer!, spec, 10, 10, true, true, ['vpc:off', 'vpc:held']);
+      const claim = await claimBatch(drainer!, spec, 10, { flushKeys: ['vpc:off', 'vpc:held'] });
       // Neither partition's successor is taken past its head: only the backlog's heads.
       expect(claim.intents.map((i) => i.id)).toEqual(ids.slice(0, 5));
     });
