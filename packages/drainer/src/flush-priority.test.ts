@@ -14,7 +14,7 @@ const ofKey = (ids: string[], keys: string[], key: string) => ids.filter((_, i) 
 
 describe('the claim with flushed partitions', () => {
   test('a flushed partition comes first with its run, behind a backlog of older heads; the other heads fill the rest of the batch', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     const keys = [...backlog(30), 'vpc:p', 'vpc:p', 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
     await t.withTransactions(2, async ([flushed, plain]) => {
@@ -30,7 +30,7 @@ describe('the claim with flushed partitions', () => {
   });
 
   test('in a heads-only claim (no runs, every partition seemed to hold one row) the flushed partition still comes with its run', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     const keys = [...backlog(10), 'vpc:p', 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
     await t.withTransactions(1, async ([trx]) => {
@@ -41,7 +41,7 @@ describe('the claim with flushed partitions', () => {
   });
 
   test('a flushed head that is backing off, or held by another drainer, is not taken nor waited for; order holds', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     const keys = [...backlog(5), 'vpc:off', 'vpc:off', 'vpc:held', 'vpc:held'];
     const ids = await enqueueRows(t.db, spec, keys);
     const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
@@ -59,7 +59,7 @@ describe('the claim with flushed partitions', () => {
 
 describe('flush behind a backlog', () => {
   test('a flush called while a pass delivers a backlog is served by the next batch, not after the backlog; every partition keeps id order', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     // 2,000 partitions of one row each, older than vpc:p's two rows: without priority vpc:p's head
     // is the last of 2,001 in claim order, twenty batches away.
     const keys = [...backlog(2_000), 'vpc:p', 'vpc:p'];
@@ -111,7 +111,7 @@ describe('flush behind a backlog', () => {
   });
 
   test('a flush on an idle drainer: its partition is in the first batch of the pass it starts', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     const keys = [...backlog(500), 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
     const sink = createRecordingSink();
