@@ -43,8 +43,12 @@ export class FlushWaiters {
     const partitionKey = options.partitionKey;
     const timeoutMs = integerInRange('flush.timeoutMs', options.timeoutMs, { fallback: 10_000, min: 1, max: MAX_TIMER_MS });
     if (this.#options.stopping()) throw new DrainerStoppedError();
+    return this.#wait(partitionKey, timeoutMs);
+  }
+
+  #wait(partitionKey: string, timeoutMs: number): Promise<void> {
     const { config, kick } = this.#options;
-    await new Promise<void>((resolve, reject) => {
+    return new Promise<void>((resolve, reject) => {
       let done = false;
       const waiter: FlushWaiter = {
         partitionKey,
