@@ -1,6 +1,5 @@
 import { describe, expect, test } from 'vitest';
 import { backoffDelayMs } from './backoff.js';
-import { MAX_LAST_ERROR_LENGTH, sanitizeLastError } from './last-error.js';
 
 describe('backoff', () => {
   test('grows exponentially under full jitter and stops at the cap', () => {
@@ -23,17 +22,5 @@ describe('backoff', () => {
     expect(mean).toBe(255_500);
     // The 5 min cap first bounds the delay after a 10th failure, which never comes at maxAttempts 10.
     expect(backoffDelayMs(9, {}, () => 1)).toBe(300_000);
-  });
-});
-
-describe('last_error', () => {
-  test('carries no credentials', () => {
-    const raw = 'POST failed: Authorization: Bearer abc.def.ghi token=xyz password: hunter2 at postgres://app:pw@db:5432/x';
-    const clean = sanitizeLastError(new Error(raw));
-    for (const secret of ['abc.def.ghi', 'xyz', 'hunter2', 'app:pw']) expect(clean).not.toContain(secret);
-    expect(clean).toContain('POST failed');
-  });
-  test('is truncated', () => {
-    expect(sanitizeLastError('x'.repeat(10_000))).toHaveLength(MAX_LAST_ERROR_LENGTH);
   });
 });

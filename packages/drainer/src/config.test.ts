@@ -1,22 +1,15 @@
-import { createOutboxTable, defineOutbox, OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { defineOutbox, OutboxConfigError, setMaxAttempts } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
+import { enqueueRows, freshOutbox, outboxRows, quiet } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, type DrainerConfig } from './index.js';
 
+// What a drainer accepts, what it refuses (an OutboxConfigError naming the field), and a spec that changes under it.
 const t = useTestDatabase();
-const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 /** Node's setTimeout limit: one more and the delay silently becomes 1 ms. */
 const MAX_TIMER_MS = 2_147_483_647;
 const unchecked = { table: 'config.never_created', partitionColumn: 'resource_id' } as const;
-
-let tables = 0;
-async function freshOutbox(): Promise<OutboxSpec> {
-  tables += 1;
-  const spec = defineOutbox({ table: `config.outbox_${tables}`, partitionColumn: 'resource_id' });
-  await createOutboxTable(t.db, spec);
-  return spec;
-}
 
 /** What createDrainer throws for `overrides`, which must be an OutboxConfigError. */
 function configError(overrides: Partial<Record<keyof DrainerConfig, unknown>>): OutboxConfigError {
@@ -96,7 +89,7 @@ describe('backoff', () => {
   });
 
   test('a checked backoff spaces the retries: the failed row is due again no sooner than now and within the base', async () => {
-    const spec = await freshOutbox();
+    const spec = await freshOutbox(t.db);
     const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
     await sql`insert into ${table} (resource_id, payload, is_head) values ('vpc:b', ${JSON.stringify({ writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:b' }] })}, true)`.execute(t.db);
     const sink = createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'down' }) });
@@ -121,7 +114,7 @@ describe('flush arguments', () => {
     ['past the timer bound', MAX_TIMER_MS + 1],
     ['a string', '100'],
   ])('timeoutMs %s is an OutboxConfigError naming flush.timeoutMs', async (_what, timeoutMs) => {
-    const spec = await freshOutbox();
+    const spec = await freshOutbox(t.db);
     const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });
     const error = await flushError(drainer.flush({ partitionKey: 'vpc:x', timeoutMs: timeoutMs as number }));
     expect(error.field).toBe('flush.timeoutMs');
@@ -133,7 +126,7 @@ describe('flush arguments', () => {
     ['null', null],
     ['a number', 42],
   ])('partitionKey %s is an OutboxConfigError naming flush.partitionKey, not a false "all delivered"', async (_what, partitionKey) => {
-    const spec = await freshOutbox();
+    const spec = await freshOutbox(t.db);
     const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });
     const error = await flushError(drainer.flush({ partitionKey: partitionKey as unknown as string, timeoutMs: 1_000 }));
     expect(error.field).toBe('flush.partitionKey');
@@ -142,7 +135,7 @@ describe('flush arguments', () => {
   });
 
   test('the empty key is a key: flush({ partitionKey: "" }) waits for and delivers the rows stored with an empty key', async () => {
-    const spec = await freshOutbox();
+    const spec = await freshOutbox(t.db);
     const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
     const payload = JSON.stringify({ writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:e' }] });
     await sql`insert into ${table} (resource_id, payload, is_head) values ('', ${payload}, true), ('', ${payload}, false)`.execute(t.db);
@@ -151,5 +144,35 @@ describe('flush arguments', () => {
     await drainer.flush({ partitionKey: '', timeoutMs: 5_000 });
     expect(sink.delivered.map((i) => i.partitionKey)).toEqual(['', '']);
     await drainer.stop();
+  });
+});
+
+describe('synchronousCommit', () => {
+  test('synchronousCommit must be a boolean', () => {
+    expect(() => createDrainer({ db: t.db, spec: defineOutbox({ table: 'drain.x', partitionColumn: 'resource_id' }), sink: createRecordingSink(), synchronousCommit: 'yes' as unknown as boolean })).toThrow(
+      /synchronousCommit.*expected a boolean, got yes/,
+    );
+  });
+});
+
+describe('a drainer left running across setMaxAttempts', () => {
+  test('refuses its batches with an OutboxConfigError naming maxAttempts, touching no row, until restarted with the new spec', async () => {
+    const spec = await freshOutbox(t.db, { maxAttempts: 3 });
+    const sink = createRecordingSink();
+    const old = createDrainer({ db: t.db, spec, sink, logger: quiet });
+    await old.drainOnce(); // verifies the table (once per drainer), with nothing to deliver yet
+    const raised = defineOutbox({ table: spec.table, partitionColumn: 'resource_id', maxAttempts: 5 });
+    await setMaxAttempts(t.db, raised);
+    await enqueueRows(t.db, spec, ['vpc:m1', 'vpc:m1', 'vpc:m2']);
+    const before = await outboxRows(t.db, spec);
+
+    const error = await old.drainOnce().catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'OutboxConfigError', field: 'maxAttempts' });
+    expect(String((error as Error).message)).toContain('records maxAttempts 5');
+    expect(await outboxRows(t.db, spec)).toEqual(before);
+    expect(sink.delivered).toHaveLength(0);
+
+    const restarted = createDrainer({ db: t.db, spec: raised, sink, logger: quiet });
+    expect((await restarted.drainOnce()).delivered).toBe(3);
   });
 });

@@ -10,19 +10,15 @@ export interface BatchOutcomes {
   readonly released: readonly Intent[];
 }
 
-/** How long a sink whose signal was aborted at the deadline may take to answer: at most 1 s, and never longer than the deadline itself. */
+/** How long a sink whose signal was aborted at the deadline may still take to answer. */
 export function abortGraceMs(deadlineMs: number): number {
   return Math.min(1_000, deadlineMs);
 }
 
 /**
- * Calls the sink with a deadline and turns whatever it does into outcomes. At the deadline the
- * sink's signal is aborted, and the sink gets {@link abortGraceMs} more to answer: a sink that
- * honours the signal reports what it did (intents it delivered before the abort count as
- * delivered, not as a failure to be sent again). A sink that throws, returns the wrong number of
- * outcomes or something that is not an outcome, or has not answered by then, fails the whole batch
- * as transient. A {@link SinkHaltError} is rethrown: the caller releases the batch without counting
- * attempts.
+ * Calls the sink with a deadline (then {@link abortGraceMs} after its signal is aborted) and turns
+ * whatever it does into outcomes: a throw, a wrong answer or no answer fails the whole batch as
+ * transient. A {@link SinkHaltError} is rethrown: the caller releases the batch, counting nothing.
  */
 export async function deliverBatch(sink: Sink, intents: readonly Intent[], deadlineMs: number): Promise<readonly Outcome[]> {
   const controller = new AbortController();

@@ -2,9 +2,8 @@
 export class FlushTimeoutError extends Error {
   override readonly name = 'FlushTimeoutError';
   readonly partitionKey: string;
-  /** Ids still pending when the time ran out (empty when the pool did not even answer which ones were pending). */
+  /** Ids still pending when the time ran out; empty when they could not even be read in time (a busy pool). */
   readonly pendingIds: readonly string[];
-  /** `pendingIds` undefined: the time ran out before the partition's pending intents could be read (a busy pool). */
   constructor(partitionKey: string, timeoutMs: number, pendingIds: readonly string[] | undefined) {
     super(
       pendingIds === undefined

@@ -14,34 +14,34 @@ const ofKey = (ids: string[], keys: string[], key: string) => ids.filter((_, i) 
 
 describe('the claim with flushed partitions', () => {
   test('a flushed partition comes first with its run, behind a backlog of older heads; the other heads fill the rest of the batch', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     const keys = [...backlog(30), 'vpc:p', 'vpc:p', 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
     await t.withTransactions(2, async ([flushed, plain]) => {
       // Asked for vpc:p (twice) and a key with nothing pending: vpc:p's head and whole run, then
       // the seven oldest other heads.
-      const claim = await claimBatch(flushed!, spec, 10, 10, true, true, ['vpc:p', 'vpc:p', 'vpc:none']);
+      const claim = await claimBatch(flushed!, spec, 10, { flushKeys: ['vpc:p', 'vpc:p', 'vpc:none'] });
       expect(claim.intents.map((i) => i.id)).toEqual([...ids.slice(0, 7), ...ofKey(ids, keys, 'vpc:p')]);
       expect(claim.heads).toBe(8);
       // Without flushed partitions the claim is the backlog's order, and skips what the first holds.
-      const next = await claimBatch(plain!, spec, 10, 10, true, true);
+      const next = await claimBatch(plain!, spec, 10);
       expect(next.intents.map((i) => i.id)).toEqual(ids.slice(7, 17));
     });
   });
 
   test('in a heads-only claim (no runs, every partition seemed to hold one row) the flushed partition still comes with its run', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     const keys = [...backlog(10), 'vpc:p', 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
     await t.withTransactions(1, async ([trx]) => {
-      const claim = await claimBatch(trx!, spec, 4, 4, false, true, ['vpc:p']);
+      const claim = await claimBatch(trx!, spec, 4, { runs: false, flushKeys: ['vpc:p'] });
       expect(claim.intents.map((i) => i.id)).toEqual([...ids.slice(0, 2), ...ofKey(ids, keys, 'vpc:p')]);
       expect(claim.heads).toBe(3);
     });
   });
 
   test('a flushed head that is backing off, or held by another drainer, is not taken nor waited for; order holds', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     const keys = [...backlog(5), 'vpc:off', 'vpc:off', 'vpc:held', 'vpc:held'];
     const ids = await enqueueRows(t.db, spec, keys);
     const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
@@ -50,7 +50,7 @@ describe('the claim with flushed partitions', () => {
     await sql`update ${table} set next_attempt_at = now() + interval '1 hour', attempt_count = 1 where id = ${offHead}`.execute(t.db);
     await t.withTransactions(2, async ([holder, drainer]) => {
       await sql`select id from ${table} where id = ${heldHead} for update`.execute(holder!);
-      const claim = await claimBatch(drainer!, spec, 10, 10, true, true, ['vpc:off', 'vpc:held']);
+      const claim = await claimBatch(drainer!, spec, 10, { flushKeys: ['vpc:off', 'vpc:held'] });
       // Neither partition's successor is taken past its head: only the backlog's heads.
       expect(claim.intents.map((i) => i.id)).toEqual(ids.slice(0, 5));
     });
@@ -59,7 +59,7 @@ describe('the claim with flushed partitions', () => {
 
 describe('flush behind a backlog', () => {
   test('a flush called while a pass delivers a backlog is served by the next batch, not after the backlog; every partition keeps id order', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     // 2,000 partitions of one row each, older than vpc:p's two rows: without priority vpc:p's head
     // is the last of 2,001 in claim order, twenty batches away.
     const keys = [...backlog(2_000), 'vpc:p', 'vpc:p'];
@@ -111,7 +111,7 @@ describe('flush behind a backlog', () => {
   });
 
   test('a flush on an idle drainer: its partition is in the first batch of the pass it starts', async () => {
-    const spec = await freshOutbox(t.db, 'flushprio');
+    const spec = await freshOutbox(t.db);
     const keys = [...backlog(500), 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
     const sink = createRecordingSink();

@@ -5,7 +5,7 @@ import { expect, test } from 'vitest';
 import { createDrainer, createRecordingSink, FlushPoisonedError, FlushTimeoutError } from './index.js';
 
 /*
- * The head invariant of DESIGN §5 under concurrent writers and drainers: after every committed
+ * The head invariant of docs/design.md §5 under concurrent writers and drainers: after every committed
  * transaction each partition with a deliverable row has exactly one head, its earliest deliverable
  * row, and no other partition has one. Writers enqueue random batches (duplicate keys, savepoints
  * rolled back, whole transactions rolled back), two drainers deliver through a sink that fails

@@ -1,4 +1,6 @@
-export { createDrainer, type Drainer, type DrainerConfig, type DrainResult } from './create-drainer.js';
+export { createDrainer, type Drainer } from './create-drainer.js';
+export type { DrainerConfig } from './drainer-config.js';
+export type { DrainResult } from './drain-pass.js';
 export { isSinkHalt, SinkHaltError, type Intent, type Outcome, type Sink, type SinkContext } from './sink.js';
 export { createRecordingSink, type RecordingSink, type RecordingSinkOptions } from './recording-sink.js';
 export { backoffDelayMs, type BackoffOptions } from './backoff.js';

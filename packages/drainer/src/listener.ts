@@ -9,19 +9,10 @@ export interface ListenerOptions {
   readonly logger: Logger;
 }
 
-/**
- * How long one connection attempt may take (TCP, startup, authentication). Without a bound, a host
- * that drops packets or accepts and never answers holds `start()` (and a `stop()` waiting for it)
- * until the operating system gives up, minutes later or never. Past it the attempt fails like any
- * other and is retried with backoff; the drainer's timer delivers meanwhile.
- */
+/** How long one connection attempt may take: a host that never answers must not hold `start()` or `stop()`. */
 export const LISTEN_CONNECT_TIMEOUT_MS = 5_000;
 
-/**
- * Holds one connection in `LISTEN channel` and calls `onNotify` for each notification. When the
- * connection drops it reconnects with capped, jittered backoff; meanwhile the drainer's timer still
- * guarantees delivery (notifications only cut latency, and may be lost).
- */
+/** Holds one connection in `LISTEN channel`, calls `onNotify` on each notification, and reconnects with backoff. */
 export class NotificationListener {
   private client: pg.Client | undefined;
   private stopped = false;
@@ -40,7 +31,6 @@ export class NotificationListener {
     return this.connecting;
   }
 
-  /** True while LISTEN is active. */
   get listening(): boolean {
     return this.client !== undefined;
   }
@@ -49,8 +39,7 @@ export class NotificationListener {
     if (this.stopped) return;
     const client = new pg.Client({ connectionString: this.options.connectionString, connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS });
     this.pending = client;
-    // Until LISTEN is in place, a failure is the catch's to report (with its real cause); after,
-    // the connection's own events are.
+    // Until LISTEN is in place, the catch reports a failure with its real cause; after, the connection's events do.
     let listening = false;
     client.on('notification', () => this.options.onNotify());
     client.on('error', (error) => {
@@ -94,13 +83,11 @@ export class NotificationListener {
     }, delay);
   }
 
-  /** Stops listening and closes the connection. */
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
-    // An attempt in flight is cut, not waited for: against a host that does not answer it would
-    // hold this stop() until its timeout. (What pg itself does when connectionTimeoutMillis passes.)
+    // Cut, not awaited (as pg does at connectionTimeoutMillis): a host that does not answer would hold this stop().
     this.pending?.connection.stream.destroy(new Error('LISTEN connection closed: the drainer stopped'));
     await this.connecting?.catch(() => undefined);
     const client = this.client;

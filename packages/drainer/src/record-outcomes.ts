@@ -9,37 +9,34 @@ export interface RecordedOutcomes {
   readonly retried: ReadonlyArray<{ intent: Intent; error: string }>;
   readonly poisoned: ReadonlyArray<{ intent: Intent; error: string }>;
   readonly released: readonly Intent[];
-  /**
-   * Partitions whose head moved (delivered or poisoned), and how many of them have a next head;
-   * undefined when the settle went out with `sendWith` and its answer was not read.
-   */
-  readonly settled: { readonly partitions: number; readonly withNextHead: number } | undefined;
+  /** Undefined when the settle went out with `sendWith` and its answer was not read. */
+  readonly settled: SettledPartitions | undefined;
+}
+
+/** Partitions whose head moved (delivered or poisoned), and how many of them have a next head. */
+export interface SettledPartitions {
+  readonly partitions: number;
+  readonly withNextHead: number;
+}
+
+export interface RecordOptions {
+  readonly delayMs: (intent: Intent) => number;
+  /** Sent in the settle's message (and its answer not read) when every intent was delivered. */
+  readonly sendWith?: string;
 }
 
 /**
- * Writes a batch's outcomes, one set-based statement per outcome class (DESIGN §5); the last one
- * also gives every partition whose head was delivered or poisoned its next head:
- * - delivered: `sent_at = now()`;
- * - transient: `attempt_count + 1`, `last_error`, `next_attempt_at = now() + delay` — poisoned when
- *   that was the last attempt;
- * - permanent: `attempt_count = maxAttempts` (poisoned at once), `last_error`.
- * Released rows are not touched.
+ * Writes a batch's outcomes, one set-based statement per outcome class (docs/design.md §5); the
+ * settle call marks the delivered rows and promotes the next heads. Released rows are not touched.
  */
 export async function recordOutcomes(
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   trx: Kysely<any>,
   spec: OutboxSpec,
   outcomes: BatchOutcomes,
-  delayMs: (intent: Intent) => number,
-  options: {
-    /**
-     * Statements to send in the same message after the settle call, when every intent was
-     * delivered (the drainer's `COMMIT; BEGIN`): one round trip instead of two, and the settle's
-     * answer is not read. Ignored when some intent failed.
-     */
-    readonly sendWith?: string;
-  } = {},
+  options: RecordOptions,
 ): Promise<RecordedOutcomes> {
+  const { delayMs } = options;
   const table = sql.raw(tableNames(spec).table);
   const moved = new Set<string>();
 
@@ -73,16 +70,13 @@ export async function recordOutcomes(
       where t.id = x.id`.execute(trx);
   }
   for (const { intent } of poisoned) moved.add(intent.partitionKey);
-  // Partitions whose head moved (delivered or poisoned): the earliest deliverable row takes over —
-  // a released run row, a row that just failed transiently, or one inserted meanwhile.
-  // The next head of a partition follows the last row this batch delivered or poisoned in it: a run
-  // is consecutive from the head, and nothing before the head was deliverable.
+  // A next head follows the last row delivered or poisoned in its partition: a run is consecutive from the head.
   const after = new Map<string, string>();
   for (const intent of [...outcomes.delivered, ...poisoned.map((p) => p.intent)]) {
     const seen = after.get(intent.partitionKey);
     if (seen === undefined || compareIds(intent.id, seen) > 0) after.set(intent.partitionKey, intent.id);
   }
-  // Failures are written first so that the settle call, which also marks the delivered rows, sees them.
+  // After the failures' updates: the settle must see them when it picks each next head.
   const settle = { markDelivered: outcomes.delivered.map((i) => i.id), after };
   const allDelivered = outcomes.transient.length === 0 && poisoned.length === 0 && outcomes.released.length === 0;
   const statement = options.sendWith !== undefined && allDelivered ? settleStatement(spec, [...moved], settle) : undefined;

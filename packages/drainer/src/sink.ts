@@ -11,14 +11,11 @@ export interface Intent {
 }
 
 /**
- * What became of one intent:
- * - `delivered`: the target accepted it (or already had it: replays must be harmless);
- * - `transient`: may succeed later (network, 5xx, throttling, a conflict race); retried with backoff;
- * - `permanent`: will never succeed as written (validation, model mismatch); poisoned at once;
- * - `skipped`: not attempted, because an earlier intent of its partition in this batch was not
- *   delivered. The drainer releases it untouched (no attempt counted).
- *
- * `error` is stored (truncated, credentials scrubbed) in `last_error`.
+ * What became of one intent: `delivered` (or already there: replays must be harmless); `transient`,
+ * may succeed later (network, 5xx, throttling, a conflict race), retried with backoff; `permanent`,
+ * never as written (validation, model mismatch), poisoned at once; `skipped`, not attempted after an
+ * earlier intent of its partition failed, released untouched. `error` goes to `last_error`
+ * (truncated, credentials scrubbed).
  */
 export type Outcome =
   | { readonly kind: 'delivered' }
@@ -29,10 +26,9 @@ export type Outcome =
 /** What the drainer passes to every delivery. */
 export interface SinkContext {
   /**
-   * Aborted when the delivery deadline (`deliveryTimeoutMs`) passes: stop, and return the outcomes
-   * (what was delivered before the abort as `delivered`, the rest `transient` or `skipped`) within
-   * the grace that follows (1 s, or `deliveryTimeoutMs` if shorter), or throw. A sink still running
-   * after the grace fails its whole batch as transient, and its delivered intents are sent again.
+   * Aborted at the delivery deadline (`DrainerConfig.deliveryTimeoutMs`): stop, and within the grace
+   * that follows return the outcomes (what was delivered before the abort as `delivered`), or throw.
+   * A sink still running after the grace fails its whole batch as transient: all of it is sent again.
    */
   readonly signal: AbortSignal;
 }
@@ -40,16 +36,13 @@ export interface SinkContext {
 /**
  * Where intents go. The drainer calls `deliver` with a batch sorted by id (so each partition's
  * intents are in order) while it holds their row locks, and expects one outcome per intent, in the
- * same order.
+ * same order. Within one partition, the sink must not apply an intent after an earlier one failed in
+ * this call: it reports the later ones `skipped` (several intents of one partition may go in one
+ * atomic request when their tuple keys are disjoint).
  *
- * Ordering contract: within one partition, the sink must not apply an intent after an earlier one
- * of the same partition failed in this call; it reports those later intents as `skipped`. (It may
- * apply several intents of one partition in one atomic request when their tuple keys are disjoint.)
- *
- * A sink that throws, returns the wrong number of outcomes, or is still running after the deadline
- * and its grace (see {@link SinkContext.signal}) fails the whole batch as transient: the drainer
- * never dies from a sink. To stop a pass without
- * consuming attempts (e.g. credentials refused), throw a {@link SinkHaltError}.
+ * A sink that throws or returns the wrong number of outcomes fails the whole batch as transient: the
+ * drainer never dies from a sink. To stop a pass without consuming attempts (e.g. credentials
+ * refused), throw a {@link SinkHaltError}.
  */
 export interface Sink {
   deliver(intents: readonly Intent[], context: SinkContext): Promise<readonly Outcome[]>;
@@ -59,9 +52,8 @@ export interface Sink {
 const SINK_HALT: unique symbol = Symbol.for('@outbox/drainer.SinkHaltError');
 
 /**
- * Thrown by a sink when delivering is pointless right now and no intent is at fault (e.g. the
- * target refuses our credentials). The drainer releases the whole batch without counting an
- * attempt, stops the pass, and reports a `pass-failed` event with this error.
+ * Thrown by a sink when delivering is pointless now and no intent is at fault (e.g. credentials
+ * refused): the drainer releases the batch, counting nothing, stops the pass and emits `pass-failed`.
  */
 export class SinkHaltError extends Error {
   override readonly name = 'SinkHaltError';
@@ -73,9 +65,8 @@ export class SinkHaltError extends Error {
 }
 
 /**
- * Whether `error` is a {@link SinkHaltError}, from this copy of @outbox/drainer or another one: a
- * sink package may bring its own copy (version skew), and `instanceof` would then say no, turning a
- * halt into a counted transient failure of every intent.
+ * Whether `error` is a {@link SinkHaltError} from any copy of @outbox/drainer: a sink package may
+ * bring its own, and `instanceof` would then turn a halt into a counted failure of every intent.
  */
 export function isSinkHalt(error: unknown): error is SinkHaltError {
   return error instanceof SinkHaltError || (typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[SINK_HALT] === true);

@@ -2,17 +2,48 @@
 // through the real writer. Not part of the package's build.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec } from '@outbox/outbox';
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 
 let tables = 0;
 
-/** A fresh outbox table in schema `schema` of the test's database (one per test keeps tests independent). */
+/** A fresh outbox table in the test file's database (one per test keeps tests independent). */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function freshOutbox(db: Kysely<any>, schema: string, options: { maxAttempts?: number } = {}): Promise<OutboxSpec> {
+export async function freshOutbox(db: Kysely<any>, options: { maxAttempts?: number } = {}): Promise<OutboxSpec> {
   tables += 1;
-  const spec = defineOutbox({ table: `${schema}.outbox_${tables}`, partitionColumn: 'resource_id', maxAttempts: options.maxAttempts ?? 10 });
+  const spec = defineOutbox({ table: `drainer.outbox_${tables}`, partitionColumn: 'resource_id', maxAttempts: options.maxAttempts ?? 10 });
   await createOutboxTable(db, spec);
   return spec;
+}
+
+/** A logger that says nothing. */
+export const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+
+/** The spec's table, quoted, for raw SQL. */
+export const outboxTable = (spec: OutboxSpec) => sql.raw(`"${spec.schema}"."${spec.tableName}"`);
+
+/** Every row of the spec's table, in id order. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function outboxRows(db: Kysely<any>, spec: OutboxSpec) {
+  const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null; is_head: boolean }>`
+    select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error, is_head
+    from ${outboxTable(spec)} t order by t.id`.execute(db);
+  return result.rows;
+}
+
+/** How many connections of the database hold `LISTEN` on the spec's channel. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function listenConnections(db: Kysely<any>, spec: OutboxSpec): Promise<number> {
+  const result = await sql<{ n: string }>`select count(*) as n from pg_stat_activity where datname = current_database() and query = ${`listen "${spec.channel}"`}`.execute(db);
+  return Number(result.rows[0]?.n);
+}
+
+/** Polls `check` every 20 ms until it holds; throws naming `what` after `timeoutMs`. */
+export async function waitUntil(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
 }
 
 /** A payload naming `vpc:<n>`. */

@@ -1,0 +1,85 @@
+import type { Kysely } from 'kysely';
+import { backoffDelayMs } from './backoff.js';
+import { claimBatch } from './claim.js';
+import { applyOrdering, deliverBatch } from './deliver.js';
+import type { HeadLimit } from './head-limit.js';
+import { recordOutcomes, type SettledPartitions } from './record-outcomes.js';
+import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
+
+/** Whatever the pool's default isolation: the claim, the settle and the reconciler rely on READ COMMITTED. */
+export const BEGIN = 'begin isolation level read committed';
+export const COMMIT_AND_BEGIN = `commit; ${BEGIN}`;
+/** What a chained settle, unread, is taken to say: a full run nearly always leaves a next head. */
+const FULL_RUN_SETTLED: SettledPartitions = { partitions: 1, withNextHead: 1 };
+
+/** What one batch did. */
+export interface BatchResult {
+  readonly claimed: number;
+  readonly delivered: number;
+  readonly retried: number;
+  readonly poisoned: number;
+  readonly released: number;
+  /** Partition heads among the claimed intents. */
+  readonly heads: number;
+  readonly settled: SettledPartitions;
+  /** The settle went out with the COMMIT and the next BEGIN. */
+  readonly chained: boolean;
+  /** Emits the outcome events; called once the batch committed. */
+  readonly announce: () => void;
+}
+
+export interface BatchOptions {
+  readonly config: ResolvedDrainerConfig;
+  readonly limit: HeadLimit;
+  readonly flushKeys: readonly string[];
+  /** Whether the pass would go on after this batch, the condition of chaining it. */
+  readonly mayChain: () => boolean;
+}
+
+/**
+ * Claims, delivers and records one batch in the transaction open on `conn`; undefined when nothing
+ * was claimable. The caller commits, unless a full one-partition run, all delivered, was `chained`.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function runBatch(conn: Kysely<any>, options: BatchOptions): Promise<BatchResult | undefined> {
+  const { config, limit } = options;
+  const { spec, batchSize, emit, logger } = config;
+  const claimStarted = performance.now();
+  const batch = await claimBatch(conn, spec, batchSize, {
+    headLimit: limit.heads,
+    runs: limit.runs,
+    synchronousCommit: config.synchronousCommit,
+    flushKeys: options.flushKeys,
+  });
+  if (batch.intents.length === 0) return undefined;
+  emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
+  const deliverStarted = performance.now();
+  const outcomes = await deliverBatch(config.sink, batch.intents, config.deliveryTimeoutMs);
+  const deliverMs = performance.now() - deliverStarted;
+  const fullRun = batch.heads === 1 && batch.intents.length === batchSize && options.mayChain();
+  const recorded = await recordOutcomes(conn, spec, applyOrdering(batch.intents, outcomes), {
+    delayMs: (intent) => backoffDelayMs(intent.attemptCount, config.backoff),
+    ...(fullRun ? { sendWith: COMMIT_AND_BEGIN } : {}),
+  });
+  return {
+    chained: recorded.settled === undefined,
+    heads: batch.heads,
+    settled: recorded.settled ?? FULL_RUN_SETTLED,
+    claimed: batch.intents.length,
+    delivered: recorded.delivered.length,
+    retried: recorded.retried.length,
+    poisoned: recorded.poisoned.length,
+    released: recorded.released.length,
+    announce: () => {
+      if (recorded.delivered.length > 0) emit({ type: 'delivered', table: spec.table, ids: recorded.delivered.map((i) => i.id), deliverMs });
+      if (recorded.retried.length > 0) {
+        emit({ type: 'retried', table: spec.table, ids: recorded.retried.map((r) => r.intent.id), errors: recorded.retried.map((r) => r.error) });
+      }
+      if (recorded.poisoned.length > 0) {
+        const keys = recorded.poisoned.map((r) => r.intent.partitionKey);
+        logger.warn(`poisoned ${recorded.poisoned.length} intent(s) of ${spec.table}`, { ids: recorded.poisoned.map((r) => r.intent.id), partitionKeys: keys });
+        emit({ type: 'poisoned', table: spec.table, ids: recorded.poisoned.map((r) => r.intent.id), partitionKeys: keys, errors: recorded.poisoned.map((r) => r.error) });
+      }
+    },
+  };
+}

@@ -1,0 +1,58 @@
+import type { Kysely } from 'kysely';
+import type { OutboxSpec } from '@outbox/outbox';
+import type { BackoffOptions } from './backoff.js';
+import type { DrainerEvent, Logger } from './events.js';
+import type { Sink } from './sink.js';
+
+/** What `createDrainer` takes. */
+export interface DrainerConfig {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly db: Kysely<any>;
+  /** The outbox spec shared with the writer and reconciler. */
+  readonly spec: OutboxSpec;
+  readonly sink: Sink;
+  /**
+   * Most intents claimed and delivered per transaction. Default 100, at most 1000: OpenFGA's
+   * per-request limit is 100 tuples, a batch holds its row locks for one delivery round trip, and
+   * its settle takes one advisory lock per partition in the batch from the Postgres lock table
+   * (~6.4k slots at stock settings, shared with every enqueue).
+   */
+  readonly batchSize?: number;
+  /**
+   * Milliseconds between scheduled passes (`start()`). Default 1000, at most 2147483647 (Node's
+   * timer limit): the schedule is what guarantees progress when notifications are lost; LISTEN cuts
+   * latency below it.
+   */
+  readonly interval?: number;
+  /**
+   * Retry spacing for transient failures (defaults: {@link BackoffOptions}). With them and maxAttempts
+   * 10, an intent that keeps failing (OpenFGA unreachable, 5xx) is poisoned at its 10th attempt, after
+   * 9 delays with ceilings of 1, 2, 4, … 256 s: at most ~8.5 min (511 s), ~4.3 min on average. Raise
+   * `baseMs` (each doubling doubles that window) or the spec's `maxAttempts` to ride out longer outages.
+   */
+  readonly backoff?: BackoffOptions;
+  /**
+   * LISTEN on the spec's channel through a dedicated connection (Kysely's pool cannot hold one).
+   * Default off: pass `{ connectionString }` to wake on commits within milliseconds.
+   */
+  readonly listen?: false | { readonly connectionString: string };
+  /**
+   * Deadline for one sink call, in ms. Default 30000, at most 2147483647 (Node's timer limit):
+   * longer than any sane OpenFGA write, shorter than the time a stuck batch may hold its row locks.
+   * At it the sink's signal is aborted and the sink gets a grace (1 s, or this deadline if shorter)
+   * to return what it did; a sink that has not answered by then fails the whole batch as transient.
+   */
+  readonly deliveryTimeoutMs?: number;
+  /**
+   * Whether the drainer's own transactions wait for their commit to reach disk. Default false: each
+   * sets `synchronous_commit = off` for itself only, saving every batch a WAL flush. A Postgres crash
+   * then loses at most the last few hundred milliseconds of the drainer's bookkeeping: those intents
+   * are delivered again, in order, as at-least-once allows. Set true to keep the connection's
+   * setting, e.g. for a sink that is costly to repeat.
+   */
+  readonly synchronousCommit?: boolean;
+  /** Where the drainer logs. Default: console (warn and error only). */
+  readonly logger?: Logger;
+  /** Called for every batch and outcome, with timings (metrics hook). Exceptions (and rejections of an async hook) are ignored. */
+  readonly onEvent?: (event: DrainerEvent) => void;
+}

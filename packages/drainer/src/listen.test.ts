@@ -1,0 +1,122 @@
+import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createOutboxTable, defineOutbox, enqueueMany } from '@outbox/outbox';
+import { useTestDatabase } from '@outbox/test-stack';
+import pg from 'pg';
+import { describe, expect, test } from 'vitest';
+import { enqueueRows, freshOutbox, payload, quiet, waitUntil } from './testing/fixture.js';
+import { createDrainer, createRecordingSink } from './index.js';
+
+// LISTEN cuts latency; when it is lost, slow or flooded, the timer still delivers everything.
+const t = useTestDatabase();
+
+describe('LISTEN', () => {
+  test('LISTEN wakes the drainer within milliseconds of a commit, without the timer', async () => {
+    const spec = defineOutbox({ table: 'listen.outbox', partitionColumn: 'resource_id' });
+    await createOutboxTable(t.db, spec);
+    const deliveredAt: number[] = [];
+    const sink = createRecordingSink({ outcome: () => void deliveredAt.push(performance.now()) });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 3_600_000, listen: { connectionString: t.url } });
+    await drainer.start();
+    await sleep(100); // the initial pass is done
+    const latencies: number[] = [];
+    for (let i = 0; i < 5; i += 1) {
+      await t.db.transaction().execute((trx) => enqueueMany(trx, spec, [{ partitionKey: `vpc:${i}`, payload: payload(1) }]));
+      const committed = performance.now();
+      for (let w = 0; w < 200 && deliveredAt.length <= i; w += 1) await sleep(2);
+      latencies.push((deliveredAt[i] ?? Infinity) - committed);
+    }
+    await drainer.stop();
+    expect(sink.delivered).toHaveLength(5);
+    // Generous bound for a loaded 2-core CI machine; typically a few ms. The timer is an hour.
+    for (const latency of latencies) expect(latency).toBeLessThan(250);
+  });
+
+  test('the listener reconnects after its connection is terminated; the timer delivers meanwhile', async () => {
+    const spec = defineOutbox({ table: 'relisten.outbox', partitionColumn: 'resource_id' });
+    await createOutboxTable(t.db, spec);
+    const sink = createRecordingSink();
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 200, listen: { connectionString: t.url } });
+    await drainer.start();
+    const admin = new pg.Client({ connectionString: t.url });
+    await admin.connect();
+    const listenerPid = async () =>
+      (await admin.query<{ pid: number }>(`select pid from pg_stat_activity where datname = current_database() and query ilike 'listen%'`)).rows[0]?.pid;
+    let pid: number | undefined;
+    for (let i = 0; i < 50 && pid === undefined; i += 1) pid = await listenerPid().then(async (p) => p ?? (await sleep(20), undefined));
+    expect(pid).toBeDefined();
+    await admin.query('select pg_terminate_backend($1)', [pid]);
+
+    // With LISTEN down, the 200 ms timer still delivers.
+    await t.db.transaction().execute((trx) => enqueueMany(trx, spec, [{ partitionKey: 'vpc:during', payload: payload(1) }]));
+    for (let i = 0; i < 100 && sink.delivered.length < 1; i += 1) await sleep(20);
+    expect(sink.delivered.map((d) => d.partitionKey)).toEqual(['vpc:during']);
+
+    // And the listener comes back on a new connection.
+    let newPid: number | undefined;
+    for (let i = 0; i < 200 && (newPid === undefined || newPid === pid); i += 1) {
+      newPid = await listenerPid();
+      if (newPid === undefined || newPid === pid) await sleep(25);
+    }
+    expect(newPid).toBeDefined();
+    expect(newPid).not.toBe(pid);
+    await admin.end();
+    await drainer.stop();
+  });
+
+  test('a LISTEN host that accepts the connection and never answers: start() gives up on it within seconds, stop() at once', async () => {
+    const sockets: net.Socket[] = [];
+    const blackHole = net.createServer((socket) => void sockets.push(socket));
+    await new Promise<void>((resolve) => blackHole.listen(0, '127.0.0.1', resolve));
+    const { port } = blackHole.address() as net.AddressInfo;
+    try {
+      const spec = await freshOutbox(t.db);
+      await enqueueRows(t.db, spec, ['vpc:timer']);
+      const sink = createRecordingSink();
+      const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 100, listen: { connectionString: `postgres://u:p@127.0.0.1:${port}/db` } });
+      const started = Date.now();
+      const outcome = await Promise.race([drainer.start().then(() => 'started'), sleep(10_000).then(() => 'start() still pending after 10 s')]);
+      expect(outcome).toBe('started');
+      expect(Date.now() - started).toBeLessThan(8_000);
+      // The timer delivers without LISTEN.
+      await waitUntil('the timer to deliver', () => sink.delivered.length === 1);
+      // A stop() while a reconnect is in flight against the black hole returns promptly.
+      await waitUntil('a reconnect attempt', () => sockets.length >= 2, 10_000);
+      const stopping = Date.now();
+      const stopped = await Promise.race([drainer.stop().then(() => 'stopped'), sleep(5_000).then(() => 'stop() still pending after 5 s')]);
+      expect(stopped).toBe('stopped');
+      expect(Date.now() - stopping).toBeLessThan(1_000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      blackHole.close();
+    }
+  }, 30_000);
+
+  test('a storm of 4000 commits by 8 writers is coalesced into far fewer passes, and all is delivered', async () => {
+    const spec = await freshOutbox(t.db);
+    let batches = 0;
+    const sink = createRecordingSink();
+    const drainer = createDrainer({
+      db: t.kysely({ max: 2 }),
+      spec,
+      sink,
+      logger: quiet,
+      interval: 3_600_000,
+      listen: { connectionString: t.url },
+      onEvent: (e) => void (e.type === 'batch-claimed' && (batches += 1)),
+    });
+    await drainer.start();
+    const writers = t.kysely({ max: 8 });
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, w) => {
+        for (let i = 0; i < 500; i += 1) {
+          await writers.transaction().execute((trx) => enqueueMany(trx, spec, [{ partitionKey: `vpc:${w}:${i % 7}`, payload: payload(i) }]));
+        }
+      }),
+    );
+    await waitUntil('all 4000 delivered', () => sink.delivered.length === 4_000, 30_000);
+    expect(batches).toBeLessThan(4_000);
+    await drainer.stop();
+    await writers.destroy();
+  }, 60_000);
+});

@@ -1,0 +1,221 @@
+import { defineOutbox } from '@outbox/outbox';
+import { useTestDatabase } from '@outbox/test-stack';
+import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
+import { describe, expect, test } from 'vitest';
+import { claimBatch } from './claim.js';
+import { enqueueRows, freshOutbox, outboxRows, outboxTable, quiet, waitUntil } from './testing/fixture.js';
+import { createDrainer, createRecordingSink, SinkHaltError, type Intent, type Sink } from './index.js';
+
+// A pass: its transactions, their commits, and when it ends.
+const t = useTestDatabase();
+
+describe('a pass and its transactions', () => {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const backendState = async (db: Kysely<any>, pid: number) =>
+    (await sql<{ state: string }>`select state from pg_stat_activity where pid = ${pid}`.execute(db)).rows[0]?.state;
+
+  test('each batch commits before the next is delivered, in READ COMMITTED even on a serializable pool; the pass leaves its connection idle', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c']);
+    const pool = t.pool({ max: 1, options: '-c default_transaction_isolation=serializable' });
+    const statements: string[] = [];
+    const db = new KyselyClass({ dialect: new PostgresDialect({ pool }), log: (event) => {
+      statements.push(event.query.sql);
+    } });
+    const pid = Number((await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]?.pid);
+    const seenBefore: boolean[][] = [];
+    const sink = createRecordingSink({
+      outcome: async () => {
+        // From another connection (batches of one): what the earlier batches of this pass committed.
+        seenBefore.push((await outboxRows(t.db, spec)).map((r) => r.sent));
+        return undefined;
+      },
+    });
+    await createDrainer({ db, spec, sink, batchSize: 1, logger: quiet }).drainOnce();
+    expect(sink.delivered.map((i) => i.id)).toEqual(ids);
+    expect(seenBefore).toEqual([
+      [false, false, false],
+      [true, false, false],
+      [true, true, false],
+    ]);
+    const begins = statements.filter((q) => /begin/i.test(q));
+    expect(begins.length).toBeGreaterThan(0);
+    expect(begins.every((q) => /begin isolation level read committed$/i.test(q))).toBe(true);
+    // The empty transaction that found nothing more to claim was ended, not left open.
+    expect(await backendState(t.db, pid)).toBe('idle');
+    await db.destroy();
+  });
+
+  test('a full one-partition run goes out with its COMMIT and the next BEGIN in the settle\'s message; a short or failed one does not', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, Array.from({ length: 35 }, () => 'vpc:hot'));
+    const statements: string[] = [];
+    const db = new KyselyClass({
+      dialect: new PostgresDialect({ pool: t.pool({ max: 1 }) }),
+      log: (event) => {
+        statements.push(event.query.sql);
+      },
+    });
+    const sink = createRecordingSink();
+    const result = await createDrainer({ db, spec, sink, batchSize: 10, logger: quiet }).drainOnce();
+    expect(result).toMatchObject({ batches: 4, delivered: 35 });
+    expect(sink.delivered.map((i) => i.id)).toEqual(ids);
+    const settles = statements.filter((q) => q.includes('_settle"('));
+    expect(settles.map((q) => q.endsWith('; commit; begin isolation level read committed'))).toEqual([true, true, true, false]);
+    expect((await outboxRows(t.db, spec)).every((r) => r.sent && !r.is_head)).toBe(true);
+
+    // A failure in a full run: the settle goes alone, after the failure's update.
+    const failing = await freshOutbox(t.db);
+    await enqueueRows(t.db, failing, Array.from({ length: 10 }, () => 'vpc:hot'));
+    statements.length = 0;
+    let calls = 0;
+    const flaky = createRecordingSink({
+      // The fifth intent of the first batch fails once: four delivered, the rest released.
+      outcome: () => ((calls += 1) === 5 ? { kind: 'transient', error: 'try again' } : undefined),
+    });
+    // A long backoff: with the default (full jitter from 0 ms) the failed row could be due again
+    // within the same pass and make a second batch.
+    await createDrainer({ db, spec: failing, sink: flaky, batchSize: 10, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    const failedBatch = statements.filter((q) => q.includes('_settle"('));
+    expect(failedBatch).toHaveLength(1);
+    expect(failedBatch[0]).not.toContain('commit');
+    expect((await outboxRows(t.db, failing)).map((r) => r.sent)).toEqual([true, true, true, true, ...Array.from({ length: 6 }, () => false)]);
+    await db.destroy();
+  });
+
+  test('a batch that fails rolls back; the connection is clean for the next pass', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:b']);
+    const db = t.kysely({ max: 1 });
+    const pid = Number((await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]?.pid);
+    let calls = 0;
+    const flaky: Sink = {
+      deliver: async (intents) => {
+        calls += 1;
+        if (calls === 2) throw new SinkHaltError('credentials refused');
+        return intents.map(() => ({ kind: 'delivered' as const }));
+      },
+    };
+    const drainer = createDrainer({ db, spec, sink: flaky, batchSize: 1, logger: quiet });
+    expect(await drainer.drainOnce()).toMatchObject({ batches: 1, delivered: 1, halted: true });
+    expect(await backendState(t.db, pid)).toBe('idle');
+    // The halted batch's row was not counted against, and the first batch stayed committed.
+    expect((await outboxRows(t.db, spec)).map((r) => [r.sent, r.attempt_count])).toEqual([
+      [true, 0],
+      [false, 0],
+      [false, 0],
+    ]);
+    expect(await drainer.drainOnce()).toMatchObject({ delivered: 2, halted: false });
+    expect((await outboxRows(t.db, spec)).every((r) => r.sent)).toBe(true);
+    expect(ids).toHaveLength(3);
+    await db.destroy();
+  });
+});
+
+describe('commit durability', () => {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const setting = async (db: Kysely<any>) =>
+    (await sql<{ v: string }>`select current_setting('synchronous_commit') as v`.execute(db)).rows[0]?.v;
+
+  test('a claim asked for an asynchronous commit turns synchronous_commit off for its own transaction only', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
+    // Connections whose session setting is on (the test server itself may run with it off).
+    const db = t.kysely({ max: 1, options: '-c synchronous_commit=on' });
+    await db.transaction().execute(async (trx) => {
+      await sql`set local synchronous_commit = remote_write`.execute(trx);
+      await claimBatch(trx, spec, 1, { synchronousCommit: true });
+      expect(await setting(trx)).toBe('remote_write');
+    });
+    await db.transaction().execute(async (trx) => {
+      await claimBatch(trx, spec, 1, { synchronousCommit: false });
+      expect(await setting(trx)).toBe('off');
+    });
+    // The next transaction on the drainer's connection is back to the session's setting.
+    expect(await setting(db)).toBe('on');
+    await db.destroy();
+  });
+
+  test('the drainer claims with an asynchronous commit by default, and keeps the setting with synchronousCommit: true', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
+    const claims: string[] = [];
+    const db = new KyselyClass({
+      dialect: new PostgresDialect({ pool: t.pool({ max: 1 }) }),
+      log: (event) => {
+        const call = /_claim"\((.*?)\) c/.exec(event.query.sql);
+        if (call) claims.push(call[1]!);
+      },
+    });
+    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, logger: quiet }).drainOnce();
+    await enqueueRows(t.db, spec, ['vpc:c']);
+    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, logger: quiet, synchronousCommit: true }).drainOnce();
+    // (batch, heads, max attempts, runs, synchronous commit, flushed partitions); each pass ends with an empty claim.
+    expect(claims.map((c) => c.split(', ')[4])).toEqual(['false', 'false', 'false', 'true', 'true']);
+    expect((await outboxRows(t.db, spec)).every((r) => r.sent)).toBe(true);
+    await db.destroy();
+  });
+});
+
+describe('when a pass ends', () => {
+  test('a batch that failed as a whole ends the pass (the target is likely down); the next pass goes on behind it', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, Array.from({ length: 150 }, (_, i) => `bad:${i}`));
+    await enqueueRows(t.db, spec, Array.from({ length: 50 }, (_, i) => `good:${i}`));
+    const sink = createRecordingSink({ outcome: (i) => (i.partitionKey.startsWith('bad') ? { kind: 'transient', error: 'throttled' } : undefined) });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } });
+    // One batch of 100 failures: the pass stops there instead of trying the whole backlog against it.
+    expect(await drainer.drainOnce()).toMatchObject({ batches: 1, claimed: 100, retried: 100, delivered: 0 });
+    // Full jitter can draw a delay of a few ms: pin the failed rows' backoff to a minute.
+    await sql`update ${outboxTable(spec)} set next_attempt_at = now() + interval '1 minute' where attempt_count > 0`.execute(t.db);
+    // The next pass: the failed rows back off; the 50 other failing heads and the 50 good ones are claimed.
+    expect(await drainer.drainOnce()).toMatchObject({ claimed: 100, retried: 50, delivered: 50 });
+    expect((await outboxRows(t.db, spec)).filter((r) => r.resource_id.startsWith('bad')).every((r) => r.attempt_count === 1)).toBe(true);
+  });
+
+  test('a sink that reports every intent skipped (no progress possible) ends the pass instead of spinning', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
+    const calls: Intent[][] = [];
+    const sink: Sink = {
+      deliver: async (intents) => {
+        calls.push([...intents]);
+        return intents.map(() => ({ kind: 'skipped' as const }));
+      },
+    };
+    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
+    expect(result).toMatchObject({ claimed: 2, released: 2, delivered: 0 });
+    expect(calls).toHaveLength(1);
+  });
+
+  test('drainOnce counts a mixed pass: delivered, retried, poisoned, released', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['a', 'a', 'a', 'b', 'b', 'c']);
+    const [a1, a2, a3, b1, b2, c1] = ids;
+    const sink = createRecordingSink({
+      outcome: (i) => (i.id === a2 ? { kind: 'transient', error: 'blip' } : i.id === b1 ? { kind: 'permanent', error: 'bad' } : undefined),
+    });
+    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    // Batch 1: a1 delivered, a2 retried, a3 released; b1 poisoned, b2 released; c1 delivered. Batch 2: b2.
+    expect(result).toEqual({ batches: 2, claimed: 7, delivered: 3, retried: 1, poisoned: 1, released: 2, halted: false });
+    expect(sink.delivered.map((i) => i.id)).toEqual([a1, c1, b2]);
+    expect(a3).toBeDefined();
+  });
+
+  test('a pass whose table check fails (a drainer only kicked, never started, on a table that does not exist) is logged and emitted, not silent', async () => {
+    const spec = defineOutbox({ table: 'runtime.missing', partitionColumn: 'resource_id' });
+    const logged: string[] = [];
+    const events: string[] = [];
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      logger: { ...quiet, error: (message) => void logged.push(message) },
+      onEvent: (e) => void events.push(e.type),
+    });
+    drainer.kick(); // e.g. a service that kicks after each commit
+    await waitUntil('the failed pass to be reported', () => events.length > 0, 3_000).catch(() => undefined);
+    expect(events).toEqual(['pass-failed']);
+    expect(logged.join('\n')).toMatch(/drain pass failed: .*runtime\.missing/);
+  });
+});

@@ -1,0 +1,83 @@
+import type { Kysely } from 'kysely';
+import { OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import type { BackoffOptions } from './backoff.js';
+import type { DrainerConfig } from './drainer-config.js';
+import type { DrainerEvent, Logger } from './events.js';
+import { consoleLogger, guardedEmit, guardedLogger } from './guarded-hooks.js';
+import type { Sink } from './sink.js';
+
+/** Node's timers take at most 2^31 - 1 ms: a longer delay is silently replaced by 1 ms. */
+export const MAX_TIMER_MS = 2_147_483_647;
+/** A batch's settle takes one advisory lock per partition in it (docs/design.md §5: bound keys per batch). */
+const MAX_BATCH_SIZE = 1_000;
+
+/** A {@link DrainerConfig} checked, with its defaults filled in and its hooks guarded; frozen. */
+export interface ResolvedDrainerConfig {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  readonly db: Kysely<any>;
+  readonly spec: OutboxSpec;
+  readonly sink: Sink;
+  readonly batchSize: number;
+  readonly interval: number;
+  readonly deliveryTimeoutMs: number;
+  readonly backoff: Readonly<Required<BackoffOptions>>;
+  readonly listen: false | { readonly connectionString: string };
+  readonly synchronousCommit: boolean;
+  readonly logger: Logger;
+  readonly emit: (event: DrainerEvent) => void;
+}
+
+/** `value` (or `fallback` when undefined) if it is an integer from `min` to `max`; else an OutboxConfigError naming `field`. */
+export function integerInRange(field: string, value: unknown, range: { readonly fallback: number; readonly min: number; readonly max: number }): number {
+  const { fallback, min, max } = range;
+  const result = value ?? fallback;
+  if (typeof result !== 'number' || !Number.isInteger(result) || result < min || result > max) {
+    throw new OutboxConfigError(field, `expected an integer from ${min} to ${max}, got ${String(value)}`);
+  }
+  return result;
+}
+
+/** Checked: a NaN or negative delay would break or skip the retry spacing. */
+function resolveBackoff(options: BackoffOptions | undefined): Readonly<Required<BackoffOptions>> {
+  if (options !== undefined && (options === null || typeof options !== 'object')) {
+    throw new OutboxConfigError('backoff', `expected { baseMs?, maxMs? }, got ${String(options)}`);
+  }
+  const maxMs = integerInRange('backoff.maxMs', options?.maxMs, { fallback: 300_000, min: 0, max: MAX_TIMER_MS });
+  // A cap given alone below the default base lowers the base with it: `{ maxMs: 500 }` means "never wait longer".
+  const baseMs = integerInRange('backoff.baseMs', options?.baseMs, { fallback: Math.min(1_000, maxMs), min: 0, max: MAX_TIMER_MS });
+  if (baseMs > maxMs) throw new OutboxConfigError('backoff.maxMs', `expected at least backoff.baseMs (${baseMs}), got ${maxMs}`);
+  return Object.freeze({ baseMs, maxMs });
+}
+
+/** Checks `config` field by field; the first bad one throws an OutboxConfigError naming it. */
+export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConfig {
+  if (!config || typeof config !== 'object') throw new OutboxConfigError('config', 'expected { db, spec, sink }');
+  if (!config.db) throw new OutboxConfigError('db', 'a Kysely instance is required');
+  if (!config.spec || typeof config.spec.partitionColumn !== 'string') {
+    throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
+  }
+  if (!config.sink || typeof config.sink.deliver !== 'function') throw new OutboxConfigError('sink', 'expected an object with deliver(intents, context)');
+  const batchSize = integerInRange('batchSize', config.batchSize, { fallback: 100, min: 1, max: MAX_BATCH_SIZE });
+  const interval = integerInRange('interval', config.interval, { fallback: 1_000, min: 1, max: MAX_TIMER_MS });
+  const deliveryTimeoutMs = integerInRange('deliveryTimeoutMs', config.deliveryTimeoutMs, { fallback: 30_000, min: 1, max: MAX_TIMER_MS });
+  const backoff = resolveBackoff(config.backoff);
+  if (config.synchronousCommit !== undefined && typeof config.synchronousCommit !== 'boolean') {
+    throw new OutboxConfigError('synchronousCommit', `expected a boolean, got ${String(config.synchronousCommit)}`);
+  }
+  if (config.listen && !config.listen.connectionString) {
+    throw new OutboxConfigError('listen', 'expected { connectionString } for the LISTEN connection, or false');
+  }
+  return Object.freeze({
+    db: config.db,
+    spec: config.spec,
+    sink: config.sink,
+    batchSize,
+    interval,
+    deliveryTimeoutMs,
+    backoff,
+    listen: config.listen ? Object.freeze({ connectionString: config.listen.connectionString }) : false,
+    synchronousCommit: config.synchronousCommit ?? false,
+    logger: guardedLogger(config.logger ?? consoleLogger),
+    emit: guardedEmit(config),
+  });
+}
