@@ -1,4 +1,5 @@
 import { OutboxConfigError } from './errors.js';
+import { integerInRange } from './integer-in-range.js';
 
 /** The partition column of a register-outbox: one row per FGA object, keyed on its global id. */
 export const REGISTER_OUTBOX_PARTITION = 'resource_id';
@@ -129,10 +130,7 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
     throw new OutboxConfigError('partitionColumn', `"${partitionColumn}" is one of the outbox table's own columns (${CONTRACT_COLUMNS.join(', ')}): name the partition column something else`);
   }
   const channel = identifier('channel', input.channel ?? `${schema}_${tableName}`);
-  const maxAttempts = input.maxAttempts ?? 10;
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000) {
-    throw new OutboxConfigError('maxAttempts', `expected an integer from 1 to 1000, got ${String(input.maxAttempts)}`);
-  }
+  const maxAttempts = integerInRange('maxAttempts', input.maxAttempts ?? 10, 1, 1_000);
   const coverage = input.supersededCoverageSql;
   if (coverage !== undefined) {
     if (typeof coverage !== 'string' || coverage.trim() === '') {

@@ -1,4 +1,5 @@
-import { sql, type Kysely, type Transaction } from 'kysely';
+import { sql, type Transaction } from 'kysely';
+import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, PayloadError } from './errors.js';
 import { compareIds } from './ids.js';
@@ -6,6 +7,7 @@ import { countedMaxAttemptsSql } from './max-attempts.js';
 import { lockPartitions } from './partition-lock.js';
 import { partitionRangeSql } from './partition-range.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
+import { rowStates } from './row-states.js';
 import { tableNames } from './table-names.js';
 
 /** One intent to enqueue. */
@@ -21,8 +23,7 @@ export interface EnqueueInput {
  */
 export const MAX_INTENTS_PER_ENQUEUE = 1_000;
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-function requireTransaction(trx: Kysely<any>): void {
+function requireTransaction(trx: AnyKysely): void {
   if (!trx?.isTransaction) {
     throw new OutboxConfigError(
       'trx',
@@ -34,11 +35,7 @@ function requireTransaction(trx: Kysely<any>): void {
 
 const READ_COMMITTED = 'read committed';
 
-/**
- * The partitions' advisory locks, sorted by hash (as `lockPartitions` takes them), taken only when
- * the transaction is READ COMMITTED; returns the isolation level either way, in the same round trip.
- * The guard is an init-plan: when it is false no lock is taken.
- */
+/** The partitions' advisory locks, taken only under READ COMMITTED; returns the isolation level either way. */
 function lockPartitionsIfReadCommitted(spec: OutboxSpec, keys: readonly string[]) {
   const readCommitted = sql<boolean>`current_setting('transaction_isolation') = ${READ_COMMITTED}`;
   return sql<{ isolation: string }>`
@@ -79,12 +76,7 @@ function notReadCommitted(isolation: string): OutboxConfigError {
  *   await enqueueMany(trx, vpcOutbox, [{ partitionKey: `vpc:${row.id}`, payload }]);
  * });
  */
-export async function enqueueMany(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  trx: Transaction<any>,
-  spec: OutboxSpec,
-  intents: readonly EnqueueInput[],
-): Promise<string[]> {
+export async function enqueueMany<DB>(trx: Transaction<DB>, spec: OutboxSpec, intents: readonly EnqueueInput[]): Promise<string[]> {
   requireTransaction(trx);
   if (!Array.isArray(intents)) throw new PayloadError('intents', 'expected an array of { partitionKey, payload }');
   if (intents.length > MAX_INTENTS_PER_ENQUEUE) {
@@ -94,13 +86,7 @@ export async function enqueueMany(
 }
 
 /** Validates, locks and inserts; `at(i)` prefixes the PayloadError path of intent `i`. */
-async function insertIntents(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  trx: Transaction<any>,
-  spec: OutboxSpec,
-  intents: readonly EnqueueInput[],
-  at: (index: number) => string,
-): Promise<string[]> {
+async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly EnqueueInput[], at: (index: number) => string): Promise<string[]> {
   if (intents.length === 0) return [];
   // Every index, holes included (map skips a hole: its key would go to the INSERT as NULL).
   const all = Array.from({ length: intents.length }, (_, i) => intents[i]);
@@ -112,24 +98,16 @@ async function insertIntents(
   const lock = await lockPartitionsIfReadCommitted(spec, distinct).execute(trx);
   const isolation = lock.rows[0]?.isolation ?? '';
   if (isolation !== READ_COMMITTED) throw notReadCommitted(isolation);
-  // A later statement than the lock: its snapshot sees every row committed by the lock's previous
-  // holder. Deliverable is counted with the maxAttempts the table records (the spec's when it
-  // records none), as the drainers that verified the table do, even when this writer's spec is
-  // older or newer than the table's (a rolling change of maxAttempts, see setMaxAttempts).
-  // One probe per key that stops at the key's first deliverable row (LIMIT 1 in a LATERAL: never a
-  // hash join over the pending rows), so the cost follows the keys, not their backlog: reading
-  // every pending row of a hot key (a 50k-row backlog: ~20 ms) under its advisory lock capped
-  // that key's enqueue rate.
+  // A later statement than the lock, so its snapshot sees what the lock's previous holder committed;
+  // counted with the table's maxAttempts, as the drainers count. One probe per key (LIMIT 1 in a
+  // LATERAL), on the partition-head index (see partitionRangeSql): the cost follows the keys.
   const live = await sql<{ key: string }>`
     select u.k as key from unnest(${distinct}::text[]) as u(k)
     cross join lateral (
       select 1 from ${sql.raw(n.table)} x
-      -- The key's rows as a range of (partition, id), which only the partition-head index serves,
-      -- with or without statistics (see partitionRangeSql).
       where ${sql.raw(partitionRangeSql('x', n.partition, 'u.k'))}
-        and x.sent_at is null and x.retired_at is null
-        and x.attempt_count < ${countedMaxAttemptsSql(spec)}
-      order by x.${sql.raw(n.partition)}, x.id -- the partition-head index's order
+        and ${rowStates('x').deliverable(countedMaxAttemptsSql(spec))}
+      order by x.${sql.raw(n.partition)}, x.id
       limit 1
     ) found`.execute(trx);
   const hasHead = new Set(live.rows.map((r) => r.key));
@@ -163,8 +141,7 @@ async function insertIntents(
  *   });
  * });
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function enqueue(trx: Transaction<any>, spec: OutboxSpec, intent: EnqueueInput): Promise<string> {
+export async function enqueue<DB>(trx: Transaction<DB>, spec: OutboxSpec, intent: EnqueueInput): Promise<string> {
   requireTransaction(trx);
   const [id] = await insertIntents(trx, spec, [intent], () => '');
   return id as string;

@@ -1,17 +1,13 @@
-import { sql, type Kysely, type RawBuilder } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
+import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, OutboxTableError } from './errors.js';
+import { integerInRange } from './integer-in-range.js';
+import { rowStates } from './row-states.js';
 import { tableNames } from './table-names.js';
 
-/*
- * The table records the `maxAttempts` its rows were counted against, in the comment on its
- * `attempt_count` column. Which rows are deliverable (and so which row is each partition's head)
- * depends on that number: a process running with another value would see poisoned rows as
- * deliverable or the other way round, and strand or reorder partitions (DESIGN §5, the head
- * invariant). `verifyOutboxTable` refuses a spec whose value differs, `enqueue` counts with the
- * recorded value, and `setMaxAttempts` is the one way to change it.
- */
-
+// The table records the maxAttempts its rows were counted against in the comment on attempt_count:
+// which rows are deliverable, hence heads, depends on it (docs/outbox-sql.md, "maxAttempts").
 const MARKER = '@outbox/outbox max_attempts=';
 const PATTERN = '@outbox/outbox max_attempts=([0-9]+)';
 
@@ -29,48 +25,53 @@ export function maxAttemptsCommentDdl(spec: OutboxSpec, maxAttempts: number): st
   return `comment on column ${tableNames(spec).table}.attempt_count is '${comment}'`;
 }
 
-/**
- * SQL for the table's recorded `maxAttempts` (an integer), or NULL when nothing is recorded (a
- * table created before this was recorded). A scalar subquery of the catalog: in a WHERE clause it
- * is an init-plan, read once per statement. Plain SQL text without parameters (the names in it are
- * validated identifiers), so it also fits a simple-protocol statement such as the drainer's claim.
- *
- * @internal shared by @outbox/drainer (its claim checks it); not for application code.
- */
-export function recordedMaxAttemptsSql(spec: OutboxSpec): RawBuilder<number | null> {
+/** {@link recordedMaxAttemptsSql} as text. */
+export function recordedMaxAttemptsText(spec: OutboxSpec): string {
   const relation = `"${spec.schema}"."${spec.tableName}"`;
-  return sql.raw<number | null>(`(
+  return `(
     select substring(col_description(a.attrelid, a.attnum) from '${PATTERN}')::integer
     from pg_catalog.pg_attribute a
-    where a.attrelid = '${relation}'::regclass and a.attname = 'attempt_count' and not a.attisdropped)`);
+    where a.attrelid = '${relation}'::regclass and a.attname = 'attempt_count' and not a.attisdropped)`;
 }
 
 /**
- * SQL for the `maxAttempts` rows are counted with: the one the table records, or the spec's when it
- * records none (a table of an earlier release). What enqueue and `outboxStats` count with, as the
- * drainers that verified the table do, even when the caller's spec is older or newer (a rolling
- * change of maxAttempts).
+ * SQL for the table's recorded `maxAttempts`, or NULL when it records none (a table of an earlier
+ * release). A scalar subquery without parameters: read once per statement, and it fits a
+ * simple-protocol statement.
+ *
+ * @example
+ * sql`select ${recordedMaxAttemptsSql(spec)} as recorded`
+ */
+export function recordedMaxAttemptsSql(spec: OutboxSpec): RawBuilder<number | null> {
+  return sql.raw<number | null>(recordedMaxAttemptsText(spec));
+}
+
+/**
+ * SQL for the `maxAttempts` rows are counted with: the table's, or the spec's when it records none.
+ * Enqueue and `outboxStats` count as the drainers do, whatever the caller's spec says.
  */
 export function countedMaxAttemptsSql(spec: OutboxSpec): RawBuilder<number> {
   return sql<number>`coalesce(${recordedMaxAttemptsSql(spec)}, ${sql.lit(spec.maxAttempts)})`;
 }
 
 /**
- * The `maxAttempts` the table records, or undefined when it records none (a table created by an
- * earlier release, which did not record it; see {@link setMaxAttempts}).
+ * The `maxAttempts` the table records, or undefined when it records none (see {@link setMaxAttempts}).
+ *
+ * @example
+ * const recorded = await recordedMaxAttempts(db, vpcOutbox);
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function recordedMaxAttempts(db: Kysely<any>, spec: OutboxSpec): Promise<number | undefined> {
+export async function recordedMaxAttempts(db: AnyKysely, spec: OutboxSpec): Promise<number | undefined> {
   const result = await sql<{ recorded: number | null }>`select ${recordedMaxAttemptsSql(spec)} as recorded`.execute(db);
   const recorded = result.rows[0]?.recorded;
   return recorded === null || recorded === undefined ? undefined : Number(recorded);
 }
 
 /**
- * The error of a process that counts with `spec.maxAttempts` while the table records `recorded`:
- * it was left running across a `setMaxAttempts`, and would strand or reorder partitions if it went on.
+ * The error of a process counting with `spec.maxAttempts` while the table records `recorded`: it
+ * outlived a `setMaxAttempts`, and would strand or reorder partitions if it went on.
  *
- * @internal shared by @outbox/drainer and @outbox/reconciler; not for application code.
+ * @example
+ * throw maxAttemptsChangedError(spec, 20, 'drainer');
  */
 export function maxAttemptsChangedError(spec: OutboxSpec, recorded: number, who: string): OutboxConfigError {
   return new OutboxConfigError(
@@ -81,15 +82,14 @@ export function maxAttemptsChangedError(spec: OutboxSpec, recorded: number, who:
 }
 
 /**
- * Throws {@link maxAttemptsChangedError} when the table records a `maxAttempts` other than the
- * spec's. Run it inside the transaction it guards, in a statement after that transaction locked the
- * rows it will change: `setMaxAttempts` holds the table in EXCLUSIVE mode, so the check then sees its
- * commit, or it waits for this transaction to end.
+ * Throws {@link maxAttemptsChangedError} when the table records another `maxAttempts` than the
+ * spec. Run it in the transaction it guards, after that transaction locked the rows it will change:
+ * `setMaxAttempts` then either committed before, or waits for this transaction.
  *
- * @internal shared by @outbox/reconciler (its passes and retire); not for application code.
+ * @example
+ * await assertRecordedMaxAttempts(trx, spec, 'reconciler');
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function assertRecordedMaxAttempts(trx: Kysely<any>, spec: OutboxSpec, who: string): Promise<void> {
+export async function assertRecordedMaxAttempts(trx: AnyKysely, spec: OutboxSpec, who: string): Promise<void> {
   const recorded = await recordedMaxAttempts(trx, spec);
   if (recorded !== undefined && recorded !== spec.maxAttempts) throw maxAttemptsChangedError(spec, recorded, who);
 }
@@ -97,9 +97,9 @@ export async function assertRecordedMaxAttempts(trx: Kysely<any>, spec: OutboxSp
 /** Options of {@link setMaxAttempts}. */
 export interface SetMaxAttemptsOptions {
   /**
-   * The `maxAttempts` the table's rows have been counted against so far. Needed only for a table
-   * that records none (created before the value was recorded): pass the value your drainers ran
-   * with. When the table records a value, `from` must be omitted or equal to it.
+   * The `maxAttempts` the rows have been counted against so far. Needed only for a table that
+   * records none (an earlier release's): the value its drainers ran with. When the table records
+   * one, omit it or pass that value.
    */
   readonly from?: number;
 }
@@ -111,53 +111,34 @@ export interface SetMaxAttemptsResult {
   /** The value now recorded (the spec's). */
   readonly to: number;
   /**
-   * Pending rows whose `attempt_count` was moved so that none changed state: when raising, rows
-   * already poisoned are set to the new value (they stay poisoned: redrive them); when lowering,
-   * rows still being retried that have failed the new value's times or more are set to one below
-   * it (one attempt left).
+   * Pending rows whose `attempt_count` was moved so that none changed state: raising keeps the
+   * poisoned ones poisoned (redrive them); lowering leaves rows still retried one attempt.
    */
   readonly adjusted: number;
 }
 
 /**
- * Changes the table's `maxAttempts` to `spec.maxAttempts` — the migration step that must precede
- * deploying a spec with a new value (until it runs, `verifyOutboxTable` refuses that spec).
+ * Changes the table's `maxAttempts` to `spec.maxAttempts`: the migration step before deploying a
+ * spec with a new value (until it runs, `verifyOutboxTable` refuses that spec). No row changes
+ * state, so heads stay where they are: it adjusts the `attempt_count` of the pending rows the new
+ * value would flip and records the value, holding the table in EXCLUSIVE mode (enqueues, claims
+ * and redrives wait; reads go on). Idempotent.
  *
- * It keeps the head invariant (DESIGN §5) by changing no row's state: it adjusts `attempt_count`
- * of the pending rows whose state the new value would flip, then records the new value, in one
- * transaction that holds the table in EXCLUSIVE mode (it waits for in-flight enqueues, claims and
- * redrives, and blocks new ones, until it commits — reads go on). Raising does not revive rows
- * already poisoned: they keep being poisoned and wait for the reconciler, which still refuses to
- * revive a superseded one. Lowering poisons nothing at once: a row still being retried gets at
- * most one more attempt. Idempotent: with the value already recorded, it changes nothing.
- *
- * Stop the drainers and reconcilers that run with the old value before it runs: counting with the
- * old value they would strand partitions, so after it they refuse to work (an `OutboxConfigError`
- * naming `maxAttempts` from every claim, pass and retire) until restarted with the new spec. Writers
- * may keep running: `enqueue` counts with the value the table records.
- *
- * Runs inside `db` when it is a transaction (e.g. a Kysely migration's; it must be READ
- * COMMITTED), else in a READ COMMITTED transaction of its own.
+ * Stop the drainers and reconcilers running with the old value first: afterwards they refuse to
+ * work until restarted with the new spec. Writers may keep running. Runs in `db` when it is a
+ * (READ COMMITTED) transaction, else in one of its own.
  *
  * @example
- * // in a migration, before deploying `defineOutbox({ …, maxAttempts: 20 })`
- * export const up = (db: Kysely<any>) => setMaxAttempts(db, vpcOutbox);
+ * // a migration, before deploying defineOutbox({ …, maxAttempts: 20 })
+ * export const up = (db: AnyKysely) => setMaxAttempts(db, vpcOutbox);
  */
-export async function setMaxAttempts(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  db: Kysely<any>,
-  spec: OutboxSpec,
-  options: SetMaxAttemptsOptions = {},
-): Promise<SetMaxAttemptsResult> {
-  if (options.from !== undefined && (!Number.isInteger(options.from) || options.from < 1)) {
-    throw new OutboxConfigError('from', `expected a positive integer, got ${String(options.from)}`);
-  }
+export async function setMaxAttempts(db: AnyKysely, spec: OutboxSpec, options: SetMaxAttemptsOptions = {}): Promise<SetMaxAttemptsResult> {
+  if (options.from !== undefined) integerInRange('from', options.from, 1);
   if (db.isTransaction) return changeMaxAttempts(db, spec, options);
   return db.transaction().setIsolationLevel('read committed').execute((trx) => changeMaxAttempts(trx, spec, options));
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function changeMaxAttempts(trx: Kysely<any>, spec: OutboxSpec, options: SetMaxAttemptsOptions): Promise<SetMaxAttemptsResult> {
+async function changeMaxAttempts(trx: AnyKysely, spec: OutboxSpec, options: SetMaxAttemptsOptions): Promise<SetMaxAttemptsResult> {
   const n = tableNames(spec);
   const relation = `"${spec.schema}"."${spec.tableName}"`;
   const found = await sql<{ oid: number | null; isolation: string }>`
@@ -172,9 +153,7 @@ async function changeMaxAttempts(trx: Kysely<any>, spec: OutboxSpec, options: Se
   }
   if (oid === null || oid === undefined) throw new OutboxTableError(spec.table, [`the table ${spec.table} itself (it does not exist)`]);
 
-  // Waits for every transaction that wrote or row-locked the table (enqueues, the drainer's
-  // claims, redrives) and holds off new ones until commit; plain reads go on. Self-conflicting:
-  // two runs of this function take turns. Next statements see everything committed before.
+  // Waits for every writer and row-locker of the table and holds off new ones until commit.
   await sql.raw(`lock table ${n.table} in exclusive mode`).execute(trx);
 
   const recorded = await recordedMaxAttempts(trx, spec);
@@ -193,21 +172,20 @@ async function changeMaxAttempts(trx: Kysely<any>, spec: OutboxSpec, options: Se
     );
   }
   const to = spec.maxAttempts;
-  const pending = sql`sent_at is null and retired_at is null`;
+  const row = rowStates();
   let adjusted = 0;
   if (to > from) {
-    // Poisoned under `from`, deliverable under `to`: keep them poisoned (no head moves; a
-    // superseded row must never become deliverable by a configuration change).
+    // Poisoned under `from`, deliverable under `to`: kept poisoned (a superseded row must never
+    // become deliverable by a configuration change).
     const result = await sql`
       update ${sql.raw(n.table)} set attempt_count = ${to}
-      where ${pending} and attempt_count >= ${from} and attempt_count < ${to}`.execute(trx);
+      where ${row.poisoned(from)} and ${row.attemptsLeft(to)}`.execute(trx);
     adjusted = Number(result.numAffectedRows ?? 0);
   } else if (to < from) {
-    // Deliverable under `from`, poisoned under `to`: keep them deliverable, with one attempt left
-    // (a head stays the head; no successor is promoted over it).
+    // Deliverable under `from`, poisoned under `to`: kept deliverable with one attempt left.
     const result = await sql`
       update ${sql.raw(n.table)} set attempt_count = ${to - 1}
-      where ${pending} and attempt_count >= ${to} and attempt_count < ${from}`.execute(trx);
+      where ${row.deliverable(from)} and ${row.exhausted(to)}`.execute(trx);
     adjusted = Number(result.numAffectedRows ?? 0);
   }
   if (recorded !== to) await sql.raw(maxAttemptsCommentDdl(spec, to)).execute(trx);

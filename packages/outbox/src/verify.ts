@@ -1,4 +1,5 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
+import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { drainFunctionMarker } from './drain-functions.js';
 import { OutboxConfigError, OutboxTableError } from './errors.js';
@@ -85,8 +86,7 @@ const normalise = (text: string | null) => (text ?? '').replace(/[()\s]+/g, ' ')
  * @example
  * await verifyOutboxTable(db, vpcOutbox);
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Promise<void> {
+export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promise<void> {
   const relation = `"${spec.schema}"."${spec.tableName}"`;
   const exists = await sql<{ oid: number | null }>`select to_regclass(${relation})::oid as oid`.execute(db);
   const oid = exists.rows[0]?.oid;
