@@ -26,9 +26,7 @@ export interface ResourceColumn {
  * `columns` adds the service's own.
  */
 export interface ResourceTable<C extends Readonly<Record<string, ResourceColumn>> = Readonly<Record<string, ResourceColumn>>> {
-  /** The service's schema, e.g. `vpc`. */
   readonly schema: string;
-  /** The table within it, e.g. `vpcs`. */
   readonly table: string;
   /** `<schema>.<table>`. */
   readonly qualifiedName: string;

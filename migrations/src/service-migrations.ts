@@ -5,15 +5,12 @@ import { createIamTables, dropIamTables } from './iam-schema.js';
 import { createResourceTable, dropResourceTable, type ResourceTable } from './resource-table.js';
 import { iamOutbox } from './specs.js';
 
-/*
- * Every builder here is frozen (docs/migrations.md): a migration means what it meant when it
- * shipped, whatever the release that runs it. A change is a new migration.
- */
+// What these call must not change once shipped (docs/migrations.md): frozen-migrations.test.ts pins
+// the SQL of every migration.
 
-/** The drainer's functions as the first outbox migrations (0001–0006) created them. */
+/** The drainer's functions the first migrations (0001–0006) shipped with. */
 const FIRST_DRAIN_FUNCTIONS: DrainFunctionVersions = { claim: 'v3', settle: 'v2' };
 
-/** The outbox table (version 1) and the drainer's functions the first migrations shipped with. */
 async function createOutbox(db: AnyKysely, spec: OutboxSpec): Promise<void> {
   await executeStatements(db, [...outboxTableDdlV1(spec), ...drainFunctionsDdl(spec, FIRST_DRAIN_FUNCTIONS)]);
 }
@@ -54,10 +51,8 @@ export const iamMigration: Migration = {
 };
 
 /**
- * Brings the drainer's functions of existing outboxes to `versions`: a database migrated by an
- * earlier build otherwise fails `verifyOutboxTable` at service start. Earlier claim overloads stay
- * (drainers of the earlier build keep working until replaced); `down` leaves the functions, which
- * the earlier build does not call.
+ * Brings the drainer's functions of `specs` to `versions`. Earlier claim overloads stay for the
+ * earlier build's drainers; `down` leaves the functions, which that build does not call.
  */
 export function drainFunctionsMigration(specs: readonly OutboxSpec[], versions: DrainFunctionVersions): Migration {
   return {

@@ -1,12 +1,10 @@
 import type { Kysely } from 'kysely';
 
 /**
- * A Kysely instance or transaction over any database type. The outbox only runs its own SQL, so
- * it accepts the caller's `Kysely<MyDatabase>` whatever `MyDatabase` is; `Kysely<unknown>` would
- * not accept it (Kysely is invariant in its database type).
- *
+ * A Kysely or transaction over any database: the outbox runs only its own SQL, and `Kysely<unknown>`
+ * would refuse the caller's `Kysely<MyDatabase>` (Kysely is invariant in it).
  * @example
- * export async function up(db: AnyKysely): Promise<void> { await createOutboxTable(db, vpcOutbox); }
+ * export const up = (db: AnyKysely) => createOutboxTable(db, vpcOutbox);
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyKysely = Kysely<any>;

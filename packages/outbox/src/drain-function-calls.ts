@@ -4,41 +4,35 @@ import type { IntentPayload } from './payload.js';
 import { sqlLiteral } from './sql-literal.js';
 import { tableNames } from './table-names.js';
 
-/*
- * The drainer's two calls per batch, as SQL text with every argument a literal, passed by name:
- * parameterless, each goes out as one simple-protocol message (see `sqlLiteral`).
- */
+// The drainer's two calls per batch: literals passed by name, one simple-protocol message each.
 
-/** What one claim asks for (see docs/outbox-sql.md). */
+/** What one claim asks for (docs/outbox-sql.md, "The claim"). */
 export interface ClaimOptions {
-  /** At most this many rows, heads and runs together. */
+  /** At most this many rows, heads and runs together. Required. */
   readonly batchSize: number;
-  /** At most this many heads. Default `batchSize`. */
+  /** At most this many heads. Default `batchSize`: a batch of single-row partitions fills it. */
   readonly headLimit?: number;
-  /** Also claim the runs behind the heads. Default true; false when no partition has a second row. */
+  /** Also claim the runs behind the heads. Default true; false only when no partition has a second row. */
   readonly runs?: boolean;
-  /** Default true. False turns `synchronous_commit` off for the claiming transaction. */
+  /** Default true (stock durability); false turns `synchronous_commit` off for the transaction. */
   readonly synchronousCommit?: boolean;
-  /** Partitions a flush waits for, the oldest flush first: claimed ahead of the others. Default none. */
+  /** Partitions a flush waits for, oldest flush first, claimed ahead. Default none. */
   readonly flushKeys?: readonly string[];
 }
 
-/** One row of {@link claimStatement}: a claimed intent, and the `maxAttempts` the table records. */
+/** One row of {@link claimStatement}: a claimed intent (a head, or a row of a head's run). */
 export interface ClaimedRow {
   readonly id: string;
   readonly partition_key: string;
   readonly payload: IntentPayload;
   readonly attempt_count: number;
-  /** A partition head (false: a row of a head's run). */
   readonly head: boolean;
-  /** The table's recorded `maxAttempts` (null: none), to refuse a batch claimed with another one. */
+  /** The table's recorded `maxAttempts` (null: none): refuse the batch when it is not the spec's. */
   readonly recorded: number | null;
 }
 
 /**
- * The statement that claims a batch through the table's claim function, returning
- * {@link ClaimedRow}s. Run it in the transaction that delivers the batch.
- *
+ * The statement that claims a batch, returning {@link ClaimedRow}s, in the delivering transaction.
  * @example
  * const { rows } = await sql.raw<ClaimedRow>(claimStatement(spec, { batchSize: 100 })).execute(trx);
  */
@@ -59,22 +53,13 @@ export function claimStatement(spec: OutboxSpec, options: ClaimOptions): string 
 
 /** What a settle does besides giving `keys` their heads back. */
 export interface SettleOptions {
-  /** Rows to mark delivered in the same call. */
+  /** Rows to mark delivered in the same call. Default none. */
   readonly markDelivered?: readonly string[];
-  /**
-   * Per key, an id its next head is known to follow (the drainer's last delivered or poisoned row
-   * of the key): the look-up starts past the index entries of rows delivered before it.
-   */
+  /** Per key, an id its next head follows, where the look-up starts. Default: the partition's start. */
   readonly after?: ReadonlyMap<string, string>;
 }
 
-/**
- * The statement of one call of the table's settle function (see `promoteHeads`), or undefined when
- * there is nothing to settle. The drainer may send it together with its `COMMIT`.
- *
- * @example
- * const statement = settleStatement(spec, ['vpc:v1'], { markDelivered: ['42'] });
- */
+/** The statement of one settle call (see `promoteHeads`), or undefined when there is nothing to settle. */
 export function settleStatement(spec: OutboxSpec, keys: readonly string[], options: SettleOptions = {}): string | undefined {
   const delivered = options.markDelivered ?? [];
   if (keys.length === 0 && delivered.length === 0) return undefined;

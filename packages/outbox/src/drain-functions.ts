@@ -5,7 +5,7 @@ import { executeStatements } from './execute-statements.js';
 import { expandSqlTemplate } from './sql-template.js';
 import { tableNames } from './table-names.js';
 
-// Each literal path is inlined by the build (tsup.config.base.ts): the bundle carries its SQL.
+// The build inlines each of these reads (tsup.config.base.ts): the bundle carries the SQL.
 const TEMPLATES = {
   claim: {
     v3: readFileSync(new URL('./sql/claim.v3.sql', import.meta.url), 'utf8'),
@@ -17,10 +17,7 @@ const TEMPLATES = {
   },
 } as const;
 
-/**
- * Which released text of each drainer function to create. A released version never changes: a
- * change is a new `sql/<fn>.v<N>.sql` file (docs/migrations.md).
- */
+/** Which released text of each drainer function to create; a released file never changes (docs/migrations.md). */
 export interface DrainFunctionVersions {
   readonly claim: keyof typeof TEMPLATES.claim;
   readonly settle: keyof typeof TEMPLATES.settle;
@@ -39,21 +36,12 @@ export const DRAIN_FUNCTION_SIGNATURES = {
   settle: ['(bigint[], text[], bigint[], integer)'],
 } as const;
 
-/**
- * The marker written into a function's body: `verifyOutboxTable` looks for it, so functions of
- * another release or another spec are reported instead of misbehaving.
- */
+/** The marker in a function's body, by which `verifyOutboxTable` tells another release's or another spec's function. */
 export function drainFunctionMarker(spec: OutboxSpec, fn: 'claim' | 'settle', version: string = LATEST_DRAIN_FUNCTIONS[fn]): string {
   return `@outbox/outbox ${fn} ${version} ${spec.table} ${spec.partitionColumn}`;
 }
 
-/**
- * The `create or replace function` statements of the drainer's claim and settle functions for
- * `spec` (docs/outbox-sql.md), at `versions` (default: this release's).
- *
- * @example
- * for (const statement of drainFunctionsDdl(vpcOutbox, { claim: 'v4', settle: 'v3' })) await sql.raw(statement).execute(db);
- */
+/** The `create or replace function` statements of the drainer's claim and settle for `spec`, at `versions` (default: this release's). */
 export function drainFunctionsDdl(spec: OutboxSpec, versions: DrainFunctionVersions = LATEST_DRAIN_FUNCTIONS): string[] {
   const n = tableNames(spec);
   const names = {
@@ -70,11 +58,8 @@ export function drainFunctionsDdl(spec: OutboxSpec, versions: DrainFunctionVersi
 }
 
 /**
- * Creates (or replaces) the drainer's functions of an existing outbox table with this release's:
- * the upgrade step for a table whose functions `verifyOutboxTable` reports as another release's.
- * Idempotent; run it inside a migration. Earlier claim overloads stay, so drainers of the previous
- * release keep working through a rolling upgrade. `createOutboxTable` already includes it.
- *
+ * Replaces a table's drainer functions with this release's (earlier overloads stay, for a rolling
+ * upgrade). Idempotent. A migration you keep uses `outboxMigrations`' steps.
  * @example
  * export const up = (db: AnyKysely) => createDrainFunctions(db, vpcOutbox);
  */

@@ -12,15 +12,12 @@ import { tableNames } from './table-names.js';
 
 /** One intent to enqueue. */
 export interface EnqueueInput {
-  /** The partition (ordering) key: the resource id, or the tuple key for the tuple outbox. */
+  /** The ordering key: the resource id, or the tuple key of the tuple outbox. */
   readonly partitionKey: string;
   readonly payload: IntentPayload;
 }
 
-/**
- * At most this many intents per `enqueueMany` call: each distinct key holds an advisory lock until
- * commit, and Postgres' shared lock table has ~6.4k slots by default.
- */
+/** At most this many intents per call: each key holds an advisory lock until commit (~6.4k slots by default). */
 export const MAX_INTENTS_PER_ENQUEUE = 1_000;
 
 function requireTransaction(trx: AnyKysely): void {
@@ -53,28 +50,13 @@ function notReadCommitted(isolation: string): OutboxConfigError {
 }
 
 /**
- * Writes several intents into the outbox inside the caller's transaction: they commit or roll back
- * with the caller's own rows. Everything is validated first (a {@link PayloadError} leaves nothing
- * written); then the partitions' advisory locks are taken, sorted, so two transactions for one
- * partition commit in id order; then one INSERT. Returns the new ids (as strings: they are
- * bigints), in input order.
- *
- * The transaction must be READ COMMITTED (Postgres' default): enqueue decides whether the new row
- * is its partition's head by looking, after the partition's lock is granted, at what the previous
- * holder committed, which a REPEATABLE READ or SERIALIZABLE snapshot does not show. In any other
- * isolation level it throws an {@link OutboxConfigError} (field `trx`) before it takes a lock or
- * writes anything. Where the pool's default is another level, start the transaction with
- * `db.transaction().setIsolationLevel('read committed')`.
- *
- * Make it the transaction's only enqueue call: two calls (or one in a savepoint and one after it)
- * take their locks in two sorted rounds, and can deadlock (SQLSTATE 40P01) with a transaction that
- * does the same for the same keys in the other order.
- *
+ * Writes intents inside the caller's transaction, so they commit or roll back with its rows:
+ * validated first (a {@link PayloadError} writes nothing), then the partitions' advisory locks (one
+ * partition's transactions commit in id order), then one insert. Returns the ids in input order.
+ * The transaction must be READ COMMITTED, else an {@link OutboxConfigError}; make it its only
+ * enqueue call (two can deadlock).
  * @example
- * await db.transaction().execute(async (trx) => {
- *   await trx.insertInto('vpc.vpcs').values(row).execute();
- *   await enqueueMany(trx, vpcOutbox, [{ partitionKey: `vpc:${row.id}`, payload }]);
- * });
+ * await db.transaction().execute((trx) => enqueueMany(trx, vpcOutbox, [{ partitionKey: `vpc:${id}`, payload }]));
  */
 export async function enqueueMany<DB>(trx: Transaction<DB>, spec: OutboxSpec, intents: readonly EnqueueInput[]): Promise<string[]> {
   requireTransaction(trx);
@@ -98,9 +80,7 @@ async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly
   const lock = await lockPartitionsIfReadCommitted(spec, distinct).execute(trx);
   const isolation = lock.rows[0]?.isolation ?? '';
   if (isolation !== READ_COMMITTED) throw notReadCommitted(isolation);
-  // A later statement than the lock, so its snapshot sees what the lock's previous holder committed;
-  // counted with the table's maxAttempts, as the drainers count. One probe per key (LIMIT 1 in a
-  // LATERAL), on the partition-head index (see partitionRangeSql): the cost follows the keys.
+  // After the lock, in its own statement: one probe per key for a deliverable row (docs/outbox-sql.md).
   const live = await sql<{ key: string }>`
     select u.k as key from unnest(${distinct}::text[]) as u(k)
     cross join lateral (
@@ -127,18 +107,11 @@ async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly
 }
 
 /**
- * Writes one intent into the outbox inside the caller's transaction. See {@link enqueueMany}.
- *
- * The transaction must be READ COMMITTED (Postgres' default); in REPEATABLE READ or SERIALIZABLE
- * enqueue throws an {@link OutboxConfigError} and writes nothing (see {@link enqueueMany} for why).
- *
+ * Writes one intent inside the caller's READ COMMITTED transaction; see {@link enqueueMany}.
  * @example
  * await db.transaction().execute(async (trx) => {
  *   await trx.insertInto('vpc.vpcs').values({ id, project_id, name }).execute();
- *   await enqueue(trx, vpcOutbox, {
- *     partitionKey: `vpc:${id}`,
- *     payload: { writes: [{ user: `project:${project_id}`, relation: 'project', object: `vpc:${id}` }] },
- *   });
+ *   await enqueue(trx, vpcOutbox, { partitionKey: `vpc:${id}`, payload: { writes: [{ user: `project:${project_id}`, relation: 'project', object: `vpc:${id}` }] } });
  * });
  */
 export async function enqueue<DB>(trx: Transaction<DB>, spec: OutboxSpec, intent: EnqueueInput): Promise<string> {

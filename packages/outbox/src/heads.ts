@@ -11,16 +11,7 @@ export interface PromotedHead {
   readonly headId: string | null;
 }
 
-/**
- * Gives each key in `keys` its head back after the caller took it away (a delivered or poisoned
- * head): its earliest deliverable row (after `after`, when given) becomes head. One call of the
- * settle function, which takes the keys' advisory locks before it looks, so no key is stranded
- * headless by an enqueue in flight. Run it in a READ COMMITTED transaction that holds the row
- * locks of the demoted heads.
- *
- * @example
- * const promoted = await promoteHeads(trx, spec, ['vpc:v1'], { markDelivered: ['42'] });
- */
+/** Gives each key its earliest deliverable row as head, in one settle call; hold the demoted heads' row locks. */
 export async function promoteHeads(trx: AnyKysely, spec: OutboxSpec, keys: readonly string[], options: SettleOptions = {}): Promise<PromotedHead[]> {
   const statement = settleStatement(spec, keys, options);
   if (statement === undefined) return [];
@@ -28,14 +19,7 @@ export async function promoteHeads(trx: AnyKysely, spec: OutboxSpec, keys: reado
   return result.rows.map((r) => ({ partitionKey: r.partition_key, headId: r.head_id === null ? null : String(r.head_id) }));
 }
 
-/**
- * Makes the earliest deliverable row of each key its only head, demoting any other: for operations
- * that make an *earlier* row deliverable again (redrive). The caller holds the keys' advisory locks
- * and the row locks of their pending rows.
- *
- * @example
- * await resetHeads(trx, spec, ['vpc:v1']);
- */
+/** Makes each key's earliest deliverable row its only head (redrive); hold the keys' advisory and row locks. */
 export async function resetHeads(trx: AnyKysely, spec: OutboxSpec, keys: readonly string[]): Promise<void> {
   if (keys.length === 0) return;
   const n = tableNames(spec);

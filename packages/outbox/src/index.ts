@@ -1,5 +1,4 @@
-// The user API of @outbox/outbox. What only the drainer, the reconciler and the CLI use is in
-// `@outbox/outbox/protocol` (./protocol.ts).
+// The user API. What only the drainer, the reconciler and the CLI use: ./protocol.ts.
 export type { AnyKysely } from './any-kysely.js';
 export {
   defineOutbox,

@@ -1,9 +1,7 @@
 import { OutboxConfigError } from './errors.js';
 
 /**
- * `value` if it is an integer from `min` to `max`; otherwise an {@link OutboxConfigError} naming
- * `field`. The one range check of the outbox packages' options.
- *
+ * `value` if it is an integer from `min` to `max`, else an {@link OutboxConfigError} naming `field`.
  * @example
  * const batchSize = integerInRange('batchSize', options.batchSize ?? 100, 1, 1_000);
  */

@@ -6,8 +6,7 @@ import { integerInRange } from './integer-in-range.js';
 import { rowStates } from './row-states.js';
 import { tableNames } from './table-names.js';
 
-// The table records the maxAttempts its rows were counted against in the comment on attempt_count:
-// which rows are deliverable, hence heads, depends on it (docs/outbox-sql.md, "maxAttempts").
+// The table records its maxAttempts in the comment on attempt_count (docs/outbox-sql.md).
 const MARKER = '@outbox/outbox max_attempts=';
 const PATTERN = '@outbox/outbox max_attempts=([0-9]+)';
 
@@ -34,45 +33,24 @@ export function recordedMaxAttemptsText(spec: OutboxSpec): string {
     where a.attrelid = '${relation}'::regclass and a.attname = 'attempt_count' and not a.attisdropped)`;
 }
 
-/**
- * SQL for the table's recorded `maxAttempts`, or NULL when it records none (a table of an earlier
- * release). A scalar subquery without parameters: read once per statement, and it fits a
- * simple-protocol statement.
- *
- * @example
- * sql`select ${recordedMaxAttemptsSql(spec)} as recorded`
- */
+/** SQL for the table's recorded `maxAttempts`, NULL when it records none: a parameterless scalar subquery, read once per statement. */
 export function recordedMaxAttemptsSql(spec: OutboxSpec): RawBuilder<number | null> {
   return sql.raw<number | null>(recordedMaxAttemptsText(spec));
 }
 
-/**
- * SQL for the `maxAttempts` rows are counted with: the table's, or the spec's when it records none.
- * Enqueue and `outboxStats` count as the drainers do, whatever the caller's spec says.
- */
+/** SQL for the `maxAttempts` rows are counted with: the table's, else the spec's. */
 export function countedMaxAttemptsSql(spec: OutboxSpec): RawBuilder<number> {
   return sql<number>`coalesce(${recordedMaxAttemptsSql(spec)}, ${sql.lit(spec.maxAttempts)})`;
 }
 
-/**
- * The `maxAttempts` the table records, or undefined when it records none (see {@link setMaxAttempts}).
- *
- * @example
- * const recorded = await recordedMaxAttempts(db, vpcOutbox);
- */
+/** The `maxAttempts` the table records, or undefined when it records none (an earlier release's table). */
 export async function recordedMaxAttempts(db: AnyKysely, spec: OutboxSpec): Promise<number | undefined> {
   const result = await sql<{ recorded: number | null }>`select ${recordedMaxAttemptsSql(spec)} as recorded`.execute(db);
   const recorded = result.rows[0]?.recorded;
   return recorded === null || recorded === undefined ? undefined : Number(recorded);
 }
 
-/**
- * The error of a process counting with `spec.maxAttempts` while the table records `recorded`: it
- * outlived a `setMaxAttempts`, and would strand or reorder partitions if it went on.
- *
- * @example
- * throw maxAttemptsChangedError(spec, 20, 'drainer');
- */
+/** The error of a process that outlived a `setMaxAttempts`: counting with another value it would strand or reorder partitions. */
 export function maxAttemptsChangedError(spec: OutboxSpec, recorded: number, who: string): OutboxConfigError {
   return new OutboxConfigError(
     'maxAttempts',
@@ -81,14 +59,7 @@ export function maxAttemptsChangedError(spec: OutboxSpec, recorded: number, who:
   );
 }
 
-/**
- * Throws {@link maxAttemptsChangedError} when the table records another `maxAttempts` than the
- * spec. Run it in the transaction it guards, after that transaction locked the rows it will change:
- * `setMaxAttempts` then either committed before, or waits for this transaction.
- *
- * @example
- * await assertRecordedMaxAttempts(trx, spec, 'reconciler');
- */
+/** Throws {@link maxAttemptsChangedError} on a changed `maxAttempts`; run it after the transaction locked its rows. */
 export async function assertRecordedMaxAttempts(trx: AnyKysely, spec: OutboxSpec, who: string): Promise<void> {
   const recorded = await recordedMaxAttempts(trx, spec);
   if (recorded !== undefined && recorded !== spec.maxAttempts) throw maxAttemptsChangedError(spec, recorded, who);
@@ -96,41 +67,24 @@ export async function assertRecordedMaxAttempts(trx: AnyKysely, spec: OutboxSpec
 
 /** Options of {@link setMaxAttempts}. */
 export interface SetMaxAttemptsOptions {
-  /**
-   * The `maxAttempts` the rows have been counted against so far. Needed only for a table that
-   * records none (an earlier release's): the value its drainers ran with. When the table records
-   * one, omit it or pass that value.
-   */
+  /** The value the rows were counted against. Default the recorded one; needed only for a table that records none. */
   readonly from?: number;
 }
 
 /** What {@link setMaxAttempts} did. */
 export interface SetMaxAttemptsResult {
-  /** The value the rows were counted against before. */
   readonly from: number;
-  /** The value now recorded (the spec's). */
   readonly to: number;
-  /**
-   * Pending rows whose `attempt_count` was moved so that none changed state: raising keeps the
-   * poisoned ones poisoned (redrive them); lowering leaves rows still retried one attempt.
-   */
+  /** Pending rows whose `attempt_count` was moved so that none changed state. */
   readonly adjusted: number;
 }
 
 /**
- * Changes the table's `maxAttempts` to `spec.maxAttempts`: the migration step before deploying a
- * spec with a new value (until it runs, `verifyOutboxTable` refuses that spec). No row changes
- * state, so heads stay where they are: it adjusts the `attempt_count` of the pending rows the new
- * value would flip and records the value, holding the table in EXCLUSIVE mode (enqueues, claims
- * and redrives wait; reads go on). Idempotent.
- *
- * Stop the drainers and reconcilers running with the old value first: afterwards they refuse to
- * work until restarted with the new spec. Writers may keep running. Runs in `db` when it is a
- * (READ COMMITTED) transaction, else in one of its own.
- *
+ * Changes the table's `maxAttempts` to the spec's without changing any row's state
+ * (docs/outbox-sql.md): the migration before deploying the new spec, with its old drainers and
+ * reconcilers stopped. Idempotent; runs in `db` if it is a READ COMMITTED transaction.
  * @example
- * // a migration, before deploying defineOutbox({ …, maxAttempts: 20 })
- * export const up = (db: AnyKysely) => setMaxAttempts(db, vpcOutbox);
+ * export const up = (db: AnyKysely) => setMaxAttempts(db, vpcOutbox); // vpcOutbox now says maxAttempts: 20
  */
 export async function setMaxAttempts(db: AnyKysely, spec: OutboxSpec, options: SetMaxAttemptsOptions = {}): Promise<SetMaxAttemptsResult> {
   if (options.from !== undefined) integerInRange('from', options.from, 1);
@@ -153,7 +107,6 @@ async function changeMaxAttempts(trx: AnyKysely, spec: OutboxSpec, options: SetM
   }
   if (oid === null || oid === undefined) throw new OutboxTableError(spec.table, [`the table ${spec.table} itself (it does not exist)`]);
 
-  // Waits for every writer and row-locker of the table and holds off new ones until commit.
   await sql.raw(`lock table ${n.table} in exclusive mode`).execute(trx);
 
   const recorded = await recordedMaxAttempts(trx, spec);
@@ -175,8 +128,7 @@ async function changeMaxAttempts(trx: AnyKysely, spec: OutboxSpec, options: SetM
   const row = rowStates();
   let adjusted = 0;
   if (to > from) {
-    // Poisoned under `from`, deliverable under `to`: kept poisoned (a superseded row must never
-    // become deliverable by a configuration change).
+    // Poisoned under `from`, deliverable under `to`: kept poisoned.
     const result = await sql`
       update ${sql.raw(n.table)} set attempt_count = ${to}
       where ${row.poisoned(from)} and ${row.attemptsLeft(to)}`.execute(trx);

@@ -6,10 +6,7 @@ import { outboxTableDdlV1, type OutboxTableOptions } from './outbox-table-ddl.js
 import { tableNames } from './table-names.js';
 
 /**
- * The DDL of an outbox table as this release creates it (docs/design.md §4): the table, its
- * indexes and trigger, then the drainer's functions. It changes between releases; a migration you
- * keep uses {@link outboxMigrations}.
- *
+ * The DDL of this release's outbox table and functions; it changes between releases (see {@link outboxMigrations}).
  * @example
  * await writeFile('0001_vpc_outbox.sql', outboxTableDdl(vpcOutbox).join(';\n\n'));
  */
@@ -18,11 +15,8 @@ export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {
 }
 
 /**
- * Creates the outbox table of `spec` as this release has it: indexes, NOTIFY trigger, the drainer's
- * claim and settle functions, and `spec.maxAttempts` recorded. The schema is created only when it
- * is missing (a role that may create in its own schema but not in the database can run it). Runs
- * in the caller's transaction. For a migration you keep, use {@link outboxMigrations}.
- *
+ * Creates the outbox table of `spec` as this release has it (docs/design.md §4), in the caller's
+ * transaction. For a migration you keep, use {@link outboxMigrations}.
  * @example
  * await createOutboxTable(db, vpcOutbox);
  */
@@ -31,9 +25,7 @@ export async function createOutboxTable(db: AnyKysely, spec: OutboxSpec, options
 }
 
 /**
- * Drops the outbox table of `spec`, its trigger function and every version of the drainer's
- * functions (the schema stays).
- *
+ * Drops the outbox table of `spec` with its trigger and every version of its functions; the schema stays.
  * @example
  * await dropOutboxTable(db, vpcOutbox);
  */
@@ -47,10 +39,7 @@ export async function dropOutboxTable(db: AnyKysely, spec: OutboxSpec): Promise<
   ]);
 }
 
-/**
- * The shape of a Kysely migration (`Migration` of `kysely/migration` in 0.29, of `kysely` in 0.28),
- * spelled out so the types work with every kysely the peer range allows.
- */
+/** A Kysely migration, spelled out for every kysely of the peer range (`Migration` moved in 0.29). */
 export interface OutboxMigration {
   up(db: AnyKysely): Promise<void>;
   down(db: AnyKysely): Promise<void>;
@@ -58,26 +47,15 @@ export interface OutboxMigration {
 
 /** Options of {@link outboxMigrations}. */
 export interface OutboxMigrationsOptions extends OutboxTableOptions {
-  /**
-   * Put before each step's name. Default `<schema>.<table>/`: unique per outbox, so the steps of
-   * two outboxes spread into one migrator cannot overwrite each other.
-   */
+  /** Put before each step's name. Default `<schema>.<table>/`: two outboxes' steps cannot overwrite each other. */
   readonly prefix?: string;
 }
 
 /**
- * The outbox of `spec` as numbered Kysely migrations that never change once released: step 0001
- * creates the table, each later step brings the drainer's functions to a released version. A new
- * release only appends steps, so a database migrated by any release ends with this release's
- * schema. Spread them into your migrator; a step named before migrations you already ran needs
- * `allowUnorderedMigrations` (or a `prefix` that sorts after them).
- *
+ * The outbox of `spec` as Kysely migrations that never change once released: the table, then the
+ * drainer's functions at each released version. A release only appends steps (docs/migrations.md).
  * @example
- * const migrations = {
- *   '0001_vpc': vpcTables,
- *   ...outboxMigrations(vpcOutbox, { prefix: '0002_vpc_outbox/' }),
- * };
- * await new Migrator({ db, provider: { getMigrations: async () => migrations } }).migrateToLatest();
+ * const migrations = { '0001_vpc': vpcTables, ...outboxMigrations(vpcOutbox, { prefix: '0002_vpc_outbox/' }) };
  */
 export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOptions = {}): Readonly<Record<string, OutboxMigration>> {
   const prefix = options.prefix ?? `${spec.table}/`;
@@ -99,11 +77,8 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
 }
 
 /**
- * One Kysely migration that creates this release's outbox table on `up` and drops it on `down`.
- *
- * @deprecated Its `up` follows the release it runs with, so a database it migrated earlier is not
- * brought up to date: use {@link outboxMigrations}, whose steps are frozen.
- *
+ * One Kysely migration: this release's outbox table on `up`, dropped on `down`.
+ * @deprecated Its `up` follows the release that runs it: use {@link outboxMigrations}.
  * @example
  * const migrations = { '0001_vpc_outbox': outboxMigration(vpcOutbox) };
  */

@@ -5,27 +5,20 @@ import { tableNames } from './table-names.js';
 /** Options of the outbox table's DDL. */
 export interface OutboxTableOptions {
   /**
-   * Also create the plain btree `(partition, id)`. Default false: it costs every insert an index
-   * update, and only pays off for outboxes that both grow large and poison routinely, where it
-   * turns the reconciler's "delivered successor?" anti-join into a lookup.
+   * Also create the plain btree `(partition, id)`. Default false: it costs every insert, and pays
+   * off only for outboxes that grow large and poison routinely (the reconciler's look-up).
    */
   readonly partitionIndex?: boolean;
 }
 
 /**
- * The outbox table of docs/design.md §4 as released in version 1, one statement per element: the
- * schema (only when missing), the table with its autovacuum settings, the recorded `maxAttempts`,
- * the partial indexes and the NOTIFY trigger — without the drainer's functions (see
- * `drainFunctionsDdl`). Frozen: migrations that ran it must keep meaning what they meant.
- *
- * @example
- * for (const statement of outboxTableDdlV1(vpcOutbox)) await sql.raw(statement).execute(db);
+ * The outbox table as released in version 1 (docs/outbox-sql.md, "The table"), one statement per
+ * element, without the drainer's functions. Frozen: a migration that ran it keeps its meaning.
  */
 export function outboxTableDdlV1(spec: OutboxSpec, options: OutboxTableOptions = {}): string[] {
   const n = tableNames(spec);
   const pending = 'sent_at is null and retired_at is null';
   const statements = [
-    // CREATE SCHEMA checks the database's CREATE privilege before IF NOT EXISTS: look first.
     `do $schema$ begin
       if not exists (select from pg_catalog.pg_namespace where nspname = '${spec.schema}') then
         create schema if not exists "${spec.schema}";

@@ -1,6 +1,5 @@
-// `@outbox/outbox/protocol`: the SQL protocol the drainer, the reconciler and the CLI share with the
-// table (claim and settle, heads, locks, row states). Not for application code; it follows the
-// packages that use it, not semver of the user API.
+// `@outbox/outbox/protocol`: the SQL the drainer, the reconciler and the CLI share with the table.
+// Not for application code, nor under the user API's semver.
 export { claimStatement, settleStatement, type ClaimedRow, type ClaimOptions, type SettleOptions } from './drain-function-calls.js';
 export { drainFunctionMarker, drainFunctionsDdl, LATEST_DRAIN_FUNCTIONS, type DrainFunctionVersions } from './drain-functions.js';
 export { executeStatements } from './execute-statements.js';

@@ -10,7 +10,7 @@ import { freshOutboxes } from './testing/outbox-tables.js';
 
 const t = useTestDatabase();
 
-/** The states of DESIGN §2, written as direct SQL. */
+/** The states of docs/design.md §2, written out as direct SQL (not with row-states.ts: an independent oracle). */
 type State = 'deliverable' | 'backing-off' | 'delivered' | 'poisoned' | 'retired';
 
 interface Seed {
@@ -57,7 +57,7 @@ describe('outboxStats', () => {
     });
   });
 
-  test('counts delivered, pending, poisoned, superseded and retired rows by DESIGN §2', async () => {
+  test('counts delivered, pending, poisoned, superseded and retired rows by docs/design.md §2', async () => {
     const spec = defineOutbox({ table: 'stats.register_outbox', partitionColumn: 'resource_id', maxAttempts: 5 });
     await createOutboxTable(t.db, spec);
     await seed(spec, [

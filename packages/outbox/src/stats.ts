@@ -22,10 +22,8 @@ export interface OutboxStats {
 }
 
 /**
- * Counts an outbox by state in one round trip, counting as the drainers and the reconciler do.
- * Reads the partial pending and retired indexes; delivered rows only while some row is poisoned,
- * once for all of them (by the optional `(partition, id)` btree when the table has it).
- *
+ * Counts an outbox by state in one round trip, as the drainers and the reconciler count; cheap on
+ * a large table (docs/outbox-sql.md, "outboxStats").
  * @example
  * const { deliverable, poisoned, oldestPendingAgeSeconds } = await outboxStats(db, vpcOutbox);
  */
@@ -45,9 +43,6 @@ export async function outboxStats(db: AnyKysely, spec: OutboxSpec): Promise<Outb
 
 /**
  * The statement behind {@link outboxStats}, for EXPLAIN.
- *
- * @example
- * const { sql: text, parameters } = outboxStatsQuery(vpcOutbox).compile(db);
  */
 export function outboxStatsQuery(spec: OutboxSpec) {
   const n = tableNames(spec);
@@ -62,8 +57,7 @@ export function outboxStatsQuery(spec: OutboxSpec) {
     ), poisoned as materialized (
       select id, key from pending where ${row.exhausted(max)}
     ), successors as materialized (
-      -- The delivered rows of the poisoned rows' partitions after the oldest poisoned one: read
-      -- once for all poisoned rows, and not at all when none is.
+      -- Read once for all poisoned rows, and not at all when none is.
       select s.* from ${t} s
       where exists (select 1 from poisoned)
         and s.id > (select min(id) from poisoned)
