@@ -1,4 +1,5 @@
-import { createOutboxTable, defineOutbox, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { createOutboxTable, defineOutbox, type OutboxSpec } from '@outbox/outbox';
+import { resetHeads, tableNames } from '@outbox/outbox/protocol';
 import { createDatabase, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';

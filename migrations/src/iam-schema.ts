@@ -1,5 +1,5 @@
-import { sql, type ColumnType, type Kysely } from 'kysely';
-import type { TupleOutboxTable } from '@outbox/outbox';
+import { sql, type ColumnType } from 'kysely';
+import type { AnyKysely, TupleOutboxTable } from '@outbox/outbox';
 import { createSchemaIfMissing } from './resource-table.js';
 
 /** `iam.organizations`. */
@@ -40,8 +40,7 @@ export interface IamDatabase {
 }
 
 /** Creates the iam schema's own tables (the outbox is created from its spec, beside them). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function createIamTables(db: Kysely<any>): Promise<void> {
+export async function createIamTables(db: AnyKysely): Promise<void> {
   await createSchemaIfMissing(db, 'iam');
   await db.schema
     .withSchema('iam')
@@ -73,8 +72,7 @@ export async function createIamTables(db: Kysely<any>): Promise<void> {
 }
 
 /** Drops the iam schema's own tables. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function dropIamTables(db: Kysely<any>): Promise<void> {
+export async function dropIamTables(db: AnyKysely): Promise<void> {
   for (const table of ['project_grants', 'projects', 'organizations']) {
     await db.schema.withSchema('iam').dropTable(table).ifExists().execute();
   }

@@ -1,48 +1,22 @@
-import { randomBytes } from 'node:crypto';
 import { outboxStats, verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { Migrator, NO_MIGRATIONS } from 'kysely/migration';
-import pg from 'pg';
-import { afterAll, beforeAll, expect, inject, test } from 'vitest';
+import { beforeAll, expect, inject, test } from 'vitest';
 import { migrateToLatest, migrations } from './migrate.js';
 import { COMMON_RESOURCE_COLUMNS } from './resource-table.js';
 import { runMigrateCli } from './testing/run-cli.js';
+import { useScratchDatabases } from './testing/scratch-databases.js';
 import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
 import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
-// This package cannot depend on @outbox/test-stack (the stack migrates with it), so the test takes
-// the server from the global setup directly and makes its own EMPTY database: the shared template
-// is already migrated, and the point here is a first migration racing another.
-const server = () => inject('outboxStack').postgresUrl;
-const name = `m_${randomBytes(6).toString('hex')}`;
-const urlOf = (database: string) => Object.assign(new URL(server()), { pathname: `/${database}` }).toString();
-const kyselys: Kysely<unknown>[] = [];
-const open = () => {
-  const pool = new pg.Pool({ connectionString: urlOf(name), max: 2 });
-  // The database is dropped WITH (FORCE) at the end: a client still closing then gets the server's
-  // 57P01, which must not surface as an uncaught error of the run.
-  pool.on('error', () => undefined);
-  pool.on('connect', (client) => client.on('error', () => undefined));
-  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
-  kyselys.push(db);
-  return db;
-};
-
-async function admin(statement: string): Promise<void> {
-  const client = new pg.Client({ connectionString: urlOf('postgres') });
-  await client.connect();
-  try {
-    await client.query(statement);
-  } finally {
-    await client.end();
-  }
-}
-
-beforeAll(() => admin(`create database "${name}"`));
-afterAll(async () => {
-  for (const db of kyselys) await db.destroy();
-  await admin(`drop database if exists "${name}" with (force)`);
+// One EMPTY database for the file (the stack's shared template is migrated already, and the point
+// here is a first migration racing another); the tests after the first run on what it migrated.
+const scratch = useScratchDatabases();
+let name: string;
+beforeAll(async () => {
+  name = await scratch.create();
 });
+const open = (): Kysely<unknown> => scratch.open(name, { max: 2 });
 
 const specs = [iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox];
 const tables = [vpcTable, instanceTable, loadBalancerTable, bucketTable, repositoryTable];
@@ -150,7 +124,7 @@ test('every migration can be undone and redone', async () => {
 function runCli(env: Record<string, string | undefined>): Promise<{ code: number | null; output: string }> {
   const stack = inject('outboxStack');
   return runMigrateCli({
-    DATABASE_URL: urlOf(name),
+    DATABASE_URL: scratch.urlOf(name),
     OPENFGA_API_URL: stack.openfgaApiUrl,
     ...(stack.openfgaPresharedKey ? { OPENFGA_API_TOKEN: stack.openfgaPresharedKey } : {}),
     ...env,

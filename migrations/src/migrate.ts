@@ -1,13 +1,15 @@
-import type { Kysely } from 'kysely';
+import type { AnyKysely } from '@outbox/outbox';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
 import { drainFunctionsMigration, iamMigration, registerServiceMigration } from './service-migrations.js';
 import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
 import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
+const OUTBOXES = [iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox];
+
 /**
  * Every migration of the project, in order. Compiled into the code (not read from a folder at run
- * time) so a bundled service migrates the same way as the repo. A shipped migration never changes:
- * a change is a new entry.
+ * time) so a bundled service migrates the same way as the repo. A shipped migration never changes,
+ * nor do the versioned builders it calls (docs/migrations.md): a change is a new entry.
  */
 export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0001_iam': iamMigration,
@@ -17,9 +19,9 @@ export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0005_storage': registerServiceMigration(bucketTable, storageOutbox),
   '0006_registry': registerServiceMigration(repositoryTable, registryOutbox),
   // claim v3 (flushed partitions first) and settle v2 (look-ups as ranges of (partition, id)).
-  '0007_drain_functions_v3': drainFunctionsMigration([iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox]),
+  '0007_drain_functions_v3': drainFunctionsMigration(OUTBOXES, { claim: 'v3', settle: 'v2' }),
   // claim v4 and settle v3 (generic plans: planned once per connection instead of on every call).
-  '0008_drain_functions_v4': drainFunctionsMigration([iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox]),
+  '0008_drain_functions_v4': drainFunctionsMigration(OUTBOXES, { claim: 'v4', settle: 'v3' }),
 });
 
 const provider: MigrationProvider = { getMigrations: async () => ({ ...migrations }) };
@@ -45,8 +47,7 @@ export class MigrationError extends Error {
  * const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString }) }) });
  * await migrateToLatest(db);
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function migrateToLatest(db: Kysely<any>): Promise<string[]> {
+export async function migrateToLatest(db: AnyKysely): Promise<string[]> {
   const migrator = new Migrator({ db, provider, migrationTableSchema: 'public' });
   const { error, results } = await migrator.migrateToLatest();
   const failed = results?.find((r) => r.status === 'Error');

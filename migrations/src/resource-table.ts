@@ -1,5 +1,5 @@
-import { OutboxConfigError } from '@outbox/outbox';
-import { sql, type Kysely } from 'kysely';
+import { OutboxConfigError, type AnyKysely } from '@outbox/outbox';
+import { sql } from 'kysely';
 
 /** SQL type of a service-specific column of a resource table. */
 export type ResourceColumnType = 'text' | 'integer' | 'boolean';
@@ -26,9 +26,7 @@ export interface ResourceColumn {
  * `columns` adds the service's own.
  */
 export interface ResourceTable<C extends Readonly<Record<string, ResourceColumn>> = Readonly<Record<string, ResourceColumn>>> {
-  /** The service's schema, e.g. `vpc`. */
   readonly schema: string;
-  /** The table within it, e.g. `vpcs`. */
   readonly table: string;
   /** `<schema>.<table>`. */
   readonly qualifiedName: string;
@@ -71,15 +69,13 @@ export function defineResourceTable<const C extends Readonly<Record<string, Reso
  * not in the database — the default for a non-owner since PostgreSQL 15 — would fail on a schema
  * that is already there.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function createSchemaIfMissing(db: Kysely<any>, schema: string): Promise<void> {
+export async function createSchemaIfMissing(db: AnyKysely, schema: string): Promise<void> {
   const found = await sql`select 1 from pg_catalog.pg_namespace where nspname = ${schema}`.execute(db);
   if (found.rows.length === 0) await db.schema.createSchema(schema).ifNotExists().execute();
 }
 
 /** Creates the schema (if needed) and the resource table with its project index. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function createResourceTable(db: Kysely<any>, table: ResourceTable): Promise<void> {
+export async function createResourceTable(db: AnyKysely, table: ResourceTable): Promise<void> {
   await createSchemaIfMissing(db, table.schema);
   let create = db.schema
     .withSchema(table.schema)
@@ -99,7 +95,6 @@ export async function createResourceTable(db: Kysely<any>, table: ResourceTable)
 }
 
 /** Drops the resource table (the schema stays: its outbox may still be in it). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function dropResourceTable(db: Kysely<any>, table: ResourceTable): Promise<void> {
+export async function dropResourceTable(db: AnyKysely, table: ResourceTable): Promise<void> {
   await db.schema.withSchema(table.schema).dropTable(table.table).ifExists().execute();
 }

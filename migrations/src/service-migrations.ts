@@ -1,13 +1,24 @@
-import { createDrainFunctions, createOutboxTable, dropOutboxTable, OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
+import { drainFunctionsDdl, executeStatements, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
 import { createResourceTable, dropResourceTable, type ResourceTable } from './resource-table.js';
 import { iamOutbox } from './specs.js';
 
+// What these call must not change once shipped (docs/migrations.md): frozen-migrations.test.ts pins
+// the SQL of every migration.
+
+/** The drainer's functions the first migrations (0001–0006) shipped with. */
+const FIRST_DRAIN_FUNCTIONS: DrainFunctionVersions = { claim: 'v3', settle: 'v2' };
+
+async function createOutbox(db: AnyKysely, spec: OutboxSpec): Promise<void> {
+  await executeStatements(db, [...outboxTableDdlV1(spec), ...drainFunctionsDdl(spec, FIRST_DRAIN_FUNCTIONS)]);
+}
+
 /**
  * The migration of one register service: its schema, its resource table and its outbox, in one
- * transaction (the migrator runs all of a run's pending migrations in one), so a service never sees
- * a table without its outbox.
+ * transaction (the migrator runs a run's pending migrations in one), so a service never sees a
+ * table without its outbox.
  */
 export function registerServiceMigration(table: ResourceTable, spec: OutboxSpec): Migration {
   if (table.schema !== spec.schema) {
@@ -16,7 +27,7 @@ export function registerServiceMigration(table: ResourceTable, spec: OutboxSpec)
   return {
     async up(db) {
       await createResourceTable(db, table);
-      await createOutboxTable(db, spec);
+      await createOutbox(db, spec);
     },
     async down(db) {
       await dropOutboxTable(db, spec);
@@ -30,7 +41,7 @@ export function registerServiceMigration(table: ResourceTable, spec: OutboxSpec)
 export const iamMigration: Migration = {
   async up(db) {
     await createIamTables(db);
-    await createOutboxTable(db, iamOutbox);
+    await createOutbox(db, iamOutbox);
   },
   async down(db) {
     await dropOutboxTable(db, iamOutbox);
@@ -40,16 +51,13 @@ export const iamMigration: Migration = {
 };
 
 /**
- * Brings the drainer's functions of existing outboxes to this release's (`createDrainFunctions`):
- * a database migrated by an earlier build otherwise fails `verifyOutboxTable` at service start. On a
- * database migrated from scratch it replaces them with themselves. The claim's earlier overloads stay
- * (drainers of the earlier build keep working until they are replaced); `down` leaves the new ones,
- * which the earlier build does not call.
+ * Brings the drainer's functions of `specs` to `versions`. Earlier claim overloads stay for the
+ * earlier build's drainers; `down` leaves the functions, which that build does not call.
  */
-export function drainFunctionsMigration(specs: readonly OutboxSpec[]): Migration {
+export function drainFunctionsMigration(specs: readonly OutboxSpec[], versions: DrainFunctionVersions): Migration {
   return {
     async up(db) {
-      for (const spec of specs) await createDrainFunctions(db, spec);
+      for (const spec of specs) await executeStatements(db, drainFunctionsDdl(spec, versions));
     },
     async down() {
       // nothing to undo: see above

@@ -1,6 +1,11 @@
+import { useTestDatabase } from '@outbox/test-stack';
+import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, REGISTER_OUTBOX_PARTITION, TUPLE_OUTBOX_PARTITION, type OutboxSpecInput } from './define-outbox.js';
 import { OutboxConfigError } from './errors.js';
+import { outboxStats } from './stats.js';
+import { tableNames } from './table-names.js';
+import { freshOutboxes } from './testing/outbox-tables.js';
 
 const valid: OutboxSpecInput = { table: 'vpc.fga_register_outbox', partitionColumn: REGISTER_OUTBOX_PARTITION };
 
@@ -151,5 +156,42 @@ describe('defineOutbox', () => {
     expect(error.name).toBe('OutboxConfigError');
     expect(error.message).toMatch(/^table: /);
     expect(error.message).toContain('x; drop table y');
+  });
+});
+
+const t = useTestDatabase();
+const fresh = freshOutboxes(t, 'define');
+const run = (text: string) => sql.raw(text).execute(t.db);
+
+describe('defineOutbox: what it refuses, against the real Postgres', () => {
+  test('coverage SQL whose parentheses balance only when those inside string literals are counted is refused', async () => {
+    const injected = "'(' is not null) or (true or ')' is null";
+    const error = refusal({ table: 'edges.cover', partitionColumn: 'resource_id', supersededCoverageSql: injected });
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    expect(error.field).toBe('supersededCoverageSql');
+    // What it did when accepted: spliced as `and (…)`, it turns outboxStats' "has a covering
+    // successor" into "has any successor at all": a poisoned row counted superseded by a delivered
+    // row of another partition (the reconciler's own start check refuses it; outboxStats has none).
+    const spec = await fresh();
+    const n = tableNames(spec);
+    await run(`insert into ${n.table} (resource_id, payload, attempt_count) values ('vpc:a', '{}', 10), ('vpc:a', '{}', 10)`);
+    await run(`insert into ${n.table} (resource_id, payload, sent_at) values ('vpc:a', '{}', now())`);
+    const honest = Object.freeze({ ...spec, supersededCoverageSql: 'false' });
+    const widened = Object.freeze({ ...spec, supersededCoverageSql: injected });
+    expect((await outboxStats(t.db, honest)).superseded).toBe(0);
+    expect((await outboxStats(t.db, widened)).superseded).toBe(2);
+  });
+
+  test('coverage SQL with a parenthesis inside a string literal is accepted (it was refused as unbalanced)', () => {
+    const spec = defineOutbox({ table: 'edges.cover', partitionColumn: 'resource_id', supersededCoverageSql: "s.payload->>'note' is distinct from ':)'" });
+    expect(spec.supersededCoverageSql).toBe("s.payload->>'note' is distinct from ':)'");
+  });
+
+  test('a schema starting with pg_ is an OutboxConfigError naming the table, not a database error at migration time', async () => {
+    const error = refusal({ table: 'pg_outbox.register', partitionColumn: 'resource_id' });
+    expect(error.field).toBe('table');
+    expect(error.message).toContain('pg_');
+    // What the migration says otherwise:
+    await expect(run('create schema pg_outbox')).rejects.toThrow(/unacceptable schema name/);
   });
 });

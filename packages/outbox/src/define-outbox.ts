@@ -1,39 +1,32 @@
 import { OutboxConfigError } from './errors.js';
+import { integerInRange } from './integer-in-range.js';
 
 /** The partition column of a register-outbox: one row per FGA object, keyed on its global id. */
 export const REGISTER_OUTBOX_PARTITION = 'resource_id';
 /** The partition column of the tuple outbox (iam): the grant `(user, object)`. */
 export const TUPLE_OUTBOX_PARTITION = 'tuple_key';
 
-/** What `defineOutbox` takes. */
+/** What {@link defineOutbox} takes. */
 export interface OutboxSpecInput {
   /** `<schema>.<table>`, both lower-case SQL identifiers. Required. */
   readonly table: string;
   /**
-   * The ordering key: intents of one partition are delivered in id order. Required, no default:
-   * an unset key would read as "no ordering" and silently restore the over-grant the ordering
-   * prevents. Use {@link REGISTER_OUTBOX_PARTITION} or {@link TUPLE_OUTBOX_PARTITION}.
+   * The column intents are ordered by, e.g. {@link REGISTER_OUTBOX_PARTITION}. Required, no default:
+   * an unset key would read as "no ordering" and silently restore the over-grant ordering prevents.
    */
   readonly partitionColumn: string;
-  /**
-   * LISTEN/NOTIFY channel the insert trigger notifies. Default `<schema>_<table>`: unique per table,
-   * so drainers of other tables are not woken.
-   */
+  /** LISTEN/NOTIFY channel the insert trigger notifies. Default `<schema>_<table>`: unique per table, so drainers of other tables are not woken. */
   readonly channel?: string;
   /**
-   * Attempts before an intent is poisoned (skipped, left for the reconciler). Default 10: with the
-   * drainer's default backoff an intent that keeps failing is poisoned at most ~8.5 minutes (~4.3 on
-   * average) after its first attempt, long enough to ride out an OpenFGA restart, and the reconciler
-   * revives it on its timer. The table records
-   * the value it was created with: to change it later, run `setMaxAttempts` in a migration
-   * (`verifyOutboxTable` refuses a spec whose value differs from the table's).
+   * Attempts before an intent is poisoned (left for the reconciler). Default 10: with the drainer's
+   * default backoff, at most ~8.5 minutes (~4.3 on average) after the first attempt, which rides out
+   * an OpenFGA restart. The table records it: change it with `setMaxAttempts`.
    */
   readonly maxAttempts?: number;
   /**
-   * For set-valued rows: SQL that is true when the delivered successor `s` re-determined everything
-   * the poisoned row `t` named, e.g. `(s.payload->'relations') @> (t.payload->'relations')` (the
-   * parentheses matter: `->` and `@>` bind equally, left to right). Coverage only, never direction
-   * (the reconciler adds `s.id > t.id`). Unset: any delivered successor covers.
+   * For set-valued rows: SQL true when the delivered successor `s` re-determined all the poisoned row
+   * `t` named, e.g. `(s.payload->'relations') @> (t.payload->'relations')`. Default unset: any
+   * delivered successor covers, which is sound while one row means one thing.
    */
   readonly supersededCoverageSql?: string;
 }
@@ -50,13 +43,11 @@ export interface OutboxSpec {
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
-/** Leaves room for the derived index, trigger and function names within Postgres' 63 bytes. */
+// Leaves room for the derived index, trigger and function names within Postgres' 63 bytes.
 const MAX_TABLE_NAME = 40;
 const MAX_IDENTIFIER = 63;
-/** The columns every outbox table has (DESIGN §4, plus the drainer's head flag): no partition column may take one's name. */
 const CONTRACT_COLUMNS = ['id', 'payload', 'created_at', 'next_attempt_at', 'attempt_count', 'last_error', 'sent_at', 'retired_at', 'retired_reason', 'is_head'] as const;
 
-/** `part` names which piece of the field is at fault (the schema or table name of `table`). */
 function identifier(field: string, value: unknown, max = MAX_IDENTIFIER, part = ''): string {
   const what = part ? `${part}: ` : '';
   if (typeof value !== 'string' || value.length === 0) {
@@ -71,13 +62,7 @@ function identifier(field: string, value: unknown, max = MAX_IDENTIFIER, part = 
   return value;
 }
 
-/**
- * True when every ')' outside quotes closes an earlier '(' and none stays open, and every quote
- * ('…' or "…") closes: a parenthesis inside a string literal (`'('`) counts as text, as SQL reads
- * it. Counting it would let `'(' is not null) or (true or ')' is null` pass — balanced as text,
- * yet its bare `)` closes the group it is spliced into and the rest widens the condition. The same
- * rule as the reconciler's start check.
- */
+// Parentheses balance outside quotes (a `'('` in a literal is text) and every quote closes.
 function balanced(text: string): boolean {
   let depth = 0;
   let quote: string | undefined;
@@ -92,15 +77,10 @@ function balanced(text: string): boolean {
 }
 
 /**
- * Builds the spec of one outbox table. Everything is validated here, once, so a wrong table,
- * partition column or channel fails at start with an {@link OutboxConfigError} naming the field.
- *
+ * Builds the spec of one outbox table, validated once: a wrong field fails at start with an
+ * {@link OutboxConfigError} naming it.
  * @example
- * const vpcOutbox = defineOutbox({
- *   table: 'vpc.fga_register_outbox',
- *   partitionColumn: REGISTER_OUTBOX_PARTITION,
- *   channel: 'vpc_fga_register_outbox',
- * });
+ * const vpcOutbox = defineOutbox({ table: 'vpc.fga_register_outbox', partitionColumn: REGISTER_OUTBOX_PARTITION });
  */
 export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
   if (input === null || typeof input !== 'object') {
@@ -112,8 +92,7 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
   const [schemaPart, tablePart] = input.table.split('.') as [string, string];
   const schema = identifier('table', schemaPart, MAX_IDENTIFIER, 'the schema');
   if (schema.startsWith('pg_')) {
-    // Postgres refuses to create such a schema ("the prefix pg_ is reserved for system schemas"),
-    // and those that exist are its own (pg_catalog, pg_toast, pg_temp…).
+    // Postgres reserves the prefix for its own schemas: the migration would fail.
     throw new OutboxConfigError('table', `the schema: "${schema}" starts with pg_, which Postgres reserves for system schemas`);
   }
   const tableName = identifier('table', tablePart, MAX_TABLE_NAME, 'the table name');
@@ -129,10 +108,7 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
     throw new OutboxConfigError('partitionColumn', `"${partitionColumn}" is one of the outbox table's own columns (${CONTRACT_COLUMNS.join(', ')}): name the partition column something else`);
   }
   const channel = identifier('channel', input.channel ?? `${schema}_${tableName}`);
-  const maxAttempts = input.maxAttempts ?? 10;
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000) {
-    throw new OutboxConfigError('maxAttempts', `expected an integer from 1 to 1000, got ${String(input.maxAttempts)}`);
-  }
+  const maxAttempts = integerInRange('maxAttempts', input.maxAttempts ?? 10, 1, 1_000);
   const coverage = input.supersededCoverageSql;
   if (coverage !== undefined) {
     if (typeof coverage !== 'string' || coverage.trim() === '') {
@@ -141,8 +117,6 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
     if (coverage.includes(';') || coverage.includes('--') || coverage.includes('/*')) {
       throw new OutboxConfigError('supersededCoverageSql', 'must be one expression: no ";" and no comments');
     }
-    // It is spliced in as `and (<coverage>)`: an unbalanced ')' would close that group and let the
-    // rest (`true) or (true`) widen the reconciler's condition.
     if (!balanced(coverage)) {
       throw new OutboxConfigError('supersededCoverageSql', 'must be one expression: its parentheses or quotes do not balance');
     }

@@ -1,4 +1,5 @@
-import { sql, type Kysely, type Transaction } from 'kysely';
+import { sql, type Transaction } from 'kysely';
+import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, PayloadError } from './errors.js';
 import { compareIds } from './ids.js';
@@ -6,23 +7,20 @@ import { countedMaxAttemptsSql } from './max-attempts.js';
 import { lockPartitions } from './partition-lock.js';
 import { partitionRangeSql } from './partition-range.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
+import { rowStates } from './row-states.js';
 import { tableNames } from './table-names.js';
 
 /** One intent to enqueue. */
 export interface EnqueueInput {
-  /** The partition (ordering) key: the resource id, or the tuple key for the tuple outbox. */
+  /** The ordering key: the resource id, or the tuple key of the tuple outbox. */
   readonly partitionKey: string;
   readonly payload: IntentPayload;
 }
 
-/**
- * At most this many intents per `enqueueMany` call: each distinct key holds an advisory lock until
- * commit, and Postgres' shared lock table has ~6.4k slots by default.
- */
+/** At most this many intents per call: each key holds an advisory lock until commit (~6.4k slots by default). */
 export const MAX_INTENTS_PER_ENQUEUE = 1_000;
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-function requireTransaction(trx: Kysely<any>): void {
+function requireTransaction(trx: AnyKysely): void {
   if (!trx?.isTransaction) {
     throw new OutboxConfigError(
       'trx',
@@ -34,11 +32,7 @@ function requireTransaction(trx: Kysely<any>): void {
 
 const READ_COMMITTED = 'read committed';
 
-/**
- * The partitions' advisory locks, sorted by hash (as `lockPartitions` takes them), taken only when
- * the transaction is READ COMMITTED; returns the isolation level either way, in the same round trip.
- * The guard is an init-plan: when it is false no lock is taken.
- */
+/** The partitions' advisory locks, taken only under READ COMMITTED; returns the isolation level either way. */
 function lockPartitionsIfReadCommitted(spec: OutboxSpec, keys: readonly string[]) {
   const readCommitted = sql<boolean>`current_setting('transaction_isolation') = ${READ_COMMITTED}`;
   return sql<{ isolation: string }>`
@@ -56,35 +50,15 @@ function notReadCommitted(isolation: string): OutboxConfigError {
 }
 
 /**
- * Writes several intents into the outbox inside the caller's transaction: they commit or roll back
- * with the caller's own rows. Everything is validated first (a {@link PayloadError} leaves nothing
- * written); then the partitions' advisory locks are taken, sorted, so two transactions for one
- * partition commit in id order; then one INSERT. Returns the new ids (as strings: they are
- * bigints), in input order.
- *
- * The transaction must be READ COMMITTED (Postgres' default): enqueue decides whether the new row
- * is its partition's head by looking, after the partition's lock is granted, at what the previous
- * holder committed, which a REPEATABLE READ or SERIALIZABLE snapshot does not show. In any other
- * isolation level it throws an {@link OutboxConfigError} (field `trx`) before it takes a lock or
- * writes anything. Where the pool's default is another level, start the transaction with
- * `db.transaction().setIsolationLevel('read committed')`.
- *
- * Make it the transaction's only enqueue call: two calls (or one in a savepoint and one after it)
- * take their locks in two sorted rounds, and can deadlock (SQLSTATE 40P01) with a transaction that
- * does the same for the same keys in the other order.
- *
+ * Writes intents inside the caller's transaction, so they commit or roll back with its rows:
+ * validated first (a {@link PayloadError} writes nothing), then the partitions' advisory locks (one
+ * partition's transactions commit in id order), then one insert. Returns the ids in input order.
+ * The transaction must be READ COMMITTED, else an {@link OutboxConfigError}; make it its only
+ * enqueue call (two can deadlock).
  * @example
- * await db.transaction().execute(async (trx) => {
- *   await trx.insertInto('vpc.vpcs').values(row).execute();
- *   await enqueueMany(trx, vpcOutbox, [{ partitionKey: `vpc:${row.id}`, payload }]);
- * });
+ * await db.transaction().execute((trx) => enqueueMany(trx, vpcOutbox, [{ partitionKey: `vpc:${id}`, payload }]));
  */
-export async function enqueueMany(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  trx: Transaction<any>,
-  spec: OutboxSpec,
-  intents: readonly EnqueueInput[],
-): Promise<string[]> {
+export async function enqueueMany<DB>(trx: Transaction<DB>, spec: OutboxSpec, intents: readonly EnqueueInput[]): Promise<string[]> {
   requireTransaction(trx);
   if (!Array.isArray(intents)) throw new PayloadError('intents', 'expected an array of { partitionKey, payload }');
   if (intents.length > MAX_INTENTS_PER_ENQUEUE) {
@@ -94,13 +68,7 @@ export async function enqueueMany(
 }
 
 /** Validates, locks and inserts; `at(i)` prefixes the PayloadError path of intent `i`. */
-async function insertIntents(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  trx: Transaction<any>,
-  spec: OutboxSpec,
-  intents: readonly EnqueueInput[],
-  at: (index: number) => string,
-): Promise<string[]> {
+async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly EnqueueInput[], at: (index: number) => string): Promise<string[]> {
   if (intents.length === 0) return [];
   // Every index, holes included (map skips a hole: its key would go to the INSERT as NULL).
   const all = Array.from({ length: intents.length }, (_, i) => intents[i]);
@@ -112,24 +80,14 @@ async function insertIntents(
   const lock = await lockPartitionsIfReadCommitted(spec, distinct).execute(trx);
   const isolation = lock.rows[0]?.isolation ?? '';
   if (isolation !== READ_COMMITTED) throw notReadCommitted(isolation);
-  // A later statement than the lock: its snapshot sees every row committed by the lock's previous
-  // holder. Deliverable is counted with the maxAttempts the table records (the spec's when it
-  // records none), as the drainers that verified the table do, even when this writer's spec is
-  // older or newer than the table's (a rolling change of maxAttempts, see setMaxAttempts).
-  // One probe per key that stops at the key's first deliverable row (LIMIT 1 in a LATERAL: never a
-  // hash join over the pending rows), so the cost follows the keys, not their backlog: reading
-  // every pending row of a hot key (a 50k-row backlog: ~20 ms) under its advisory lock capped
-  // that key's enqueue rate.
+  // After the lock, in its own statement: one probe per key for a deliverable row (docs/outbox-sql.md).
   const live = await sql<{ key: string }>`
     select u.k as key from unnest(${distinct}::text[]) as u(k)
     cross join lateral (
       select 1 from ${sql.raw(n.table)} x
-      -- The key's rows as a range of (partition, id), which only the partition-head index serves,
-      -- with or without statistics (see partitionRangeSql).
       where ${sql.raw(partitionRangeSql('x', n.partition, 'u.k'))}
-        and x.sent_at is null and x.retired_at is null
-        and x.attempt_count < ${countedMaxAttemptsSql(spec)}
-      order by x.${sql.raw(n.partition)}, x.id -- the partition-head index's order
+        and ${rowStates('x').deliverable(countedMaxAttemptsSql(spec))}
+      order by x.${sql.raw(n.partition)}, x.id
       limit 1
     ) found`.execute(trx);
   const hasHead = new Set(live.rows.map((r) => r.key));
@@ -149,22 +107,14 @@ async function insertIntents(
 }
 
 /**
- * Writes one intent into the outbox inside the caller's transaction. See {@link enqueueMany}.
- *
- * The transaction must be READ COMMITTED (Postgres' default); in REPEATABLE READ or SERIALIZABLE
- * enqueue throws an {@link OutboxConfigError} and writes nothing (see {@link enqueueMany} for why).
- *
+ * Writes one intent inside the caller's READ COMMITTED transaction; see {@link enqueueMany}.
  * @example
  * await db.transaction().execute(async (trx) => {
  *   await trx.insertInto('vpc.vpcs').values({ id, project_id, name }).execute();
- *   await enqueue(trx, vpcOutbox, {
- *     partitionKey: `vpc:${id}`,
- *     payload: { writes: [{ user: `project:${project_id}`, relation: 'project', object: `vpc:${id}` }] },
- *   });
+ *   await enqueue(trx, vpcOutbox, { partitionKey: `vpc:${id}`, payload: { writes: [{ user: `project:${project_id}`, relation: 'project', object: `vpc:${id}` }] } });
  * });
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function enqueue(trx: Transaction<any>, spec: OutboxSpec, intent: EnqueueInput): Promise<string> {
+export async function enqueue<DB>(trx: Transaction<DB>, spec: OutboxSpec, intent: EnqueueInput): Promise<string> {
   requireTransaction(trx);
   const [id] = await insertIntents(trx, spec, [intent], () => '');
   return id as string;

@@ -1,10 +1,6 @@
-/**
- * A spec, a table or a component is configured wrongly. The message names the field and says
- * what is expected; nothing has been written.
- */
+/** A spec, a table or a component is configured wrongly; nothing was written. Names the field. */
 export class OutboxConfigError extends Error {
   override readonly name = 'OutboxConfigError';
-  /** The config field at fault, e.g. `partitionColumn`. */
   readonly field: string;
   constructor(field: string, message: string, options?: { cause?: unknown }) {
     super(`${field}: ${message}`, options);
@@ -12,10 +8,7 @@ export class OutboxConfigError extends Error {
   }
 }
 
-/**
- * An intent was refused before anything was written: the caller's transaction should fail.
- * `path` points at the offending value, e.g. `payload.writes[2].object`.
- */
+/** An intent was refused before anything was written; `path` points at the value, e.g. `payload.writes[2].object`. */
 export class PayloadError extends Error {
   override readonly name = 'PayloadError';
   readonly path: string;
@@ -25,7 +18,7 @@ export class PayloadError extends Error {
   }
 }
 
-/** The live outbox table does not match the contract (DESIGN §4). `missing` lists every gap. */
+/** The live outbox table does not match the contract (docs/design.md §4); `missing` lists every gap. */
 export class OutboxTableError extends Error {
   override readonly name = 'OutboxTableError';
   readonly table: string;

@@ -1,17 +1,8 @@
 /**
- * A minimal structured logger, the one shape the drainer and the reconciler log through:
- * `(message, fields)`. `console` and winston take it as is. pino's methods take `(fields, message)`
- * and would drop the fields (which carry e.g. the ids a superseded-row warning asks a human to
- * retire), so wrap it.
- *
+ * The logger of the drainer and the reconciler: `(message, fields)`, as `console` and winston log;
+ * wrap pino, which takes `(fields, message)`.
  * @example
- * const log = pino().child({ component: 'drainer' });
- * const logger: Logger = {
- *   info: (message, fields) => log.info(fields ?? {}, message),
- *   warn: (message, fields) => log.warn(fields ?? {}, message),
- *   error: (message, fields) => log.error(fields ?? {}, message),
- * };
- * const drainer = createDrainer({ db, spec, sink, logger });
+ * const logger: Logger = { info: (m, f) => log.info(f ?? {}, m), warn: (m, f) => log.warn(f ?? {}, m), error: (m, f) => log.error(f ?? {}, m) };
  */
 export interface Logger {
   debug?(message: string, fields?: Record<string, unknown>): void;

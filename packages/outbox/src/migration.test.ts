@@ -1,12 +1,13 @@
 import { useTestDatabase } from '@outbox/test-stack';
-import { sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Migrator, type Migration } from 'kysely/migration';
+import pg from 'pg';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { enqueue } from './enqueue.js';
 import { promoteHeads } from './heads.js';
 import { OutboxTableError } from './errors.js';
-import { createOutboxTable, dropOutboxTable, outboxMigration, outboxTableDdl } from './migration.js';
+import { createOutboxTable, dropOutboxTable, outboxMigration, outboxMigrations, outboxTableDdl } from './migration.js';
 import { outboxStats } from './stats.js';
 import { verifyOutboxTable } from './verify.js';
 
@@ -101,6 +102,57 @@ describe('outboxMigration with Kysely’s Migrator', () => {
   });
 });
 
+/** The outbox's objects as the catalog defines them: indexes, functions (whole definitions), trigger, comments, options. */
+async function definitions(spec: OutboxSpec) {
+  const result = await sql<{ kind: string; definition: string | null }>`
+    select 'index' as kind, indexdef as definition from pg_indexes where schemaname = ${spec.schema} and tablename = ${spec.tableName}
+    union all
+    select 'function', pg_get_functiondef(p.oid) from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname = ${spec.schema} and starts_with(p.proname, ${`${spec.tableName}_`})
+    union all
+    select 'trigger', pg_get_triggerdef(t.oid) from pg_trigger t where t.tgrelid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass and not t.tgisinternal
+    union all
+    select 'column', a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || coalesce(col_description(a.attrelid, a.attnum), '')
+      from pg_attribute a where a.attrelid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass and a.attnum > 0
+    union all
+    select 'options', array_to_string(c.reloptions, ',') from pg_class c where c.oid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass
+    order by 1, 2`.execute(t.db);
+  return result.rows;
+}
+
+describe('outboxMigrations: frozen steps for your migrator', () => {
+  const spec = defineOutbox({ table: 'steps.fga_register_outbox', partitionColumn: 'resource_id' });
+
+  test('step names are unique per outbox and sort in step order', () => {
+    const other = defineOutbox({ table: 'steps.other_outbox', partitionColumn: 'tuple_key' });
+    expect(Object.keys(outboxMigrations(spec))).toEqual(['steps.fga_register_outbox/0001_outbox_table', 'steps.fga_register_outbox/0002_drain_functions_v4']);
+    expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual(['0002_0001_outbox_table', '0002_0002_drain_functions_v4']);
+    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(4);
+  });
+
+  test('migrated step by step, the table is exactly what createOutboxTable makes, and verifies', async () => {
+    await createOutboxTable(t.db, spec);
+    const latest = await definitions(spec);
+    await dropOutboxTable(t.db, spec);
+
+    const steps = migrator({ ...outboxMigrations(spec) }, 'outbox_test_steps');
+    for (const name of Object.keys(outboxMigrations(spec))) {
+      const { error, results } = await steps.migrateTo(name);
+      expect(error).toBeUndefined();
+      expect(results?.map((r) => r.migrationName)).toEqual([name]);
+    }
+    await verifyOutboxTable(t.db, spec);
+    expect(await definitions(spec)).toEqual(latest);
+
+    // Down, step by step: the functions go first, then the table.
+    expect((await steps.migrateDown()).error).toBeUndefined();
+    expect(await functionExists('steps', 'fga_register_outbox_claim')).toBe(false);
+    expect(await relationExists('steps.fga_register_outbox')).toBe(true);
+    expect((await steps.migrateDown()).error).toBeUndefined();
+    expect(await relationExists('steps.fga_register_outbox')).toBe(false);
+  });
+});
+
 describe('createOutboxTable', () => {
   test('ships aggressive per-table autovacuum settings', async () => {
     const spec = defineOutbox({ table: 'vac.outbox', partitionColumn: 'resource_id' });
@@ -152,5 +204,30 @@ describe('createOutboxTable', () => {
   test('dropOutboxTable of a table that is not there does nothing', async () => {
     const spec = defineOutbox({ table: 'nowhere.outbox', partitionColumn: 'resource_id' });
     await expect(dropOutboxTable(t.db, spec)).resolves.toBeUndefined();
+  });
+});
+
+describe('createOutboxTable as a role that may create in its schema but not in the database (PostgreSQL 15+ default)', () => {
+  test('creates the table in the existing schema', async () => {
+    const role = `edges_owner_${process.pid}`;
+    await sql.raw(`create role ${role} login password 'pw'`).execute(t.db);
+    await sql.raw(`create schema edges_owned authorization ${role}`).execute(t.db);
+    const url = new URL(t.url);
+    url.username = role;
+    url.password = 'pw';
+    const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url.toString(), max: 1 }) }) });
+    try {
+      const privileges = await sql<{ database: boolean; schema: boolean }>`
+        select has_database_privilege(current_user, current_database(), 'CREATE') as database,
+               has_schema_privilege('edges_owned', 'CREATE') as schema`.execute(db);
+      expect(privileges.rows).toEqual([{ database: false, schema: true }]);
+      const spec = defineOutbox({ table: 'edges_owned.outbox', partitionColumn: 'resource_id' });
+      await createOutboxTable(db, spec);
+      await verifyOutboxTable(db, spec);
+    } finally {
+      await db.destroy();
+      await sql.raw(`drop schema edges_owned cascade`).execute(t.db);
+      await sql.raw(`drop role ${role}`).execute(t.db);
+    }
   });
 });

@@ -5,7 +5,10 @@ import { defineOutbox } from './define-outbox.js';
 import { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 import { PayloadError } from './errors.js';
 import { createOutboxTable } from './migration.js';
-import { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type TupleKey } from './payload.js';
+import { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type IntentPayload, type TupleKey } from './payload.js';
+import { freshOutboxes, headFlags } from './testing/outbox-tables.js';
+
+const t = useTestDatabase();
 
 /** A tuple key, well-formed unless `overrides` says otherwise (typed as one either way). */
 const tuple = (overrides: Partial<Record<keyof TupleKey, unknown>> = {}) =>
@@ -208,7 +211,6 @@ describe('validatePartitionKey', () => {
 });
 
 describe('enqueue refuses bad input before writing anything', () => {
-  const t = useTestDatabase();
   const spec = defineOutbox({ table: 'app.outbox', partitionColumn: 'resource_id' });
   const good = (partitionKey = 'vpc:v1'): EnqueueInput => ({ partitionKey, payload: { writes: [tuple()] } });
 
@@ -304,5 +306,53 @@ describe('enqueue refuses bad input before writing anything', () => {
     const y = await sql<{ exists: boolean }>`select to_regclass('app.y') is not null as exists`.execute(t.db);
     expect(y.rows[0]?.exists).toBe(true);
     await sql`delete from app.outbox`.execute(t.db);
+  });
+});
+
+const fresh = freshOutboxes(t, 'stored');
+const payload = { writes: [{ user: 'project:p1', relation: 'project', object: 'vpc:v1' }] };
+
+describe('enqueue validates what it stores', () => {
+  test('a sparse writes array (a hole where a tuple should be) is a PayloadError, not a null tuple in the row', async () => {
+    const spec = await fresh();
+    const writes = new Array(2);
+    writes[1] = { user: 'project:p1', relation: 'project', object: 'vpc:v1' };
+    const error = await t.db
+      .transaction()
+      .execute((trx) => enqueue(trx, spec, { partitionKey: 'vpc:sparse', payload: { writes } }))
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PayloadError);
+    expect((error as PayloadError).path).toBe('payload.writes[0]');
+    expect(await headFlags(t.db, spec)).toEqual([]);
+  });
+
+  test('a sparse intents array is a PayloadError naming the hole, not a NOT NULL violation from the driver', async () => {
+    const spec = await fresh();
+    const intents = new Array(2);
+    intents[1] = { partitionKey: 'vpc:sparse', payload };
+    const error = await t.db
+      .transaction()
+      .execute((trx) => enqueueMany(trx, spec, intents))
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PayloadError);
+    expect((error as PayloadError).path).toBe('intents[0].partitionKey');
+  });
+
+  test('a payload or tuple key with its own toJSON is refused: it would store something other than what was validated', async () => {
+    const spec = await fresh();
+    const tuple = { user: 'project:p1', relation: 'project', object: 'vpc:v1' };
+    const cases: Array<[unknown, string]> = [
+      [{ writes: [tuple], toJSON: () => ({ writes: [] }) }, 'payload'],
+      [{ writes: [{ ...tuple, toJSON: () => ({ user: 'x' }) }] }, 'payload.writes[0]'],
+    ];
+    for (const [bad, path] of cases) {
+      const error = await t.db
+        .transaction()
+        .execute((trx) => enqueue(trx, spec, { partitionKey: 'vpc:json', payload: bad as IntentPayload }))
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(PayloadError);
+      expect((error as PayloadError).path).toBe(path);
+    }
+    expect(await headFlags(t.db, spec)).toEqual([]);
   });
 });

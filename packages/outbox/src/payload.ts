@@ -7,13 +7,12 @@ export interface TupleKey {
   readonly relation: string;
   /** `type:id`. */
   readonly object: string;
-  /** A condition declared in the model, with the part of its context known at write time. */
   readonly condition?: { readonly name: string; readonly context?: Record<string, unknown> };
 }
 
 /**
- * What one intent asks of OpenFGA, applied as one transaction (deletes first). Extra fields are
- * kept in the row (e.g. iam's `relations` summary for its coverage SQL) and ignored by the sink.
+ * What one intent asks of OpenFGA, applied as one transaction (deletes first). Extra fields stay in
+ * the row (e.g. iam's `relations`, read by its coverage SQL); the sink ignores them.
  */
 export interface IntentPayload {
   readonly writes?: readonly TupleKey[];
@@ -21,12 +20,10 @@ export interface IntentPayload {
   readonly [extra: string]: unknown;
 }
 
-/** OpenFGA accepts at most this many tuple operations (writes + deletes) in one Write request. */
+/** OpenFGA's limit of tuple operations (writes + deletes) in one Write request, hence per intent. */
 export const MAX_TUPLES_PER_INTENT = 100;
 
-// OpenFGA's own forms: a type or relation has no ':', '#', '@' or whitespace; an id no ':', '#' or
-// whitespace (OpenFGA refuses an object or user with a second ':'). No NUL anywhere: Postgres
-// cannot store it, so it would fail the caller's transaction with a driver error, not a PayloadError.
+// OpenFGA's own forms. No NUL anywhere: Postgres cannot store it (a driver error, not a PayloadError).
 const TYPE = '[^:#@\\s\\0]{1,254}';
 const ID = '[^:#\\s\\0]{1,256}';
 const RELATION_NAME = '[^:#@\\s\\0]{1,50}';
@@ -36,11 +33,7 @@ const OBJECT = new RegExp(`^${TYPE}:${ID}$`);
 const USER = new RegExp(`^${TYPE}:(\\*|(?!\\*#)${ID}(#${RELATION_NAME})?)$`);
 const CONDITION_NAME = /^[^\s\0]{1,50}$/;
 
-/**
- * A structural object (the payload, a tuple key, a condition or its context) is stored as
- * `JSON.stringify` writes it: with a `toJSON` of its own, that is whatever `toJSON` returns, not
- * the fields validated here.
- */
+/** With a `toJSON` of its own, an object would be stored as what `toJSON` returns, not as validated. */
 function plainJson(path: string, value: object): void {
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
     throw new PayloadError(path, 'has a toJSON method: it would be stored as what toJSON returns, not as validated; pass a plain object');
@@ -88,10 +81,11 @@ function tupleList(path: string, value: unknown): readonly TupleKey[] {
 }
 
 /**
- * Checks an intent payload against DESIGN §4: writes/deletes of well-formed tuple keys, 1 to 100
- * operations, no tuple key twice (OpenFGA refuses a request that names one twice, even once as a
- * write and once as a delete), and nothing in it — condition contexts and extra fields included —
- * that jsonb cannot store unchanged. Throws a {@link PayloadError} naming the offending path.
+ * Checks an intent payload (docs/design.md §4): well-formed tuple keys, 1 to 100 operations, no
+ * tuple key twice (OpenFGA refuses it, even as a write and a delete), nothing jsonb cannot store
+ * unchanged. Throws a {@link PayloadError} naming the offending path.
+ * @example
+ * validatePayload(JSON.parse(body), 'body.payload');
  */
 export function validatePayload(payload: unknown, path = 'payload'): IntentPayload {
   if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
@@ -130,12 +124,7 @@ function storableString(path: string, value: string): void {
   if (LONE_SURROGATE.test(value)) throw new PayloadError(path, 'contains a lone UTF-16 surrogate (broken text), which Postgres cannot store');
 }
 
-/**
- * Everything in the payload — condition contexts and extra fields included — must survive
- * `JSON.stringify` into a jsonb column unchanged: otherwise the caller's transaction would fail
- * with a driver error (NUL, lone surrogates), `JSON.stringify` would throw a TypeError (a BigInt, a
- * cycle), or a value would be silently changed (NaN and Infinity become null, a function vanishes).
- */
+// Everything must reach jsonb unchanged: no NUL, lone surrogate, BigInt, cycle, NaN, Infinity or function.
 function storableJson(path: string, value: unknown, seen: Set<object>): void {
   switch (typeof value) {
     case 'string':
@@ -174,9 +163,10 @@ function storableJson(path: string, value: unknown, seen: Set<object>): void {
 }
 
 /**
- * Checks a partition key: a non-empty string of at most 1024 UTF-8 bytes (it is indexed, and a
- * btree entry holds at most ~2.7 kB) without NUL characters (Postgres text cannot hold them) or lone
- * UTF-16 surrogates (the driver would store U+FFFD instead: another key).
+ * Checks a partition key: a non-empty string of at most 1024 UTF-8 bytes (a btree entry holds
+ * ~2.7 kB), without NUL or lone surrogates (the driver would store another key).
+ * @example
+ * validatePartitionKey(`vpc:${id}`);
  */
 export function validatePartitionKey(key: unknown, path = 'partitionKey'): string {
   if (typeof key !== 'string' || key.length === 0) {

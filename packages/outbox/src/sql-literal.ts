@@ -1,10 +1,6 @@
 /**
- * SQL literals for the drainer's two calls per batch. Sent as text with no bind parameters, a call
- * goes out in the simple query protocol: one message instead of parse, bind, describe, execute and
- * sync, which on a 100-row batch costs both the client and the server measurably more (see
- * docs/drainer-throughput.md). Every value is checked or escaped here; nothing else is spliced.
- *
- * @internal shared by @outbox/drainer; not for application code.
+ * Checked or escaped SQL literals, for statements sent without bind parameters in the simple query
+ * protocol (docs/outbox-sql.md, "The calls"). Each throws a TypeError on a value it cannot write.
  */
 export const sqlLiteral = {
   /** A safe integer (batch sizes, limits, attempt counts). */
@@ -23,11 +19,7 @@ export const sqlLiteral = {
     }
     return `'{${values.join(',')}}'::bigint[]`;
   },
-  /**
-   * Strings to a `text[]`, each as an escape string (`E'…'`): quotes and backslashes are escaped, so
-   * the literal reads the same whatever `standard_conforming_strings` says. NUL cannot be sent
-   * (Postgres text cannot hold it either).
-   */
+  /** Strings (without NUL) to a `text[]` of escape strings, read alike whatever `standard_conforming_strings` says. */
   textArray(values: readonly string[]): string {
     if (values.length === 0) return `'{}'::text[]`;
     const items = values.map((value) => {

@@ -5,10 +5,12 @@ import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { setMaxAttempts } from './max-attempts.js';
 import { createOutboxTable } from './migration.js';
 import { outboxStats, outboxStatsQuery } from './stats.js';
+import { tableNames } from './table-names.js';
+import { freshOutboxes } from './testing/outbox-tables.js';
 
 const t = useTestDatabase();
 
-/** The states of DESIGN §2, written as direct SQL. */
+/** The states of docs/design.md §2, written out as direct SQL (not with row-states.ts: an independent oracle). */
 type State = 'deliverable' | 'backing-off' | 'delivered' | 'poisoned' | 'retired';
 
 interface Seed {
@@ -55,7 +57,7 @@ describe('outboxStats', () => {
     });
   });
 
-  test('counts delivered, pending, poisoned, superseded and retired rows by DESIGN §2', async () => {
+  test('counts delivered, pending, poisoned, superseded and retired rows by docs/design.md §2', async () => {
     const spec = defineOutbox({ table: 'stats.register_outbox', partitionColumn: 'resource_id', maxAttempts: 5 });
     await createOutboxTable(t.db, spec);
     await seed(spec, [
@@ -202,5 +204,35 @@ describe('the outboxStats plan on a large table', () => {
     ).toEqual([]);
     // And the numbers are right on the big table too.
     expect(await outboxStats(t.db, spec)).toMatchObject({ pending: 4, deliverable: 2, poisoned: 2, superseded: 1, retired: 1 });
+  });
+});
+
+const fresh = freshOutboxes(t, 'stats_cost');
+const run = (text: string) => sql.raw(text).execute(t.db);
+
+describe('outboxStats: bounded by one pass, not one pass per poisoned row', () => {
+  test('100 old poisoned rows before 200k delivered rows: the table is read about once', async () => {
+    const spec = await fresh();
+    const n = tableNames(spec);
+    await run(`insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 100) g`);
+    await run(`insert into ${n.table} (resource_id, payload, attempt_count) values ('vpc:p1', '{}', 10)`);
+    await run(`insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`);
+    await run(`insert into ${n.table} (resource_id, payload, sent_at) values ('vpc:p2', '{}', now())`);
+    await run(`analyze ${n.table}`);
+    const pages = await sql<{ pages: number }>`
+      select (pg_relation_size(${`"${spec.schema}"."${spec.tableName}"`}) / 8192)::int as pages`.execute(t.db);
+    const query = outboxStatsQuery(spec).compile(t.db);
+    const pool = t.pool({ max: 1 });
+    const explained = await pool.query<{ 'QUERY PLAN': [{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }] }>(
+      `explain (analyze, buffers, format json) ${query.sql}`,
+      [...query.parameters],
+    );
+    const plan = explained.rows[0]!['QUERY PLAN'][0].Plan;
+    const blocks = plan['Shared Hit Blocks'] + plan['Shared Read Blocks'];
+    // Before: every poisoned row walked the 200k rows after it (~3k blocks each, ~300k in all, 4 s).
+    expect(blocks).toBeLessThan(4 * pages.rows[0]!.pages);
+    // vpc:p2's poisoned row has a delivered successor; vpc:p1's second poisoned row (id 101) has
+    // none after it: the delivered 'vpc:1' rows are another partition.
+    expect(await outboxStats(t.db, spec)).toMatchObject({ pending: 101, poisoned: 101, deliverable: 0, superseded: 1 });
   });
 });

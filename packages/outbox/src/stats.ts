@@ -1,10 +1,11 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
+import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
-import { supersededCoverageCondition } from './coverage.js';
 import { countedMaxAttemptsSql } from './max-attempts.js';
+import { coveringSuccessor, rowStates } from './row-states.js';
 import { tableNames } from './table-names.js';
 
-/** What an outbox holds, by DESIGN §2's vocabulary. */
+/** What an outbox holds, by the states of docs/design.md §2. */
 export interface OutboxStats {
   /** Not delivered and not retired. */
   readonly pending: number;
@@ -21,19 +22,12 @@ export interface OutboxStats {
 }
 
 /**
- * Counts an outbox by state in one round trip. Cheap on a large table: pending, deliverable and
- * poisoned read the partial pending index, retired its own partial index; delivered rows, however
- * many, are not read — except to decide whether a poisoned row is superseded, and only while some
- * row is poisoned: the delivered rows of the poisoned rows' partitions are read once, by the optional
- * `(partition, id)` btree (a probe per partition) or, without it, by one walk of the rows after the
- * oldest poisoned row (the whole table when that row is old; create the btree for outboxes that
- * grow large and poison routinely).
- *
+ * Counts an outbox by state in one round trip, as the drainers and the reconciler count; cheap on
+ * a large table (docs/outbox-sql.md, "outboxStats").
  * @example
  * const { deliverable, poisoned, oldestPendingAgeSeconds } = await outboxStats(db, vpcOutbox);
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function outboxStats(db: Kysely<any>, spec: OutboxSpec): Promise<OutboxStats> {
+export async function outboxStats(db: AnyKysely, spec: OutboxSpec): Promise<OutboxStats> {
   const result = await outboxStatsQuery(spec).execute(db);
   const row = result.rows[0] ?? {};
   const count = (key: string) => Number(row[key] ?? 0);
@@ -47,38 +41,36 @@ export async function outboxStats(db: Kysely<any>, spec: OutboxSpec): Promise<Ou
   };
 }
 
-/** The statement behind {@link outboxStats} (exported for EXPLAIN in tests and docs). */
+/**
+ * The statement behind {@link outboxStats}, for EXPLAIN.
+ */
 export function outboxStatsQuery(spec: OutboxSpec) {
   const n = tableNames(spec);
   const t = sql.raw(n.table);
   const p = sql.raw(n.partition);
-  // As the drainers count: a dashboard on an older or newer spec still sees the states they act on.
   const max = countedMaxAttemptsSql(spec);
-  // The reconciler's rule, so this count matches what a pass reports.
-  const coverage = supersededCoverageCondition(spec);
+  const row = rowStates();
   return sql<Record<string, string | number | null>>`
     with pending as materialized (
       select id, ${p} as key, attempt_count, created_at from ${t}
-      where sent_at is null and retired_at is null
+      where ${row.pending}
     ), poisoned as materialized (
-      select id, key from pending where attempt_count >= ${max}
+      select id, key from pending where ${row.exhausted(max)}
     ), successors as materialized (
-      -- The delivered rows that could supersede a poisoned one: of a poisoned row's partition,
-      -- after the oldest poisoned row. Read once for all poisoned rows (not once per poisoned row,
-      -- which walked the table behind each of them), and not at all when nothing is poisoned.
+      -- Read once for all poisoned rows, and not at all when none is.
       select s.* from ${t} s
       where exists (select 1 from poisoned)
         and s.id > (select min(id) from poisoned)
         and s.${p} in (select key from poisoned)
-        and s.sent_at is not null
+        and ${rowStates('s').delivered}
     )
     select
       (select count(*) from pending) as pending,
-      (select count(*) from pending where attempt_count < ${max}) as deliverable,
+      (select count(*) from pending where ${row.attemptsLeft(max)}) as deliverable,
       (select count(*) from poisoned) as poisoned,
       (select count(*) from poisoned x join ${t} t on t.id = x.id
-        where exists (select 1 from successors s where s.${p} = t.${p} and s.id > t.id ${coverage})
+        where exists (select 1 from successors s where ${coveringSuccessor(spec)})
       ) as superseded,
-      (select count(*) from ${t} where retired_at is not null) as retired,
+      (select count(*) from ${t} where ${row.retired}) as retired,
       (select extract(epoch from now() - min(created_at)) from pending) as oldest_pending_age_seconds`;
 }

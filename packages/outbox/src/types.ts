@@ -1,7 +1,7 @@
 import type { ColumnType, Generated } from 'kysely';
 import type { IntentPayload } from './payload.js';
 
-/** Columns every outbox table shares (DESIGN §4). Ids are bigints, read as strings. */
+/** Columns every outbox table shares (docs/design.md §4). Ids are bigints, read as strings. */
 interface OutboxColumns {
   id: ColumnType<string, never, never>;
   payload: ColumnType<IntentPayload, IntentPayload | string, IntentPayload | string>;
@@ -12,21 +12,21 @@ interface OutboxColumns {
   sent_at: Date | null;
   retired_at: Date | null;
   retired_reason: string | null;
-  /** Drainer bookkeeping: the earliest deliverable row of its partition. Do not write it by hand. */
+  /** The drainer's: the earliest deliverable row of its partition. Never write it by hand. */
   is_head: Generated<boolean>;
 }
 
-/** Kysely table type of a register-outbox (`<svc>.fga_register_outbox`), keyed on `resource_id`. */
+/** Kysely table type of a register-outbox, keyed on `resource_id`. */
 export interface RegisterOutboxTable extends OutboxColumns {
   resource_id: string;
 }
 
-/** Kysely table type of the tuple outbox (`iam.fga_outbox`), keyed on `tuple_key`. */
+/** Kysely table type of the tuple outbox, keyed on `tuple_key`. */
 export interface TupleOutboxTable extends OutboxColumns {
   tuple_key: string;
 }
 
-/** One outbox row as the drainer and reconciler read it, whatever the partition column is called. */
+/** One outbox row as the drainer and the reconciler read it, whatever its partition column. */
 export interface OutboxRow {
   readonly id: string;
   readonly partitionKey: string;

@@ -1,4 +1,5 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
+import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { drainFunctionMarker } from './drain-functions.js';
 import { OutboxConfigError, OutboxTableError } from './errors.js';
@@ -34,13 +35,7 @@ interface ColumnRow {
   default: string | null;
 }
 
-/**
- * What enqueue and the drainer rely on beyond a column's type: enqueue writes only the partition
- * key, the payload and is_head, so a missing default leaves a new row NULL where the claim compares
- * (`next_attempt_at <= now()`, `attempt_count < max`): never claimed, never reported. A default on
- * sent_at or retired_at would mark every new row delivered or retired. Returns what is wrong, or
- * undefined.
- */
+/** What enqueue and the claim rely on beyond a column's type (docs/outbox-sql.md), or undefined. */
 function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): string | undefined {
   const byDefault = column.identity || column.default !== null;
   switch (name) {
@@ -67,26 +62,15 @@ function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): strin
 const normalise = (text: string | null) => (text ?? '').replace(/[()\s]+/g, ' ').trim().toLowerCase();
 
 /**
- * Checks that the live table behind `spec` is a plain table (not partitioned, no inheritance
- * children: the drainer locks runs by ctid), with the contract's columns (their types, NOT NULLs
- * and the defaults enqueue relies on), the partial partition-head, pending and claim indexes (valid
- * btrees on exactly those key columns), the statement-level NOTIFY trigger on the spec's channel
- * (enabled for ordinary sessions), and the drainer's claim and settle functions of this release (by
- * the version marker in their bodies). Throws one {@link OutboxTableError}
- * listing everything missing. Drainer and reconciler call it at start, so a spec pointed at the
- * wrong table or column fails fast.
- *
- * Then it compares `spec.maxAttempts` with the value the table records (see `setMaxAttempts`)
- * and throws an {@link OutboxConfigError} on field `maxAttempts` when they differ: the rows were
- * counted against the recorded value, and a drainer or reconciler counting with another one would
- * strand or reorder partitions. A table that records no value (created by an earlier release) is
- * accepted with any value.
- *
+ * Checks that the live table behind `spec` is what the drainer and the reconciler rely on: a plain
+ * table with the contract's columns and defaults, the partial indexes, the NOTIFY trigger on the
+ * spec's channel and this release's drainer functions (docs/outbox-sql.md lists each check). Throws
+ * one {@link OutboxTableError} listing every gap; then an {@link OutboxConfigError} (`maxAttempts`)
+ * when the table records another `maxAttempts` than the spec. Drainer and reconciler call it at start.
  * @example
  * await verifyOutboxTable(db, vpcOutbox);
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Promise<void> {
+export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promise<void> {
   const relation = `"${spec.schema}"."${spec.tableName}"`;
   const exists = await sql<{ oid: number | null }>`select to_regclass(${relation})::oid as oid`.execute(db);
   const oid = exists.rows[0]?.oid;
@@ -95,10 +79,7 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
   }
   const missing: string[] = [];
 
-  // A plain table without inheritance children: the drainer locks a run's rows by ctid, and rows of
-  // two partitions (or of a parent and its child) can share one. The claim hands out only the ids
-  // it read (claim v3 and earlier handed out such a row, even an old, delivered one, with a run),
-  // but it would still lock rows of other partitions that it never read.
+  // The claim locks runs by ctid, which rows of two partitions (or a parent and a child) can share.
   const kind = await sql<{ kind: string; children: boolean }>`
     select c.relkind as kind, exists (select 1 from pg_inherits i where i.inhparent = c.oid) as children
     from pg_class c where c.oid = ${oid}`.execute(db);
@@ -125,9 +106,7 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
     }
   }
 
-  // Key columns only (INCLUDE columns do not order the index); an expression reads as null, so an
-  // index on (lower(key), id) is not taken for one on (id). Only a valid btree counts: a failed
-  // CREATE INDEX CONCURRENTLY leaves an invalid index the planner never uses.
+  // Valid btrees by their key columns (not INCLUDE ones; an expression reads as null).
   const indexes = await sql<IndexRow>`
     select array(select a.attname from unnest(i.indkey[0:i.indnkeyatts - 1]) with ordinality k(attnum, ord)
                  left join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum order by k.ord)::text[] as columns,
@@ -136,7 +115,6 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
     where i.indrelid = ${oid} and i.indisvalid and i.indisready and i.indislive and am.amname = 'btree'`.execute(db);
   const hasIndex = (cols: string[], predicate: (p: string) => boolean) =>
     indexes.rows.some((i) => i.columns.join(',') === cols.join(',') && predicate(normalise(i.predicate)));
-  // Exactly the pending predicate: a narrower (or an OR-ed) index does not serve every pending row.
   const isPending = (p: string) =>
     p === 'sent_at is null and retired_at is null' || p === 'retired_at is null and sent_at is null';
   if (!hasIndex([spec.partitionColumn, 'id'], isPending)) {
@@ -147,19 +125,17 @@ export async function verifyOutboxTable(db: Kysely<any>, spec: OutboxSpec): Prom
     missing.push('partial index (next_attempt_at, id) where is_head (the drainer\'s claim)');
   }
 
-  // tgtype bits: 1 = row-level, 2 = before, 4 = insert. We want: statement-level, after, insert.
+  // tgtype bits: 1 = row-level, 2 = before, 4 = insert. Statement-level, after, insert; enabled
+  // for ordinary sessions ('O' or 'A', not 'D' nor replica-only 'R').
   const triggers = await sql<{ ok: boolean }>`
     select (t.tgtype & 1) = 0 and (t.tgtype & 2) = 0 and (t.tgtype & 4) = 4
            and strpos(p.prosrc, ${`pg_notify('${spec.channel}'`}) > 0 as ok
     from pg_trigger t join pg_proc p on p.oid = t.tgfoid
-    -- Enabled for ordinary sessions: 'O' (origin, the default) or 'A' (always); not 'D' (disabled)
-    -- nor 'R' (fires only when session_replication_role is replica).
     where t.tgrelid = ${oid} and not t.tgisinternal and t.tgenabled in ('O', 'A')`.execute(db);
   if (!triggers.rows.some((t) => t.ok)) {
     missing.push(`statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`);
   }
 
-  // The drainer's functions, by name and by the marker of this release and spec in their body.
   const functions = await sql<{ name: string; source: string }>`
     select p.proname as name, p.prosrc as source from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace
     where ns.nspname = ${spec.schema} and p.proname = any(${[`${spec.tableName}_claim`, `${spec.tableName}_settle`]}::text[])`.execute(db);

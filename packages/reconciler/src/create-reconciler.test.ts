@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
-import { defineOutbox, OutboxConfigError, OutboxTableError, tableNames } from '@outbox/outbox';
+import { defineOutbox, OutboxConfigError, OutboxTableError } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
 import { useTestDatabase } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
 import { createReconciler } from './index.js';

@@ -9,12 +9,11 @@ import {
   createOutboxTable,
   defineOutbox,
   enqueue,
-  promoteHeads,
-  tableNames,
   type IntentPayload,
   type OutboxSpec,
   type OutboxSpecInput,
 } from '@outbox/outbox';
+import { promoteHeads, tableNames } from '@outbox/outbox/protocol';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Db = Kysely<any>;

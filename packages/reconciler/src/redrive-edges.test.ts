@@ -3,7 +3,7 @@
  * invariant, against real Postgres, real drainers and real writers.
  */
 import { sql } from 'kysely';
-import { tableNames } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
 import { createDrainer, createRecordingSink } from '@outbox/drainer';
 import { useTestDatabase } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
@@ -163,7 +163,7 @@ describe('races with real writers, drainers, two reconcilers and retire', () => 
             const { enqueue } = await import('@outbox/outbox');
             await enqueue(trx, spec, { partitionKey: `${key}`, payload: { writes: [{ user: 'project:p1', relation: 'project', object: 'vpc:x' }] } });
           } else {
-            const { lockPartitions } = await import('@outbox/outbox');
+            const { lockPartitions } = await import('@outbox/outbox/protocol');
             await lockPartitions(spec, ['']).execute(trx);
             await sql`insert into ${sql.raw(n.table)} (${sql.raw(n.partition)}, payload, is_head)
               select '', '{"writes":[{"user":"project:p1","relation":"project","object":"vpc:e"}]}'::jsonb,

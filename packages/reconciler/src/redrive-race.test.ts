@@ -3,7 +3,8 @@
  * a "drainer" is a transaction that holds row locks, as a real one does while it delivers.
  */
 import { sql } from 'kysely';
-import { enqueue, partitionLockKey, promoteHeads, tableNames } from '@outbox/outbox';
+import { enqueue } from '@outbox/outbox';
+import { partitionLockKey, promoteHeads, tableNames } from '@outbox/outbox/protocol';
 import { useTestDatabase } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
 import { createReconciler } from './index.js';

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
-import { defineOutbox, OutboxConfigError, setMaxAttempts, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { defineOutbox, OutboxConfigError, setMaxAttempts, type OutboxSpec } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
 import { useTestDatabase } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
 import { createReconciler } from './index.js';

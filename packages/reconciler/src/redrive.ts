@@ -1,5 +1,6 @@
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import { assertRecordedMaxAttempts, compareIds, lockPartitions, partitionLockKey, resetHeads, SQLSTATE, sqlState, supersededCoverageCondition, tableNames, type OutboxSpec } from '@outbox/outbox';
+import type { OutboxSpec } from '@outbox/outbox';
+import { assertRecordedMaxAttempts, compareIds, coveringSuccessor, lockPartitions, partitionLockKey, resetHeads, rowStates, SQLSTATE, sqlState, tableNames } from '@outbox/outbox/protocol';
 import type { Logger } from './logger.js';
 import { partitionIndexPresent } from './partition-index.js';
 
@@ -104,13 +105,12 @@ export interface SuccessorCheck {
 export function deliveredSuccessor(spec: OutboxSpec, check: SuccessorCheck): RawBuilder<boolean> {
   const n = tableNames(spec);
   const key = sql.raw(n.partition);
-  const coverage = supersededCoverageCondition(spec);
   const after = check.partitionIndex
     ? sql`s.id > t.id`
     : sql`(s.${key}, s.id) > (t.${key}, t.id)${check.keys ? sql` and (s.${key} || '') = any(${[...check.keys]}::text[])` : sql``}`;
   return sql<boolean>`exists (
       select 1 from ${sql.raw(n.table)} s
-      where s.${key} = t.${key} and ${after} and s.sent_at is not null${coverage})`;
+      where ${coveringSuccessor(spec, after)})`;
 }
 
 /**
@@ -127,7 +127,7 @@ export function deliveredSuccessor(spec: OutboxSpec, check: SuccessorCheck): Raw
 export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: SuccessorCheck) {
   const n = tableNames(spec);
   const table = sql.raw(n.table);
-  const poisoned = sql`t.sent_at is null and t.retired_at is null and t.attempt_count >= ${spec.maxAttempts}`;
+  const poisoned = rowStates('t').poisoned(spec.maxAttempts);
   return sql<PoisonedRow>`
     with superseded as materialized (
       select t.id from ${table} t where ${poisoned} and ${deliveredSuccessor(spec, check)}
@@ -162,7 +162,7 @@ export function lockPendingRows(spec: OutboxSpec, keys: readonly string[], optio
   const n = tableNames(spec);
   return sql<{ id: string }>`
     select id from ${sql.raw(n.table)}
-    where ${sql.raw(n.partition)} = any(${[...keys]}::text[]) and sent_at is null and retired_at is null
+    where ${sql.raw(n.partition)} = any(${[...keys]}::text[]) and ${rowStates().pending}
     order by id
     for update${sql.raw(options.skipLocked ? ' skip locked' : '')}`;
 }
@@ -201,11 +201,11 @@ export function decideCandidates(
       select t.id from ${table} t where t.id = any(${ids}) and ${deliveredSuccessor(spec, { partitionIndex, keys: distinct(candidates) })}
     )
     select t.id, t.${key} as key, t.last_error,
-      (t.sent_at is null and t.retired_at is null and t.attempt_count >= ${spec.maxAttempts}) as poisoned,
+      (${rowStates('t').poisoned(spec.maxAttempts)}) as poisoned,
       t.id in (select id from superseded) as superseded,
       exists (
         select 1 from ${table} o
-        where o.${key} = t.${key} and o.sent_at is null and o.retired_at is null
+        where o.${key} = t.${key} and ${rowStates('o').pending}
           and o.id <> all(${[...lockedIds]}::bigint[])) as contended
     from ${table} t
     where t.id = any(${ids})
@@ -219,7 +219,7 @@ export function reviveRows(spec: OutboxSpec, ids: readonly string[]) {
     update ${sql.raw(n.table)}
     set attempt_count = 0, last_error = null, next_attempt_at = now()
     where id = any(${[...ids]}::bigint[])
-      and sent_at is null and retired_at is null and attempt_count >= ${spec.maxAttempts}
+      and ${rowStates().poisoned(spec.maxAttempts)}
     returning id`;
 }
 

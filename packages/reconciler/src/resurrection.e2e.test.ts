@@ -6,7 +6,8 @@
 import { CredentialsMethod } from '@openfga/sdk';
 import { createDrainer, type Drainer } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
-import { resetHeads, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import type { IntentPayload, OutboxSpec } from '@outbox/outbox';
+import { resetHeads, tableNames } from '@outbox/outbox/protocol';
 import { freePort, stackInfo, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';

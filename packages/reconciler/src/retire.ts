@@ -1,5 +1,6 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
-import { assertRecordedMaxAttempts, compareIds, lockPartitions, OutboxConfigError, resetHeads, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { assertRecordedMaxAttempts, compareIds, lockPartitions, resetHeads, rowStates, tableNames } from '@outbox/outbox/protocol';
 import { RetireRefusedError, type RefusedRetirement, type RetireRefusal } from './errors.js';
 import { partitionIndexPresent } from './partition-index.js';
 import { deliveredSuccessor, lockPendingRows, reconcilerLockKey, type RedrivenIntent, type SuccessorCheck } from './redrive.js';
@@ -33,14 +34,15 @@ export function classifyForRetire(spec: OutboxSpec, ids: readonly string[], chec
   const table = sql.raw(n.table);
   const key = sql.raw(n.partition);
   const wanted = sql`${[...ids]}::bigint[]`;
+  const t = rowStates('t');
   return sql<RetireRow>`
     with superseded as materialized (
       select t.id from ${table} t where t.id = any(${wanted}) and ${deliveredSuccessor(spec, check)}
     )
     select t.id, t.${key} as key, t.last_error, t.is_head,
-      t.sent_at is not null as delivered,
-      t.retired_at is not null as retired,
-      t.attempt_count >= ${spec.maxAttempts} as exhausted,
+      ${t.delivered} as delivered,
+      ${t.retired} as retired,
+      ${t.exhausted(spec.maxAttempts)} as exhausted,
       t.id in (select id from superseded) as superseded
     from ${table} t
     where t.id = any(${wanted})`;
@@ -52,7 +54,7 @@ export function retireRows(spec: OutboxSpec, ids: readonly string[], reason: str
   return sql<{ id: string }>`
     update ${sql.raw(n.table)}
     set retired_at = now(), retired_reason = ${reason}, is_head = false
-    where id = any(${[...ids]}::bigint[]) and sent_at is null and retired_at is null
+    where id = any(${[...ids]}::bigint[]) and ${rowStates().pending}
     returning id`;
 }
 

@@ -1,5 +1,6 @@
 import { sql, type Kysely } from 'kysely';
-import { OutboxConfigError, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
 
 /** True when parentheses and quotes balance, so the fragment cannot close the `(…)` we wrap it in. */
 function balanced(fragment: string): boolean {

@@ -1,6 +1,7 @@
 import { createDrainer } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
-import { outboxStats, tableNames } from '@outbox/outbox';
+import { outboxStats } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { ServiceConfigError } from './errors.js';
 import { createServicePool } from './pool.js';

@@ -1,7 +1,8 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '@outbox/drainer';
-import { PayloadError, sqlState } from '@outbox/outbox';
+import { PayloadError } from '@outbox/outbox';
+import { sqlState } from '@outbox/outbox/protocol';
 import { callerOf } from './caller.js';
 import { HttpError, isDatabaseUnavailable, SERVICE_SQLSTATE } from './errors.js';
 

@@ -1,7 +1,8 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { OpenFgaClient, type TupleKey } from '@openfga/sdk';
-import { outboxStats, tableNames } from '@outbox/outbox';
+import { outboxStats } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
 import { serviceClient, startService, type RegisterServiceDefinition, type RunningService } from '@outbox/service-kit';
 import { recordingLogger, serviceOptionsFor, waitFor } from '@outbox/service-kit/testing';
 import { openFgaClientConfig, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';

@@ -1,0 +1,68 @@
+import type { OutboxSpec } from './define-outbox.js';
+import { maxAttemptsCommentDdl } from './max-attempts.js';
+import { tableNames } from './table-names.js';
+
+/** Options of the outbox table's DDL. */
+export interface OutboxTableOptions {
+  /**
+   * Also create the plain btree `(partition, id)`. Default false: it costs every insert, and pays
+   * off only for outboxes that grow large and poison routinely (the reconciler's look-up).
+   */
+  readonly partitionIndex?: boolean;
+}
+
+/**
+ * The outbox table as released in version 1 (docs/outbox-sql.md, "The table"), one statement per
+ * element, without the drainer's functions. Frozen: a migration that ran it keeps its meaning.
+ */
+export function outboxTableDdlV1(spec: OutboxSpec, options: OutboxTableOptions = {}): string[] {
+  const n = tableNames(spec);
+  const pending = 'sent_at is null and retired_at is null';
+  const statements = [
+    `do $schema$ begin
+      if not exists (select from pg_catalog.pg_namespace where nspname = '${spec.schema}') then
+        create schema if not exists "${spec.schema}";
+      end if;
+    end $schema$`,
+    `create table ${n.table} (
+      id              bigint generated always as identity primary key,
+      ${n.partition}  text not null,
+      payload         jsonb not null,
+      created_at      timestamptz not null default now(),
+      next_attempt_at timestamptz not null default now(),
+      attempt_count   integer not null default 0,
+      last_error      text,
+      sent_at         timestamptz,
+      retired_at      timestamptz,
+      retired_reason  text,
+      is_head         boolean not null default false
+    ) with (
+      -- Delivered rows leave dead index entries at the left edge of the claim index until vacuum:
+      -- vacuum early and without throttling (docs/design.md §5). A long transaction anywhere holds this back.
+      autovacuum_vacuum_scale_factor = 0,
+      autovacuum_vacuum_threshold = 2000,
+      autovacuum_vacuum_insert_scale_factor = 0,
+      autovacuum_vacuum_insert_threshold = 10000,
+      autovacuum_vacuum_cost_delay = 0,
+      autovacuum_analyze_scale_factor = 0.02
+    )`,
+    `comment on column ${n.table}.is_head is 'drainer: true on the earliest deliverable row of each partition, maintained by enqueue, outcome updates and redrive'`,
+    maxAttemptsCommentDdl(spec, spec.maxAttempts),
+    `create index "${n.partitionHeadIndex}" on ${n.table} (${n.partition}, id) where ${pending}`,
+    `create index "${n.pendingIndex}" on ${n.table} (id) where ${pending}`,
+    `create index "${n.claimIndex}" on ${n.table} (next_attempt_at, id) where is_head`,
+    `create index "${n.retiredIndex}" on ${n.table} (id) where retired_at is not null`,
+  ];
+  if (options.partitionIndex) statements.push(`create index "${n.partitionIndex}" on ${n.table} (${n.partition}, id)`);
+  statements.push(
+    `create function ${n.notifyFunction}() returns trigger language plpgsql as $$
+    begin
+      perform pg_notify('${spec.channel}', '');
+      return null;
+    end
+    $$`,
+    // Statement-level: one notification per insert statement, sent at commit (NOTIFY is transactional).
+    `create trigger "${n.notifyTrigger}" after insert on ${n.table} for each statement execute function ${n.notifyFunction}()`,
+  );
+  return statements;
+}
