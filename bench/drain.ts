@@ -1,5 +1,5 @@
 import { createDrainer, type Sink } from '@outbox/drainer';
-import { createOutboxTable, defineOutbox, type OutboxSpec } from '@outbox/outbox';
+import { createOutboxTable, defineOutbox, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { createDatabase, processes, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { existsSync } from 'node:fs';
@@ -10,8 +10,7 @@ const ROWS = 100_000;
 const BATCH = 100;
 const WORKERS = 2;
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Db = Kysely<any>;
+type Db = AnyKysely;
 const kysely = (url: string, max = 4): Db => new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
 const noopSink: Sink = { deliver: async (intents) => intents.map(() => ({ kind: 'delivered' as const })) };
 const payload = `'{"writes":[{"user":"user:a","relation":"owner","object":"vpc:1"}]}'::jsonb`;

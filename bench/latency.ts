@@ -1,5 +1,5 @@
 import { createDrainer, type DrainerEvent, type Sink } from '@outbox/drainer';
-import { createOutboxTable, defineOutbox, enqueue, enqueueMany } from '@outbox/outbox';
+import { createOutboxTable, defineOutbox, enqueue, enqueueMany, type AnyKysely } from '@outbox/outbox';
 import { createDatabase, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
@@ -8,8 +8,7 @@ const WRITERS = 8;
 const PARTITIONS = 1_000;
 const SECONDS = 8;
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Db = Kysely<any>;
+type Db = AnyKysely;
 const kysely = (url: string, max: number): Db => new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
 
 /** One steady-state scenario: writers enqueue at `rate` intents/s (Infinity: as fast as they can) while one drainer runs. */

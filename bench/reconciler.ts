@@ -1,4 +1,4 @@
-import { createOutboxTable, defineOutbox, type OutboxSpec } from '@outbox/outbox';
+import { createOutboxTable, defineOutbox, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { resetHeads, tableNames } from '@outbox/outbox/protocol';
 import { createDatabase, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
@@ -11,8 +11,7 @@ const ROWS_PER_PARTITION = 1_000; // 1M rows
 const TRIALS = 5;
 const MAX_ATTEMPTS = 10;
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Db = Kysely<any>;
+type Db = AnyKysely;
 
 const payload = `jsonb_build_object('writes', jsonb_build_array(jsonb_build_object('user', 'project:p', 'relation', 'project', 'object', 'vpc:x')))`;
 const columns = 'resource_id, payload, attempt_count, last_error, sent_at, is_head';

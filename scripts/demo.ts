@@ -20,6 +20,7 @@ import {
 } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
+import type { AnyKysely } from '@outbox/outbox';
 
 const keep = process.argv.includes('--keep');
 const started = performance.now();
@@ -60,8 +61,7 @@ interface Running {
   serverUrl?: string;
   openfga?: OpenFgaServer;
   platform?: RunningPlatform;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  db?: Kysely<any>;
+  db?: AnyKysely;
 }
 
 async function main(): Promise<void> {

@@ -1,4 +1,4 @@
-import { createOutboxTable, defineOutbox, enqueue, enqueueMany } from '@outbox/outbox';
+import { createOutboxTable, defineOutbox, enqueue, enqueueMany, type AnyKysely } from '@outbox/outbox';
 import { startEmbeddedPostgres, type NativePostgresServer } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
@@ -16,8 +16,7 @@ afterAll(async () => server?.stop());
  * while idle in the pool on the pool, and one lost while checked out — the drainer holds one while
  * its sink delivers — on the client, where nobody listens unless told to.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-function kysely(url: string): Kysely<any> {
+function kysely(url: string): AnyKysely {
   const pool = new pg.Pool({ connectionString: url, max: 3 });
   pool.on('error', () => undefined);
   pool.on('connect', (client) => client.on('error', () => undefined));

@@ -1,5 +1,6 @@
-import { sql, type Kysely } from 'kysely';
-import { compareIds, maxAttemptsChangedError, recordedMaxAttemptsSql, sqlLiteral, tableNames, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import { sql } from 'kysely';
+import type { OutboxSpec, AnyKysely } from '@outbox/outbox';
+import { claimStatement, compareIds, maxAttemptsChangedError, type ClaimedRow, type ClaimOptions as ProtocolClaimOptions } from '@outbox/outbox/protocol';
 import type { Intent } from './sink.js';
 
 /** A claimed batch, every intent row-locked by this transaction, sorted by id (delivery order). */
@@ -10,42 +11,21 @@ export interface ClaimedBatch {
 }
 
 /** What a claim takes besides its batch size; each default is the plain claim's. */
-export interface ClaimOptions {
-  /** Most partition heads to take. Default: the batch size. */
-  readonly headLimit?: number;
-  /** Default true: each head brings its run. */
-  readonly runs?: boolean;
-  /** False turns `synchronous_commit` off for the transaction. Default true. */
-  readonly synchronousCommit?: boolean;
-  /** Partitions a flush waits for, whose heads come first. Default none. */
-  readonly flushKeys?: readonly string[];
-}
+export type ClaimOptions = Omit<ProtocolClaimOptions, 'batchSize'>;
 
 /**
  * Claims up to `batchSize` intents (docs/design.md §5; the steps: docs/drainer.md, "The claim") in
- * one call of the table's claim function, its arguments as literals (one simple-protocol message).
+ * one call of the table's claim function (named arguments as literals: one simple-protocol message).
  */
 export async function claimBatch(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  trx: Kysely<any>,
+  trx: AnyKysely,
   spec: OutboxSpec,
   batchSize: number,
   options: ClaimOptions = {},
 ): Promise<ClaimedBatch> {
-  const { headLimit = batchSize, runs = true, synchronousCommit = true, flushKeys = [] } = options;
-  const args = [
-    sqlLiteral.integer(batchSize),
-    sqlLiteral.integer(headLimit),
-    sqlLiteral.integer(spec.maxAttempts),
-    sqlLiteral.boolean(runs),
-    sqlLiteral.boolean(synchronousCommit),
-    sqlLiteral.textArray(flushKeys),
-  ];
   // The table's recorded maxAttempts comes with the rows: a drainer left running across a
   // setMaxAttempts refuses its batches (docs/drainer.md, "A spec changed under a drainer").
-  const result = await sql<{ id: string; partition_key: string; payload: IntentPayload; attempt_count: number; head: boolean; recorded: number | null }>`
-    select c.id, c.partition_key, c.payload, c.attempt_count, c.head, ${recordedMaxAttemptsSql(spec)} as recorded
-    from ${sql.raw(`${tableNames(spec).claimFunction}(${args.join(', ')})`)} c`.execute(trx);
+  const result = await sql.raw<ClaimedRow>(claimStatement(spec, { ...options, batchSize })).execute(trx);
   const table = result.rows[0]?.recorded;
   if (table !== null && table !== undefined && Number(table) !== spec.maxAttempts) {
     throw maxAttemptsChangedError(spec, Number(table), 'drainer');

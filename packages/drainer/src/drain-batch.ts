@@ -1,10 +1,10 @@
-import type { Kysely } from 'kysely';
 import { backoffDelayMs } from './backoff.js';
 import { claimBatch } from './claim.js';
 import { applyOrdering, deliverBatch } from './deliver.js';
 import type { HeadLimit } from './head-limit.js';
 import { recordOutcomes, type SettledPartitions } from './record-outcomes.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
+import type { AnyKysely } from '@outbox/outbox';
 
 /** Whatever the pool's default isolation: the claim, the settle and the reconciler rely on READ COMMITTED. */
 export const BEGIN = 'begin isolation level read committed';
@@ -40,8 +40,7 @@ export interface BatchOptions {
  * Claims, delivers and records one batch in the transaction open on `conn`; undefined when nothing
  * was claimable. The caller commits, unless a full one-partition run, all delivered, was `chained`.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function runBatch(conn: Kysely<any>, options: BatchOptions): Promise<BatchResult | undefined> {
+export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<BatchResult | undefined> {
   const { config, limit } = options;
   const { spec, batchSize, emit, logger } = config;
   const claimStarted = performance.now();

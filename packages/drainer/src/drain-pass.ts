@@ -1,8 +1,9 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import { BEGIN, COMMIT_AND_BEGIN, runBatch } from './drain-batch.js';
 import { initialHeadLimit, nextHeadLimit } from './head-limit.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
 import { isSinkHalt } from './sink.js';
+import type { AnyKysely } from '@outbox/outbox';
 
 /** Counts of one `drainOnce()` pass. */
 export interface DrainResult {
@@ -36,8 +37,7 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
   let limit = initialHeadLimit(config.batchSize);
 
   /** True when the pass should go on with another segment. */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  async function segment(conn: Kysely<any>, totals: { -readonly [K in keyof DrainResult]: DrainResult[K] }): Promise<boolean> {
+  async function segment(conn: AnyKysely, totals: { -readonly [K in keyof DrainResult]: DrainResult[K] }): Promise<boolean> {
     const until = performance.now() + SEGMENT_MS;
     const goOn = () => !stopping() && performance.now() < until;
     let open = false;

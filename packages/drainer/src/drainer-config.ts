@@ -1,13 +1,11 @@
-import type { Kysely } from 'kysely';
-import type { OutboxSpec } from '@outbox/outbox';
+import type { OutboxSpec, AnyKysely } from '@outbox/outbox';
 import type { BackoffOptions } from './backoff.js';
 import type { DrainerEvent, Logger } from './events.js';
 import type { Sink } from './sink.js';
 
 /** What `createDrainer` takes. */
 export interface DrainerConfig {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   /** The outbox spec shared with the writer and reconciler. */
   readonly spec: OutboxSpec;
   readonly sink: Sink;

@@ -1,5 +1,6 @@
-import { sql, type Kysely } from 'kysely';
-import { tableNames, type OutboxSpec } from '@outbox/outbox';
+import { sql } from 'kysely';
+import { type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
 
 export interface IntentStatus {
   readonly id: string;
@@ -10,8 +11,7 @@ export interface IntentStatus {
 }
 
 /** The ids a flush of `partitionKey` waits for, in id order: committed and deliverable now (poisoned ones are the reconciler's). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function pendingIntentIds(db: Kysely<any>, spec: OutboxSpec, partitionKey: string): Promise<string[]> {
+export async function pendingIntentIds(db: AnyKysely, spec: OutboxSpec, partitionKey: string): Promise<string[]> {
   const n = tableNames(spec);
   const result = await sql<{ id: string }>`
     select id from ${sql.raw(n.table)}
@@ -22,8 +22,7 @@ export async function pendingIntentIds(db: Kysely<any>, spec: OutboxSpec, partit
 }
 
 /** Where each of `ids` stands, by id, in one query; a row gone from the table is absent. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function intentStatuses(db: Kysely<any>, spec: OutboxSpec, ids: readonly string[]): Promise<Map<string, IntentStatus>> {
+export async function intentStatuses(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<Map<string, IntentStatus>> {
   const result = await sql<{ id: string; sent: boolean; poisoned: boolean; last_error: string | null }>`
     select id, sent_at is not null as sent, attempt_count >= ${spec.maxAttempts} or retired_at is not null as poisoned, last_error
     from ${sql.raw(tableNames(spec).table)} where id = any(${ids}::bigint[]) order by id`.execute(db);

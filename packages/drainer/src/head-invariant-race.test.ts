@@ -1,4 +1,4 @@
-import { createOutboxTable, defineOutbox, enqueueMany, type EnqueueInput } from '@outbox/outbox';
+import { createOutboxTable, defineOutbox, enqueueMany, type EnqueueInput, type AnyKysely } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql, type Kysely } from 'kysely';
 import { expect, test } from 'vitest';
@@ -29,8 +29,7 @@ interface Violation {
   earliest: string | null;
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function violations(db: Kysely<any>): Promise<Violation[]> {
+async function violations(db: AnyKysely): Promise<Violation[]> {
   const result = await sql<Violation>`
     select key, heads, earliest from (
       select resource_id as key,

@@ -1,6 +1,6 @@
-import { defineOutbox } from '@outbox/outbox';
+import { defineOutbox, type AnyKysely } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
-import { Kysely as KyselyClass, PostgresDialect, sql, type Kysely } from 'kysely';
+import { Kysely as KyselyClass, PostgresDialect, sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { claimBatch } from './claim.js';
 import { enqueueRows, freshOutbox, outboxRows, outboxTable, quiet, waitUntil } from './testing/fixture.js';
@@ -10,8 +10,7 @@ import { createDrainer, createRecordingSink, SinkHaltError, type Intent, type Si
 const t = useTestDatabase();
 
 describe('a pass and its transactions', () => {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const backendState = async (db: Kysely<any>, pid: number) =>
+  const backendState = async (db: AnyKysely, pid: number) =>
     (await sql<{ state: string }>`select state from pg_stat_activity where pid = ${pid}`.execute(db)).rows[0]?.state;
 
   test('each batch commits before the next is delivered, in READ COMMITTED even on a serializable pool; the pass leaves its connection idle', async () => {
@@ -113,8 +112,7 @@ describe('a pass and its transactions', () => {
 });
 
 describe('commit durability', () => {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const setting = async (db: Kysely<any>) =>
+  const setting = async (db: AnyKysely) =>
     (await sql<{ v: string }>`select current_setting('synchronous_commit') as v`.execute(db)).rows[0]?.v;
 
   test('a claim asked for an asynchronous commit turns synchronous_commit off for its own transaction only', async () => {

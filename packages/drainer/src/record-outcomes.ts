@@ -1,5 +1,6 @@
-import { sql, type Kysely } from 'kysely';
-import { compareIds, promoteHeads, settleStatement, tableNames, type OutboxSpec } from '@outbox/outbox';
+import { sql } from 'kysely';
+import { type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import { compareIds, promoteHeads, settleStatement, tableNames } from '@outbox/outbox/protocol';
 import type { BatchOutcomes } from './deliver.js';
 import type { Intent } from './sink.js';
 
@@ -30,8 +31,7 @@ export interface RecordOptions {
  * settle call marks the delivered rows and promotes the next heads. Released rows are not touched.
  */
 export async function recordOutcomes(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  trx: Kysely<any>,
+  trx: AnyKysely,
   spec: OutboxSpec,
   outcomes: BatchOutcomes,
   options: RecordOptions,

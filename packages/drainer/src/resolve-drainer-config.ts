@@ -1,5 +1,4 @@
-import type { Kysely } from 'kysely';
-import { OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { OutboxConfigError, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import type { BackoffOptions } from './backoff.js';
 import type { DrainerConfig } from './drainer-config.js';
 import type { DrainerEvent, Logger } from './events.js';
@@ -13,8 +12,7 @@ const MAX_BATCH_SIZE = 1_000;
 
 /** A {@link DrainerConfig} checked, with its defaults filled in and its hooks guarded; frozen. */
 export interface ResolvedDrainerConfig {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   readonly spec: OutboxSpec;
   readonly sink: Sink;
   readonly batchSize: number;

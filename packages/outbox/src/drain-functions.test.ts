@@ -1,10 +1,11 @@
 import { useTestDatabase } from '@outbox/test-stack';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { createOutboxTable } from './migration.js';
 import { tableNames } from './table-names.js';
 import { rowsRead } from './testing/rows-read.js';
+import type { AnyKysely } from './any-kysely.js';
 
 /*
  * The drainer's claim and settle functions look partitions up on the partition-head index, one probe
@@ -29,8 +30,7 @@ async function fresh(): Promise<OutboxSpec> {
  * it read. The counts of back-to-back transactions reach the statistics together: it takes the
  * difference.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function readOn(conn: Kysely<any>, spec: OutboxSpec, statement: string): Promise<{ read: number; rows: number }> {
+async function readOn(conn: AnyKysely, spec: OutboxSpec, statement: string): Promise<{ read: number; rows: number }> {
   await sql`begin`.execute(conn);
   try {
     const before = await rowsRead(conn, spec);

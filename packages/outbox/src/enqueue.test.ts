@@ -1,12 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { defineOutbox } from './define-outbox.js';
 import { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 import { OutboxConfigError } from './errors.js';
 import { createOutboxTable } from './migration.js';
+import type { AnyKysely } from './any-kysely.js';
 
 const t = useTestDatabase();
 const spec = defineOutbox({ table: 'app.outbox', partitionColumn: 'resource_id', channel: 'app_outbox_test' });
@@ -22,8 +23,7 @@ interface Row {
   resource_id: string;
   object: string;
 }
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function rows(db: Kysely<any> = t.db): Promise<Row[]> {
+async function rows(db: AnyKysely = t.db): Promise<Row[]> {
   const result = await sql<Row>`
     select id, resource_id, payload->'writes'->0->>'object' as object from app.outbox order by id`.execute(db);
   return result.rows;
@@ -54,8 +54,7 @@ async function waitOf(pid: number) {
   return result.rows[0];
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function backendPid(db: Kysely<any>): Promise<number> {
+async function backendPid(db: AnyKysely): Promise<number> {
   const result = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db);
   return result.rows[0]!.pid;
 }
@@ -286,8 +285,7 @@ describe('the partition advisory lock', () => {
 
 describe('isolation level: enqueue needs READ COMMITTED', () => {
   /** The advisory locks held by the backend of `db` (a transaction's connection). */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  async function advisoryLocks(db: Kysely<any>): Promise<number> {
+  async function advisoryLocks(db: AnyKysely): Promise<number> {
     const result = await sql<{ held: string }>`
       select count(*) as held from pg_locks where pid = pg_backend_pid() and locktype = 'advisory'`.execute(db);
     return Number(result.rows[0]!.held);

@@ -26,9 +26,3 @@ export type { Logger } from './logger.js';
 export { outboxStats, type OutboxStats } from './stats.js';
 export type { RegisterOutboxTable, TupleOutboxTable } from './types.js';
 export { verifyOutboxTable } from './verify.js';
-
-/**
- * @deprecated Transitional, for @outbox/drainer only: these live in `@outbox/outbox/protocol`.
- * This block goes once the drainer imports them from there.
- */
-export { compareIds, maxAttemptsChangedError, promoteHeads, recordedMaxAttemptsSql, settleStatement, sqlLiteral, tableNames } from './protocol.js';

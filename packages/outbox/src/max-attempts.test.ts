@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { enqueue, enqueueMany, type EnqueueInput } from './enqueue.js';
@@ -11,6 +11,7 @@ import { createOutboxTable } from './migration.js';
 import { outboxStats } from './stats.js';
 import { tableNames } from './table-names.js';
 import { verifyOutboxTable } from './verify.js';
+import type { AnyKysely } from './any-kysely.js';
 
 const t = useTestDatabase();
 
@@ -35,8 +36,7 @@ const enqueued = (spec: OutboxSpec, ...keys: string[]) =>
 
 const table = (spec: OutboxSpec) => sql.raw(tableNames(spec).table);
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function update(spec: OutboxSpec, set: string, id: string, db: Kysely<any> = t.db): Promise<void> {
+async function update(spec: OutboxSpec, set: string, id: string, db: AnyKysely = t.db): Promise<void> {
   await sql`update ${table(spec)} set ${sql.raw(set)} where id = ${id}`.execute(db);
 }
 

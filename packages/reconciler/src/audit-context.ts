@@ -1,5 +1,4 @@
-import { OutboxConfigError, type OutboxSpec, type TupleKey } from '@outbox/outbox';
-import type { Kysely } from 'kysely';
+import { OutboxConfigError, type OutboxSpec, type TupleKey, type AnyKysely } from '@outbox/outbox';
 import type { TupleReader } from './audit-reader.js';
 import type { OutboxOwner, OwnedPartition } from './owner.js';
 
@@ -15,8 +14,7 @@ export interface AuditReads {
 
 /** What the audit's and repair's steps share: where to read, and the request counts so far. */
 export interface AuditContext {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   readonly spec: OutboxSpec;
   readonly owner: OutboxOwner;
   readonly reader: TupleReader;
@@ -28,8 +26,7 @@ export interface AuditContext {
 /** The options every audit and repair entry point takes. */
 export interface AuditTarget {
   /** The database of the owner's rows and of the outbox (one database: the outbox is written in the owner's transactions). */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   /** The outbox whose partitions are audited: the one the owner's create path enqueues into. */
   readonly spec: OutboxSpec;
   readonly owner: OutboxOwner;
@@ -100,8 +97,7 @@ export function checkOwned(ctx: AuditContext, partition: OwnedPartition): OwnedP
 }
 
 /** The owner's state of `keys`, one entry per key (an owner that leaves one out is refused: its tuples would read as orphans and be deleted). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function ownedState(ctx: AuditContext, trx: Kysely<any>, keys: readonly string[]): Promise<Map<string, OwnedPartition>> {
+export async function ownedState(ctx: AuditContext, trx: AnyKysely, keys: readonly string[]): Promise<Map<string, OwnedPartition>> {
   const owned = new Map<string, OwnedPartition>();
   if (keys.length === 0) return owned;
   for (const partition of await ctx.owner.partitions(trx, keys)) owned.set(partition.partitionKey, checkOwned(ctx, partition));
@@ -141,7 +137,6 @@ export async function readPartitions(ctx: AuditContext, keys: readonly string[])
 }
 
 /** `work` in a read-only REPEATABLE READ transaction: one snapshot of the owner and the outbox, no lock a drainer waits on. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function inSnapshot<T>(db: Kysely<any>, work: (trx: Kysely<any>) => Promise<T>): Promise<T> {
+export function inSnapshot<T>(db: AnyKysely, work: (trx: AnyKysely) => Promise<T>): Promise<T> {
   return db.transaction().setIsolationLevel('repeatable read').setAccessMode('read only').execute(work);
 }

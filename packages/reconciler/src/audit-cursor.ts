@@ -1,5 +1,6 @@
-import { OutboxConfigError, SQLSTATE, sqlState } from '@outbox/outbox';
-import { sql, type Kysely } from 'kysely';
+import { OutboxConfigError, type AnyKysely } from '@outbox/outbox';
+import { SQLSTATE, sqlState } from '@outbox/outbox/protocol';
+import { sql } from 'kysely';
 
 /** Where the incremental audit keeps its changelog positions by default. */
 export const AUDIT_CURSOR_TABLE = 'public.outbox_audit_cursor';
@@ -42,8 +43,7 @@ export interface AuditCursor {
 }
 
 /** The stored cursors of `outbox`, by object type. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function readAuditCursors(db: Kysely<any>, table: string, outbox: string): Promise<Map<string, AuditCursor>> {
+export async function readAuditCursors(db: AnyKysely, table: string, outbox: string): Promise<Map<string, AuditCursor>> {
   const result = await sql<{ object_type: string; continuation_token: string | null; start_time: Date | null }>`
     select object_type, continuation_token, start_time from ${sql.raw(auditCursorTableName(table))} where outbox = ${outbox}`
     .execute(db)
@@ -60,8 +60,7 @@ export async function readAuditCursors(db: Kysely<any>, table: string, outbox: s
 }
 
 /** Stores the cursors of `outbox` (one upsert). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function writeAuditCursors(db: Kysely<any>, table: string, outbox: string, cursors: ReadonlyMap<string, AuditCursor>): Promise<void> {
+export async function writeAuditCursors(db: AnyKysely, table: string, outbox: string, cursors: ReadonlyMap<string, AuditCursor>): Promise<void> {
   if (cursors.size === 0) return;
   const types = [...cursors.keys()];
   const tokens = types.map((type) => cursors.get(type)?.continuationToken ?? null);

@@ -6,16 +6,15 @@
 import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
 import { createDrainer } from '@outbox/drainer';
 import { createOpenFgaSink, createOpenFgaTupleReader } from '@outbox/openfga';
-import { enqueue, type OutboxSpec, type TupleKey } from '@outbox/outbox';
+import { enqueue, type OutboxSpec, type TupleKey, type AnyKysely } from '@outbox/outbox';
 import { createOpenFgaStore, stackInfo } from '@outbox/test-stack';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import { onTestFinished } from 'vitest';
 import type { TupleReader } from './audit-reader.js';
 import { createTestOutbox, recordingLogger } from './outbox-fixture.js';
 import type { OutboxOwner, OwnedPartition } from './owner.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Db = Kysely<any>;
+type Db = AnyKysely;
 
 /** The tuples a resource row expects: what the fixture's "create path" enqueues. */
 export const resourceTuples = (id: string, project: string, owner: string): TupleKey[] => [

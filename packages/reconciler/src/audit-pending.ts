@@ -1,5 +1,6 @@
-import { tableNames, type OutboxSpec } from '@outbox/outbox';
-import { sql, type Kysely } from 'kysely';
+import { type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
+import { sql } from 'kysely';
 
 /** Keys per statement: one array parameter, bounded so a large candidate set stays many small statements. */
 const KEYS_PER_STATEMENT = 1_000;
@@ -9,8 +10,7 @@ const KEYS_PER_STATEMENT = 1_000;
  * poisoned), as the transaction `trx` sees the outbox. Such a partition is not drift (yet): what
  * OpenFGA lacks may be on its way. One probe of the partition-head index per key.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function pendingPartitions(trx: Kysely<any>, spec: OutboxSpec, keys: Iterable<string>): Promise<Set<string>> {
+export async function pendingPartitions(trx: AnyKysely, spec: OutboxSpec, keys: Iterable<string>): Promise<Set<string>> {
   const n = tableNames(spec);
   const all = [...new Set(keys)];
   const pending = new Set<string>();

@@ -1,5 +1,4 @@
-import type { Kysely } from 'kysely';
-import { OutboxConfigError, verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
+import { OutboxConfigError, verifyOutboxTable, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { consoleLogger, type Logger } from './logger.js';
 import { redrivePoisoned, type RedriveResult, type RedrivenIntent } from './redrive.js';
 import { retireSuperseded } from './retire.js';
@@ -12,8 +11,7 @@ import { verifyCoverageSql } from './verify-coverage.js';
  * const config: ReconcilerConfig = { db, spec: iamOutbox, interval: 60_000, batchSize: 200 };
  */
 export interface ReconcilerConfig {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   /** The outbox spec shared with the writer and the drainer: one partition column for both halves of the ordering rule. */
   readonly spec: OutboxSpec;
   /** Where the reconciler logs. Default: console, warnings (superseded intents) and errors only. */

@@ -4,7 +4,7 @@
  * outcome updates (demote, then `promoteHeads`), so the head invariant holds throughout.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
+import { sql, type RawBuilder, type Transaction } from 'kysely';
 import {
   createOutboxTable,
   defineOutbox,
@@ -12,11 +12,11 @@ import {
   type IntentPayload,
   type OutboxSpec,
   type OutboxSpecInput,
+  type AnyKysely,
 } from '@outbox/outbox';
 import { promoteHeads, tableNames } from '@outbox/outbox/protocol';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Db = Kysely<any>;
+type Db = AnyKysely;
 
 let tables = 0;
 

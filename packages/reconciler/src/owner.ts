@@ -1,5 +1,4 @@
-import type { TupleKey } from '@outbox/outbox';
-import type { Kysely } from 'kysely';
+import type { TupleKey, AnyKysely } from '@outbox/outbox';
 
 /**
  * A Read filter that returns exactly one partition's live tuples: every tuple on `object`
@@ -54,9 +53,7 @@ export interface OutboxOwner {
    * One page of every partition the owner's rows expect tuples in, each partition once across all
    * pages, from `after` (undefined: the first page), at most `limit` partitions a page.
    */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  expectedPage(trx: Kysely<any>, after: string | undefined, limit: number): Promise<OwnedPage>;
+  expectedPage(trx: AnyKysely, after: string | undefined, limit: number): Promise<OwnedPage>;
   /** The owner's state of exactly these partitions: one entry per key, in any order (`tuples` empty when nothing is expected). */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  partitions(trx: Kysely<any>, partitionKeys: readonly string[]): Promise<readonly OwnedPartition[]>;
+  partitions(trx: AnyKysely, partitionKeys: readonly string[]): Promise<readonly OwnedPartition[]>;
 }

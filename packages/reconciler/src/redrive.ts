@@ -1,5 +1,5 @@
-import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import type { OutboxSpec } from '@outbox/outbox';
+import { sql, type RawBuilder, type Transaction } from 'kysely';
+import type { OutboxSpec, AnyKysely } from '@outbox/outbox';
 import { assertRecordedMaxAttempts, compareIds, coveringSuccessor, lockPartitions, partitionLockKey, resetHeads, rowStates, SQLSTATE, sqlState, tableNames } from '@outbox/outbox/protocol';
 import type { Logger } from './logger.js';
 import { partitionIndexPresent } from './partition-index.js';
@@ -47,8 +47,7 @@ export interface RedriveResult {
   readonly moreSuperseded: boolean;
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-type Db = Kysely<any>;
+type Db = AnyKysely;
 
 interface PoisonedRow {
   id: string;

@@ -1,4 +1,5 @@
-import { enqueueMany, lockPartitions, MAX_INTENTS_PER_ENQUEUE, OutboxConfigError, type EnqueueInput, type TupleKey } from '@outbox/outbox';
+import { enqueueMany, MAX_INTENTS_PER_ENQUEUE, OutboxConfigError, type EnqueueInput, type TupleKey } from '@outbox/outbox';
+import { lockPartitions } from '@outbox/outbox/protocol';
 import { auditContext, integerOption, ownedState, readPartitions, type AuditContext, type AuditReads, type AuditTarget } from './audit-context.js';
 import { findDrift } from './audit.js';
 import { pendingPartitions } from './audit-pending.js';

@@ -1,5 +1,5 @@
-import { sql, type Kysely, type Transaction } from 'kysely';
-import { OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { sql, type Transaction } from 'kysely';
+import { OutboxConfigError, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { assertRecordedMaxAttempts, compareIds, lockPartitions, resetHeads, rowStates, tableNames } from '@outbox/outbox/protocol';
 import { RetireRefusedError, type RefusedRetirement, type RetireRefusal } from './errors.js';
 import { partitionIndexPresent } from './partition-index.js';
@@ -78,8 +78,7 @@ const isId = (id: string) => ID.test(id) && BigInt(id) <= MAX_BIGINT;
  * their partitions do not move.
  */
 export async function retireSuperseded(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  db: Kysely<any>,
+  db: AnyKysely,
   spec: OutboxSpec,
   ids: readonly (string | number | bigint)[],
   reason: string,

@@ -1,5 +1,5 @@
-import { sql, type Kysely } from 'kysely';
-import { OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
+import { sql } from 'kysely';
+import { OutboxConfigError, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { tableNames } from '@outbox/outbox/protocol';
 
 /** True when parentheses and quotes balance, so the fragment cannot close the `(…)` we wrap it in. */
@@ -27,8 +27,7 @@ function balanced(fragment: string): boolean {
  * error or a non-boolean then fails at start as an {@link OutboxConfigError}, not silently at the
  * first poisoned row.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function verifyCoverageSql(db: Kysely<any>, spec: OutboxSpec): Promise<void> {
+export async function verifyCoverageSql(db: AnyKysely, spec: OutboxSpec): Promise<void> {
   const fragment = spec.supersededCoverageSql;
   if (fragment === undefined) return;
   if (!balanced(fragment)) {

@@ -1,7 +1,7 @@
-import type { Kysely } from 'kysely';
 import { ID_PATTERN } from './body-schema.js';
 import { HttpError } from './errors.js';
 import type { ServiceRequest } from './http-server.js';
+import type { AnyKysely } from '@outbox/outbox';
 
 /**
  * The row of `table` named by the request's `:id`, or a 404 naming `what`. Unknown and malformed
@@ -10,8 +10,7 @@ import type { ServiceRequest } from './http-server.js';
  * @example
  * const vpc = await findById<VpcRow>(db, 'vpc.vpcs', request, 'vpc');
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function findById<Row>(db: Kysely<any>, table: string, request: ServiceRequest, what: string): Promise<Row> {
+export async function findById<Row>(db: AnyKysely, table: string, request: ServiceRequest, what: string): Promise<Row> {
   const id = request.params.id ?? '';
   const row = ID_PATTERN.test(id) ? await db.selectFrom(table).selectAll().where('id', '=', id).executeTakeFirst() : undefined;
   if (!row) throw new HttpError(404, 'not_found', `no ${what} ${JSON.stringify(id)}`);

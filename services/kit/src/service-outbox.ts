@@ -1,8 +1,7 @@
 import { createDrainer, DrainerStoppedError, type BackoffOptions, FlushPoisonedError, FlushTimeoutError, type Drainer, type DrainResult, type Logger } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
-import { outboxStats, type OutboxSpec, type OutboxStats } from '@outbox/outbox';
+import { outboxStats, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
 import { createReconciler, type Reconciler, type RedriveResult } from '@outbox/reconciler';
-import type { Kysely } from 'kysely';
 import type { OpenFgaConnection } from './authorizer.js';
 
 /** What became of a write's intent by the time the service answers. */
@@ -31,8 +30,7 @@ export interface ServiceOutbox {
 
 /** What {@link createServiceOutbox} takes. */
 export interface ServiceOutboxConfig {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   readonly spec: OutboxSpec;
   readonly openfga: OpenFgaConnection;
   /** Wake the drainer with LISTEN on this Postgres URL (a dedicated connection). Omit: timer only. */

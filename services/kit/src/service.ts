@@ -1,5 +1,5 @@
 import type { Logger } from '@outbox/drainer';
-import { verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
+import { verifyOutboxTable, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import type { RedriveResult } from '@outbox/reconciler';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { createAuthorizer, type Authorizer } from './authorizer.js';
@@ -14,8 +14,7 @@ import { verifyServiceTables, type ExpectedTable } from './verify-tables.js';
 /** What a service's routes are built with. */
 export interface ServiceContext {
   readonly name: string;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   readonly authorizer: Authorizer;
   readonly outbox: ServiceOutbox;
   readonly options: ResolvedServiceOptions;
@@ -44,8 +43,7 @@ export interface RunningService<N extends string = string> {
   /** Base URL, e.g. `http://127.0.0.1:41234`. */
   readonly url: string;
   readonly port: number;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   /** Its drainer, reconciler, stats and redrive. */
   readonly outbox: ServiceOutbox;
   /**

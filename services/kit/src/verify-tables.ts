@@ -1,6 +1,7 @@
 import type { COMMON_RESOURCE_COLUMNS, ResourceTable } from '@outbox/migrations';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import { ServiceConfigError } from './errors.js';
+import type { AnyKysely } from '@outbox/outbox';
 
 /** A table a service reads and writes, and the columns it relies on (name → `format_type` spelling, e.g. `text[]`). */
 export interface ExpectedTable {
@@ -31,8 +32,7 @@ export function resourceTableColumns(table: ResourceTable): ExpectedTable {
  * that answered /readyz 200 and then 500 to every request. Throws a {@link ServiceConfigError}
  * naming every table or column that is missing.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function verifyServiceTables(db: Kysely<any>, tables: readonly ExpectedTable[]): Promise<void> {
+export async function verifyServiceTables(db: AnyKysely, tables: readonly ExpectedTable[]): Promise<void> {
   const problems: string[] = [];
   for (const expected of tables) {
     const [schema, name] = expected.table.split('.') as [string, string];

@@ -1,14 +1,13 @@
 // Test fixtures shared by the drainer's test files: a fresh outbox table per test, and rows enqueued
 // through the real writer. Not part of the package's build.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec } from '@outbox/outbox';
-import { sql, type Kysely } from 'kysely';
+import { createOutboxTable, defineOutbox, enqueueMany, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import { sql } from 'kysely';
 
 let tables = 0;
 
 /** A fresh outbox table in the test file's database (one per test keeps tests independent). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function freshOutbox(db: Kysely<any>, options: { maxAttempts?: number } = {}): Promise<OutboxSpec> {
+export async function freshOutbox(db: AnyKysely, options: { maxAttempts?: number } = {}): Promise<OutboxSpec> {
   tables += 1;
   const spec = defineOutbox({ table: `drainer.outbox_${tables}`, partitionColumn: 'resource_id', maxAttempts: options.maxAttempts ?? 10 });
   await createOutboxTable(db, spec);
@@ -22,8 +21,7 @@ export const quiet = { info: () => undefined, warn: () => undefined, error: () =
 export const outboxTable = (spec: OutboxSpec) => sql.raw(`"${spec.schema}"."${spec.tableName}"`);
 
 /** Every row of the spec's table, in id order. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function outboxRows(db: Kysely<any>, spec: OutboxSpec) {
+export async function outboxRows(db: AnyKysely, spec: OutboxSpec) {
   const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null; is_head: boolean }>`
     select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error, is_head
     from ${outboxTable(spec)} t order by t.id`.execute(db);
@@ -31,8 +29,7 @@ export async function outboxRows(db: Kysely<any>, spec: OutboxSpec) {
 }
 
 /** How many connections of the database hold `LISTEN` on the spec's channel. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function listenConnections(db: Kysely<any>, spec: OutboxSpec): Promise<number> {
+export async function listenConnections(db: AnyKysely, spec: OutboxSpec): Promise<number> {
   const result = await sql<{ n: string }>`select count(*) as n from pg_stat_activity where datname = current_database() and query = ${`listen "${spec.channel}"`}`.execute(db);
   return Number(result.rows[0]?.n);
 }
@@ -50,8 +47,7 @@ export async function waitUntil(what: string, check: () => Promise<boolean> | bo
 export const payload = (n: number) => ({ writes: [{ user: 'user:alice', relation: 'owner', object: `vpc:${n}` }] });
 
 /** Enqueues one intent per key, in order, 1,000 per transaction. Returns the ids. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function enqueueRows(db: Kysely<any>, spec: OutboxSpec, keys: string[]): Promise<string[]> {
+export async function enqueueRows(db: AnyKysely, spec: OutboxSpec, keys: string[]): Promise<string[]> {
   const ids: string[] = [];
   for (let i = 0; i < keys.length; i += 1_000) {
     const chunk = keys.slice(i, i + 1_000);
