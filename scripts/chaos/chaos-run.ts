@@ -3,9 +3,10 @@ import { OpenFgaClient } from '@openfga/sdk';
 import { migrateToLatest, vpcOutbox, writeAuthorizationModel } from '@outbox/migrations';
 import { outboxStats } from '@outbox/outbox';
 import { createReconciler } from '@outbox/reconciler';
+import { createServicePool } from '@outbox/service-kit';
 import { createDatabase, startStack, withDatabase, type Stack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
-import pg from 'pg';
+import type pg from 'pg';
 import type { ChaosOptions } from './chaos-options.js';
 import { startDrainerFleet, type DrainerFleet, type FleetFigures } from './drainer-fleet.js';
 import { checkDrift, type DriftReport } from './drift.js';
@@ -112,7 +113,8 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
     const pool = (name: string, max: number) => {
       const url = new URL(databaseUrl);
       url.searchParams.set('application_name', name);
-      const p = new pg.Pool({ connectionString: url.toString(), max }).on('error', () => undefined);
+      // The services' pool: a connection lost mid-query (a Ctrl-C stops Postgres too) fails the query, not the run.
+      const p = createServicePool(url.toString(), max, quiet);
       pools.push(p);
       return p;
     };
@@ -167,6 +169,7 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
     } finally {
       clearInterval(progress);
     }
+    signal.throwIfAborted(); // the loops end quietly on an abort; the run must not go on to its checks
     const faultsSeconds = (Date.now() - faultsStarted) / 1000;
 
     log('faults stopped; draining');

@@ -158,7 +158,7 @@ export async function startDrainerFleet(config: DrainerFleetConfig): Promise<Dra
       await spawnOnce(slot);
     })()
       .catch((error: unknown) => {
-        console.error(`[chaos] ${slot.name}: ${error instanceof Error ? error.message : String(error)}`);
+        if (!stopping) console.error(`[chaos] ${slot.name}: ${error instanceof Error ? error.message : String(error)}`);
       })
       .finally(() => starting.delete(slot.index));
     starting.set(slot.index, started);

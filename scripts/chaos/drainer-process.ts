@@ -74,6 +74,8 @@ const stop = async (code: number) => {
   process.exit(code);
 };
 process.on('SIGTERM', () => void stop(0));
+// A Ctrl-C reaches the whole process group; the run stops its drainers itself, with SIGTERM.
+process.on('SIGINT', () => undefined);
 // The parent is gone (its IPC channel closed): nothing is left to run this drainer for.
 process.on('disconnect', () => void stop(1));
 

