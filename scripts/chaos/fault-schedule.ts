@@ -31,15 +31,16 @@ export interface FaultFigures {
   readonly lateWriteAttempts: readonly LateWriteAttempt[];
 }
 
-/** Random faults are drawn by these weights (restarts come on a schedule instead, see below). */
-const WEIGHTS: Readonly<Record<Exclude<Fault, 'restart'>, number>> = { 'late-write': 4, kill: 3, terminate: 2, 'slow-answer': 1 };
+/** Every other fault is a late-write provocation; the others are drawn by these weights (restarts come on a schedule). */
+const WEIGHTS: Readonly<Record<Exclude<Fault, 'restart' | 'late-write'>, number>> = { kill: 3, terminate: 2, 'slow-answer': 1 };
 
 /**
- * Injects faults one after another until `until`: a drainer SIGKILLed (the fleet starts it again),
- * some of a drainer's backends terminated, a proxy delaying a drainer's answers (sometimes with its
- * backends terminated meanwhile: the acknowledgement is lost, the intents are delivered again), a
- * late write provoked, and OpenFGA restarted at evenly spaced times (one per 15 s, at least one),
- * on a new port and the same port in turn (the first on a new one), the proxies retargeted.
+ * Injects faults one after another until `until`. Every other one is a late write provoked (see
+ * late-write.ts); the others are drawn from: a drainer SIGKILLed (the fleet starts it again), some of
+ * a drainer's backends terminated, a proxy delaying a drainer's answers (half the time with its
+ * backends terminated meanwhile: the acknowledgement is lost, the intents are delivered again).
+ * OpenFGA is restarted at evenly spaced times (one per 15 s, at least one), on a new port and the
+ * same port in turn, the proxies retargeted.
  *
  * @example
  * const figures = await runFaults({ fleet, openfga, workload, random, faults: FAULTS, holdMs: 3_000, faultEveryMs: 1_500, signal, log }, Date.now() + 60_000);
@@ -54,7 +55,10 @@ export async function runFaults(context: FaultContext, until: number): Promise<F
   const restartTimes = Array.from({ length: restartCount }, (_, i) => started + ((i + 1) * (until - started)) / (restartCount + 1));
   const alive = () => fleet.slots.map((s) => s.index).filter((i) => fleet.alive(i));
 
-  const draw = (): keyof typeof WEIGHTS | undefined => {
+  let drawn = 0;
+  const draw = (): Exclude<Fault, 'restart'> | undefined => {
+    drawn += 1;
+    if (context.faults.includes('late-write') && (drawn % 2 === 1 || drawable.length === 0)) return 'late-write';
     const total = drawable.reduce((sum, f) => sum + WEIGHTS[f], 0);
     let x = random.next() * total;
     for (const fault of drawable) {

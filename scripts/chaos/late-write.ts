@@ -40,12 +40,27 @@ export interface LateWriteContext {
 
 /** How long to wait for the drainer's next Write before giving up on this attempt. */
 const WAIT_FOR_WRITE_MS = 3_000;
-/** Objects of a held Write the workload reverses at once (a Write carries up to 50 intents). */
-const FLIPS_PER_ATTEMPT = 5;
+/** Objects of a held Write the workload contradicts (a Write carries up to 50 intents). */
+const CONTRADICTIONS_PER_ATTEMPT = 5;
 
-/** Objects named in a Write body (`"object":"vpc:…"`), without parsing HTTP. */
-function objectsIn(bytes: Buffer): string[] {
-  return [...new Set([...bytes.toString('utf8').matchAll(/"object":"([^"]+)"/g)].map((m) => m[1] as string))];
+interface WriteBody {
+  readonly writes?: { readonly tuple_keys?: ReadonlyArray<{ readonly object: string }> };
+  readonly deletes?: { readonly tuple_keys?: ReadonlyArray<{ readonly object: string }> };
+}
+
+/** The objects a held Write request registers (writes) and deregisters (deletes), from its JSON body. */
+function objectsIn(request: Buffer): Map<string, 'register' | 'deregister'> {
+  const text = request.toString('utf8');
+  const objects = new Map<string, 'register' | 'deregister'>();
+  let body: WriteBody;
+  try {
+    body = JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4)) as WriteBody;
+  } catch {
+    return objects; // not a whole JSON body (a chunked one, say): nothing to contradict
+  }
+  for (const key of body.writes?.tuple_keys ?? []) objects.set(key.object, 'register');
+  for (const key of body.deletes?.tuple_keys ?? []) objects.set(key.object, 'deregister');
+  return objects;
 }
 
 async function nextEvent(fleet: DrainerFleet, drainer: number, type: 'held' | 'answered', requestId: number | undefined, timeoutMs: number, signal: AbortSignal) {
@@ -65,7 +80,7 @@ async function nextEvent(fleet: DrainerFleet, drainer: number, type: 'held' | 'a
 
 /**
  * Makes a late write happen (docs/design.md §9): holds the drainer's next Write in its proxy, has
- * the workload reverse the objects it names (a delete right after a create), then kills the drainer
+ * the workload contradict the objects it names (a delete right after a create), then kills the drainer
  * or terminates its backends while the Write is still held. Its row locks go with it, another drainer
  * delivers the intents and their reversals, and the held Write reaches OpenFGA last.
  *
@@ -84,12 +99,12 @@ export async function provokeLateWrite(context: LateWriteContext, drainer: numbe
   }
   const answered = nextEvent(fleet, drainer, 'answered', held.id, holdMs + 15_000, signal).catch(() => undefined);
   await sleep(50, undefined, { signal }); // the rest of the request (a body sent apart from its headers)
-  const bytes = proxy.heldRequests().find((r) => r.id === held.id)?.bytes ?? held.bytes;
-  const objects = objectsIn(bytes);
-  const flips = objects.slice(0, FLIPS_PER_ATTEMPT).map((object) => workload.flip(object));
-  // Lose the claim a quarter to half-way into the hold: the reversals have committed by then.
+  const named = objectsIn(proxy.heldRequests().find((r) => r.id === held.id)?.bytes ?? held.bytes);
+  const objects = [...named.keys()];
+  const contradictions = [...named].slice(0, CONTRADICTIONS_PER_ATTEMPT).map(([object, kind]) => workload.contradict(object, kind));
+  // Lose the claim a quarter to half-way into the hold: the contradicting intents have committed by then.
   await sleep(Math.max(0, held.heldAt + random.int(holdMs / 4, holdMs / 2) - Date.now()), undefined, { signal });
-  await Promise.all(flips);
+  await Promise.all(contradictions);
   let lostAt: number;
   let backendsTerminated: number | undefined;
   if (how === 'kill') {

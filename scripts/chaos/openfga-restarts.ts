@@ -21,12 +21,13 @@ function upstreamOf(apiUrl: string): ProxyUpstream {
 
 /** SIGTERM (OpenFGA drains its requests), SIGKILL past the grace; resolves once the process is gone. */
 async function stopByPid(pid: number): Promise<void> {
+  const gone = () => processStat(pid) === undefined;
   process.kill(pid, 'SIGTERM');
-  const deadline = Date.now() + STOP_GRACE_MS;
-  while (processStat(pid) !== undefined) {
-    if (Date.now() > deadline) process.kill(pid, 'SIGKILL');
-    await sleep(50);
-  }
+  for (let waited = 0; !gone() && waited < STOP_GRACE_MS; waited += 50) await sleep(50);
+  if (gone()) return;
+  process.kill(pid, 'SIGKILL');
+  for (let waited = 0; !gone() && waited < STOP_GRACE_MS; waited += 50) await sleep(50);
+  if (!gone()) throw new Error(`chaos: openfga (pid ${pid}) is still there ${2 * STOP_GRACE_MS} ms after SIGTERM and SIGKILL`);
 }
 
 /**

@@ -24,7 +24,7 @@ export interface WorkloadFigures {
   readonly bad: number;
   /** Partitions the workload touched (bad ones apart). */
   readonly partitions: number;
-  /** Partitions a late-write provocation flipped and took out of the episodes. */
+  /** Partitions a late-write provocation took out of the episodes. */
   readonly resting: number;
   readonly badPartitions: number;
   /** Transactions that failed (nothing of them was written): should stay 0. */
@@ -36,11 +36,13 @@ export interface Workload {
   /** Runs episodes until `until` (a `Date.now()` time) or the signal; resolves when the last one ended. */
   run(until: number, signal: AbortSignal): Promise<void>;
   /**
-   * Reverses `object` (deregisters it when registered, re-registers it else) behind its partition's
-   * other steps, and takes the partition out of the episodes: what a late write does to it stays
-   * for the checks to see, instead of being healed by chance by a later step.
+   * Makes the owner contradict a held intent on `object`, behind the partition's other steps: after
+   * a held register the resource is deleted (unless it is already), after a held deregister it is
+   * created again (unless it is there), so the held Write, landing late, leaves drift. Takes the
+   * partition out of the episodes, so that drift stays for the checks instead of being healed by
+   * chance by a later step.
    */
-  flip(object: string): Promise<void>;
+  contradict(object: string, held: 'register' | 'deregister'): Promise<void>;
   /** Ids of every intent committed, and of the bad ones among them. */
   readonly enqueued: ReadonlySet<string>;
   readonly badIds: ReadonlySet<string>;
@@ -59,7 +61,7 @@ interface PartitionState {
   busy: boolean;
   /** Flipped by a provocation: no episode touches it again. */
   resting: boolean;
-  /** The partition's steps run one after another, whoever asks (an episode, a flip). */
+  /** The partition's steps run one after another, whoever asks (an episode, a contradiction). */
   chain: Promise<void>;
 }
 
@@ -183,12 +185,14 @@ export function createWorkload(config: WorkloadConfig): Workload {
     run: async (until, signal) => {
       await Promise.all(Array.from({ length: config.concurrency }, () => episodes(until, signal)));
     },
-    flip: async (object) => {
+    contradict: async (object, held) => {
       const match = /^vpc:chaos-(\d+)$/.exec(object);
       const state = match ? states[Number(match[1])] : undefined;
       if (!state) return;
       state.resting = true;
-      await queued(state);
+      const next = state.chain.then(() => (state.present === (held === 'register') ? step(state) : undefined));
+      state.chain = next;
+      await next;
     },
     enqueued,
     badIds,
