@@ -9,7 +9,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import type pg from 'pg';
 import type { ChaosOptions } from './chaos-options.js';
 import { startDrainerFleet, type DrainerFleet, type FleetFigures } from './drainer-fleet.js';
-import { checkDrift, type DriftReport } from './drift.js';
+import { checkDrift, type DriftedObject, type DriftReport } from './drift.js';
 import { runFaults, type FaultFigures } from './fault-schedule.js';
 import { intentOutcomes, type IntentOutcomes } from './lost-intents.js';
 import { takeOverOpenFga, type RestartableOpenFga } from './openfga-restarts.js';
@@ -23,11 +23,7 @@ export class ChaosRunError extends Error {
 }
 
 /** A drifted object with its ledger, to read what happened to it. */
-export interface DriftSample {
-  readonly object: string;
-  readonly rowPresent: boolean;
-  readonly missing: readonly string[];
-  readonly unexpected: readonly string[];
+export interface DriftSample extends DriftedObject {
   /** The partition's outbox rows in id order: `#id register|deregister sent HH:MM:SS.mmm` (or `pending`). */
   readonly ledger: readonly string[];
 }
@@ -52,7 +48,12 @@ export interface ChaosResult {
   readonly checks: {
     readonly intents: IntentOutcomes;
     readonly order: { readonly sentAtBackwards: readonly string[]; readonly deliveredPastDeliverable: readonly string[]; readonly samples: number };
-    readonly drift: Omit<DriftReport, 'drifted'> & { readonly objectsDrifted: number; readonly samples: readonly DriftSample[] };
+    readonly drift: Omit<DriftReport, 'drifted'> & {
+      readonly objectsDrifted: number;
+      /** Drifted objects no late write named: drift the provocation does not explain (a new bug). */
+      readonly objectsDriftedUnexplained: readonly string[];
+      readonly samples: readonly DriftSample[];
+    };
   };
   /** lost = 0, order violations = 0 and drift = 0. */
   readonly passed: boolean;
@@ -215,6 +216,8 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
     const workloadFigures = workload.figures();
     const order = { sentAtBackwards: [...sentAtBackwards], deliveredPastDeliverable: [...deliveredPastDeliverable], samples };
     const { drifted, ...driftCounts } = drift;
+    const lateObjects = new Set(late.flatMap((a) => a.objects));
+    const unexplained = drifted.map((d) => d.object).filter((object) => !lateObjects.has(object));
     return {
       seed: options.seed,
       short: options.short,
@@ -230,7 +233,7 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
       },
       drainers: fleet.figures(),
       redrive,
-      checks: { intents, order, drift: { ...driftCounts, objectsDrifted: drifted.length, samples: driftSamples } },
+      checks: { intents, order, drift: { ...driftCounts, objectsDrifted: drifted.length, objectsDriftedUnexplained: unexplained, samples: driftSamples } },
       passed: intents.lost === 0 && order.sentAtBackwards.length + order.deliveredPastDeliverable.length === 0 && drifted.length === 0,
     };
   } finally {

@@ -29,12 +29,13 @@ export function formatChaosReport(r: ChaosResult): string {
     '',
     `lost intents       ${String(intents.lost).padStart(5)}  ${mark(intents.lost === 0)}  (${n(intents.delivered)} delivered; ${intents.badPoisoned}/${w.bad} bad poisoned; undelivered ${intents.undelivered.length}, bad not poisoned ${intents.badNotPoisoned.length}, missing ${intents.missing.length})`,
     `order violations   ${String(orderViolations).padStart(5)}  ${mark(orderViolations === 0)}  (sent_at backwards ${order.sentAtBackwards.length}, delivered past a deliverable row ${order.deliveredPastDeliverable.length}; ${order.samples} samples)`,
-    `drift              ${String(drift.objectsDrifted).padStart(5)}  ${mark(drift.objectsDrifted === 0)}  (objects; ${drift.unexpected} unexpected and ${drift.missing} missing tuples, of ${n(drift.objects)} objects)`,
+    `drift              ${String(drift.objectsDrifted).padStart(5)}  ${mark(drift.objectsDrifted === 0)}  (objects; ${drift.unexpected} unexpected and ${drift.missing} missing tuples, of ${n(drift.objects)} objects; ${drift.objectsDriftedUnexplained.length} not named by a late write)`,
   ];
   for (const s of r.checks.drift.samples) {
     lines.push(`  ${s.object} (row ${s.rowPresent ? 'present' : 'absent'}): ${[...s.unexpected.map((t) => `+ ${t}`), ...s.missing.map((t) => `- ${t}`)].join('; ')}`);
     lines.push(`    ledger: ${s.ledger.join(' · ')}`);
   }
+  if (drift.objectsDriftedUnexplained.length > 0) lines.push(`  drifted without a late write: ${drift.objectsDriftedUnexplained.slice(0, 10).join(', ')}`);
   for (const [what, ids] of [['undelivered', intents.undelivered], ['bad not poisoned', intents.badNotPoisoned], ['missing', intents.missing]] as const) {
     if (ids.length > 0) lines.push(`  ${what}: #${ids.slice(0, 10).join(', #')}${ids.length > 10 ? ', …' : ''}`);
   }
