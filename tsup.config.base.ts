@@ -10,7 +10,7 @@ export const SOURCE_CONDITION = '@outbox/source';
  * The source file of every entry in the package's exports map, so adding an entry point is one more
  * exports entry, not also a build change.
  */
-export function exportEntries(manifest: { exports: Record<string, Record<string, string>> }): string[] {
+function exportEntries(manifest: { exports: Record<string, Record<string, string>> }): string[] {
   return Object.entries(manifest.exports).map(([subpath, conditions]) => {
     const source = conditions[SOURCE_CONDITION];
     if (!source) throw new Error(`package.json exports["${subpath}"] has no "${SOURCE_CONDITION}" condition to build from`);
