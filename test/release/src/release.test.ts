@@ -59,7 +59,7 @@ beforeAll(async () => {
   await pnpm(['version-packages']);
   await commitAll(scratch, 'Version packages', env());
   // changesets reads the scope's registry from this variable (its `npm info` and `pnpm publish` calls).
-  await pnpm(['release'], { [`npm_config_@outbox:registry`]: registry.url });
+  await pnpm(['release'], { 'npm_config_@outbox:registry': registry.url });
 
   after = await workspacePackages(scratch, env());
   published = publicPackages(after);
