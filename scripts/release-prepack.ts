@@ -37,7 +37,7 @@ function staleDist(packageDir: string): string | undefined {
  * What keeps the package in `packageDir` from being packed, one line each (empty: pack it).
  * `userAgent` is `npm_config_user_agent`, which starts with `pnpm/` when pnpm runs the script.
  */
-export function packProblems(packageDir: string, userAgent: string): string[] {
+function packProblems(packageDir: string, userAgent: string): string[] {
   const manifest = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')) as Manifest;
   const problems: string[] = [];
   const ranges = workspaceRanges(manifest);
@@ -59,12 +59,10 @@ export function packProblems(packageDir: string, userAgent: string): string[] {
   return problems;
 }
 
-if (import.meta.main) {
-  const problems = packProblems(process.cwd(), process.env.npm_config_user_agent ?? '');
-  if (problems.length > 0) {
-    const { name } = JSON.parse(readFileSync('package.json', 'utf8')) as Manifest;
-    console.error(`prepack: refusing to pack ${name}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
-    process.exit(1);
-  }
-  copyFileSync(join(import.meta.dirname, '..', 'LICENSE'), 'LICENSE');
+const problems = packProblems(process.cwd(), process.env.npm_config_user_agent ?? '');
+if (problems.length > 0) {
+  const { name } = JSON.parse(readFileSync('package.json', 'utf8')) as Manifest;
+  console.error(`prepack: refusing to pack ${name}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+  process.exit(1);
 }
+copyFileSync(join(import.meta.dirname, '..', 'LICENSE'), 'LICENSE');
