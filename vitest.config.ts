@@ -1,11 +1,20 @@
 import { defineConfig } from 'vitest/config';
 
+// The public packages' exports send "@outbox/source" to src/ (tsconfig.base.json sets the same for
+// TypeScript), so tests need no build. Vite replaces its default conditions when given any: these are
+// vitest's defaults for node (Vite's server conditions without 'module') with ours in front.
+const conditions = ['@outbox/source', 'node', 'development|production'];
+
 /**
  * One vitest config for the whole monorepo. The global setup starts one real
  * Postgres and one real OpenFGA for the run; each test file clones its own
  * database from a migrated template and creates its own OpenFGA store.
  */
 export default defineConfig({
+  // Test files run in the `ssr` environment (and their workers get these as node --conditions); the
+  // global setup runs in vitest's own `__vitest__` environment, which inherits no conditions.
+  ssr: { resolve: { conditions } },
+  environments: { __vitest__: { resolve: { conditions } } },
   test: {
     include: [
       'packages/*/src/**/*.test.ts',

@@ -1,4 +1,4 @@
 import { defineConfig } from 'tsup';
 import { packageBuild } from '../../tsup.config.base.js';
 
-export default defineConfig({ ...packageBuild, entry: ['src/index.ts', 'src/protocol.ts'] });
+export default defineConfig(packageBuild);

@@ -1,0 +1,41 @@
+import { readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { mustRun } from './command.js';
+
+/** The exports condition that sends the repo to a public package's source (tsup.config.base.ts builds from it). */
+export const SOURCE_CONDITION = '@outbox/source';
+
+/** The repository this package lives in. */
+export const REPO_ROOT = join(import.meta.dirname, '..', '..', '..');
+
+/** One project of the pnpm workspace, as `pnpm ls -r` lists it. */
+export interface WorkspacePackage {
+  readonly name: string;
+  readonly version: string;
+  /** Absolute. */
+  readonly dir: string;
+  /** Relative to the workspace root (`''` for the root). */
+  readonly path: string;
+  readonly private: boolean;
+}
+
+/** Every project of the workspace at `root`, the root included. `env` must put pnpm on PATH. */
+export async function workspacePackages(root: string, env: NodeJS.ProcessEnv): Promise<WorkspacePackage[]> {
+  const listed = JSON.parse(await mustRun('pnpm', ['ls', '--recursive', '--depth', '-1', '--json'], { cwd: root, env })) as Array<{
+    name: string;
+    version?: string;
+    path: string;
+    private: boolean;
+  }>;
+  return listed.map((p) => ({ name: p.name, version: p.version ?? '', dir: p.path, path: relative(root, p.path), private: p.private }));
+}
+
+/** The published packages: every `packages/*` that is not private (a new one is picked up by itself). */
+export function publicPackages(all: readonly WorkspacePackage[]): WorkspacePackage[] {
+  return all.filter((p) => !p.private && /^packages\/[^/]+$/.test(p.path));
+}
+
+/** A package's manifest, as it is on disk now. */
+export function readManifest(dir: string): Record<string, unknown> {
+  return JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as Record<string, unknown>;
+}
