@@ -31,7 +31,7 @@ export async function startServiceProcess(cwd: string, entry: string, env: Recor
       reject(new Error(`${entry} did not get ready within ${readyTimeoutMs} ms:\n${output}`));
     }, readyTimeoutMs);
     const onData = () => {
-      const match = /ready at (http:\/\/\S+)/.exec(output);
+      const match = /ready at (http:\/\/[^\s"]+)/.exec(output);
       if (match?.[1]) {
         clearTimeout(timer);
         resolve(match[1]);
