@@ -1,3 +1,4 @@
+import { ServiceConfigError } from './errors.js';
 import { createServiceLogger } from './service-logger.js';
 import { inEnvironmentTerms, serviceOptionsFromEnv, type ServiceOptions } from './service-options.js';
 import { startService, type RunningService, type ServiceDefinition } from './service.js';
@@ -39,7 +40,7 @@ export async function runServicesMain(definitions: readonly ServiceDefinition[],
     }
   } catch (error) {
     const reason = inEnvironmentTerms(error);
-    log.error({ ...(reason instanceof Error && 'field' in reason ? { field: reason.field } : {}) }, `could not start: ${reason instanceof Error ? reason.message : String(reason)}`);
+    log.error(reason instanceof ServiceConfigError ? { field: reason.field } : {}, `could not start: ${reason instanceof Error ? reason.message : String(reason)}`);
     process.exit(1);
   }
   let stopping = false;

@@ -68,6 +68,9 @@ export interface ServiceOptions {
 /** {@link ServiceOptions} with every default applied (the logger apart: it stays optional). */
 export type ResolvedServiceOptions = Required<Omit<ServiceOptions, 'logger'>>;
 
+/** OpenFGA's store and model ids: ULIDs. */
+const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
+
 const LOG_LEVELS: readonly ServiceLogLevel[] = ['trace', 'debug', 'info', 'warn', 'error', 'fatal'];
 
 function integer(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
@@ -115,6 +118,19 @@ export function databaseTarget(url: string): string {
  */
 function withoutTrailingSlash(apiUrl: string): string {
   return apiUrl.replace(/\/+$/, '');
+}
+
+/**
+ * Refuses a store or model id that is not an OpenFGA id (a ULID) with a {@link ServiceConfigError}
+ * naming the option. The SDK refuses it too, but as "storeId must be in ULID format", which names
+ * neither the option nor the variable.
+ */
+export function assertOpenFgaIds(connection: OpenFgaConnection): void {
+  for (const [field, id] of [['openfga.storeId', connection.storeId], ['openfga.authorizationModelId', connection.authorizationModelId]] as const) {
+    if (id !== undefined && !ULID.test(id)) {
+      throw new ServiceConfigError(field, `expected an OpenFGA id like 01HVMMBCMGZNT3SED4Z17ECXCA (pnpm migrate prints it), got ${JSON.stringify(id.slice(0, 40))}`);
+    }
+  }
 }
 
 /** Applies defaults and validates; throws a {@link ServiceConfigError} naming the bad option. */

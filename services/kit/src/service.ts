@@ -10,7 +10,7 @@ import { createServicePool } from './pool.js';
 import { createReadiness } from './readiness.js';
 import { createServiceLogger, outboxLogger } from './service-logger.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
-import { databaseTarget, resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
+import { assertOpenFgaIds, databaseTarget, resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
 import { verifyOpenFgaTarget } from './verify-openfga.js';
 import { verifyServiceTables, type ExpectedTable } from './verify-tables.js';
 
@@ -122,6 +122,7 @@ async function connect(db: Kysely<any>, databaseUrl: string): Promise<void> {
  */
 export async function startService<N extends string>(definition: ServiceDefinition<N>, options: ServiceOptions): Promise<RunningService<N>> {
   const resolved = resolveServiceOptions(definition.name, options);
+  assertOpenFgaIds(resolved.openfga);
   const log = createServiceLogger(definition.name, { level: resolved.logLevel, ...(options.logger ? { sink: options.logger } : {}) });
   const logger = outboxLogger(log);
   const db = new Kysely({
@@ -164,9 +165,10 @@ export async function startService<N extends string>(definition: ServiceDefiniti
       routes: (app) => definition.routes(app, context),
       publicRoutes(app) {
         // Liveness: the process answers (a restart would not help otherwise).
-        app.get('/healthz', { schema: { hide: true } }, async () => ({ status: 'ok', service: definition.name }));
+        app.get('/healthz', { schema: { summary: 'Liveness: the process answers', tags: ['operations'] } }, async () => ({ status: 'ok', service: definition.name }));
         // Readiness: the database, OpenFGA and delivery (see createReadiness): what a deployment gates on.
-        app.get('/readyz', { schema: { hide: true } }, async (_request, reply) => {
+        const summary = 'Readiness: 200 when the database and OpenFGA answer and delivery is not stalled, else 503 naming the check';
+        app.get('/readyz', { schema: { summary, tags: ['operations'] } }, async (_request, reply) => {
           const { ready, checks, error } = await readiness.check();
           return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', service: definition.name, ...(error ? { error } : {}), checks });
         });
