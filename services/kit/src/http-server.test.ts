@@ -148,6 +148,28 @@ describe('request ids', () => {
   });
 });
 
+describe('probes', () => {
+  test('a probe route needs no caller and is logged only when it fails', async () => {
+    logger = recordingLogger();
+    let healthy = true;
+    server = await startHttpServer({
+      name: 'test',
+      host: '127.0.0.1',
+      port: 0,
+      log: createServiceLogger('test', { sink: logger }),
+      routes: () => undefined,
+      publicRoutes(app) {
+        app.get('/readyz', { config: { probe: true } }, async (_request, reply) => reply.code(healthy ? 200 : 503).send({ healthy }));
+      },
+    });
+    expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
+    healthy = false;
+    expect((await fetch(`${server.url}/readyz`)).status).toBe(503);
+    const logged = logger.entries.filter((e) => e.message === 'request completed').map((e) => [e.level, e.fields?.statusCode]);
+    expect(logged).toEqual([['info', 503]]);
+  });
+});
+
 describe('request targets', () => {
   test.each(['//[', '//[::1/things/1'])('a target WHATWG URL refuses (GET %s over a raw socket): 400 invalid_url, not 500', async (target) => {
     const { port } = await start(echo);

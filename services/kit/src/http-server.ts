@@ -31,7 +31,7 @@ export interface HttpServerOptions {
   readonly formats?: Readonly<Record<string, FormatCheck>>;
   /** Declares the API's routes: each names its caller from `x-user-id` (`request.caller`; 401 without one). */
   routes(app: ServiceApp): void | Promise<void>;
-  /** Declares routes that need no caller (health, readiness). */
+  /** Declares routes that need no caller (health, readiness; `config: { probe: true }` logs them only when they fail). */
   publicRoutes?(app: ServiceApp): void | Promise<void>;
 }
 
@@ -113,7 +113,9 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     if (closing) void reply.header('connection', 'close');
   });
   app.addHook('onResponse', async (request, reply) => {
-    request.log.info({ method: request.method, url: request.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request completed');
+    // A probe a load balancer sends every few seconds is logged only when it fails (or at debug).
+    const quiet = (request.routeOptions.config as { probe?: boolean }).probe === true && reply.statusCode < 400;
+    request.log[quiet ? 'debug' : 'info']({ method: request.method, url: request.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request completed');
   });
 
   app.setErrorHandler(async (error, request, reply: FastifyReply) => {

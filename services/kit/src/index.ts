@@ -18,11 +18,10 @@ export { createServiceLogger, outboxLogger, type ServiceLoggerOptions, type Serv
 export { createServiceOutbox, type Delivery, type ServiceOutbox, type ServiceOutboxConfig } from './service-outbox.js';
 export { AUTHORIZATION_TIMEOUT_MS, createAuthorizer, LIST_TIMEOUT_MS, type Authorizer, type OpenFgaConnection } from './authorizer.js';
 export { REQUEST_ID_HEADER, startHttpServer, type HttpServer, type HttpServerOptions, type ServiceApp } from './http-server.js';
-export { MAX_BODY_BYTES, readJsonBody } from './json-body.js';
-export { errorAnswer, type ErrorAnswer, type ErrorBody } from './error-answer.js';
-export { validationHttpError, type SchemaError, type SchemaErrorPart } from './validation-message.js';
+export { MAX_BODY_BYTES } from './json-body.js';
+export type { ErrorBody } from './error-answer.js';
 export { createReadiness, READY_CHECK_TIMEOUT_MS, type OutboxReadinessCheck, type ReadinessCheck, type ReadinessConfig, type ReadinessReport } from './readiness.js';
-export { authenticate, CALLER_HEADER, callerOf } from './caller.js';
+export { CALLER_HEADER, callerOf } from './caller.js';
 export { serviceClient, type ServiceClient, type ServiceReply } from './service-client.js';
 export { ID_DESCRIPTION, ID_FIELD, ID_PATTERN, NAME_FIELD, shownValue, type FieldSchemas, type FormatCheck } from './field-schemas.js';
 export { ERROR_BODY, ERROR_RESPONSES, TIMESTAMP, writeResponses } from './response-schemas.js';

@@ -165,10 +165,10 @@ export async function startService<N extends string>(definition: ServiceDefiniti
       routes: (app) => definition.routes(app, context),
       publicRoutes(app) {
         // Liveness: the process answers (a restart would not help otherwise).
-        app.get('/healthz', { schema: { summary: 'Liveness: the process answers', tags: ['operations'] } }, async () => ({ status: 'ok', service: definition.name }));
+        app.get('/healthz', { config: { probe: true }, schema: { summary: 'Liveness: the process answers', tags: ['operations'] } }, async () => ({ status: 'ok', service: definition.name }));
         // Readiness: the database, OpenFGA and delivery (see createReadiness): what a deployment gates on.
         const summary = 'Readiness: 200 when the database and OpenFGA answer and delivery is not stalled, else 503 naming the check';
-        app.get('/readyz', { schema: { summary, tags: ['operations'] } }, async (_request, reply) => {
+        app.get('/readyz', { config: { probe: true }, schema: { summary, tags: ['operations'] } }, async (_request, reply) => {
           const { ready, checks, error } = await readiness.check();
           return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', service: definition.name, ...(error ? { error } : {}), checks });
         });
