@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { OpenFgaClient } from '@openfga/sdk';
 import { migrateToLatest, vpcOutbox, writeAuthorizationModel } from '@outbox/migrations';
-import { outboxStats } from '@outbox/outbox';
+import { outboxStats, type AnyKysely } from '@outbox/outbox';
 import { createReconciler } from '@outbox/reconciler';
 import { createServicePool } from '@outbox/service-kit';
 import { createDatabase, startStack, withDatabase, type Stack } from '@outbox/test-stack';
@@ -65,8 +65,7 @@ const DRIFT_SAMPLES = 5;
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 
 /** Polls until nothing is deliverable; returns the seconds it took (or the timeout's). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function drained(db: Kysely<any>, signal: AbortSignal): Promise<number> {
+async function drained(db: AnyKysely, signal: AbortSignal): Promise<number> {
   const started = Date.now();
   while (Date.now() - started < DRAIN_TIMEOUT_MS) {
     if ((await outboxStats(db, vpcOutbox)).deliverable === 0) break;
@@ -75,8 +74,7 @@ async function drained(db: Kysely<any>, signal: AbortSignal): Promise<number> {
   return (Date.now() - started) / 1000;
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function ledgerOf(db: Kysely<any>, object: string): Promise<string[]> {
+async function ledgerOf(db: AnyKysely, object: string): Promise<string[]> {
   const { rows } = await sql<{ id: string; kind: string; sent: string | null; attempts: number }>`
     select id::text, case when payload ? 'writes' then 'register' else 'deregister' end as kind,
            to_char(sent_at, 'HH24:MI:SS.MS') as sent, attempt_count as attempts
@@ -103,8 +101,7 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
   let openfga: RestartableOpenFga | undefined;
   let fleet: DrainerFleet | undefined;
   const pools: pg.Pool[] = [];
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  let db: Kysely<any> | undefined;
+  let db: AnyKysely | undefined;
   try {
     log('starting Postgres and OpenFGA (postgres datastore)');
     stack = await startStack({ mode: 'native', openfgaDatastore: 'postgres' });

@@ -1,7 +1,7 @@
 import type { OpenFgaClient } from '@openfga/sdk';
 import { vpcTable } from '@outbox/migrations';
 import { registrationTuples } from '@outbox/service-kit';
-import type { Kysely } from 'kysely';
+import type { AnyKysely } from '@outbox/outbox';
 
 /** One object whose tuples in OpenFGA differ from what the owner table says. */
 export interface DriftedObject {
@@ -34,8 +34,7 @@ const line = (t: { user: string; relation: string; object: string }) => `${t.use
  * @example
  * const { missing, unexpected, drifted } = await checkDrift(db, new OpenFgaClient({ apiUrl, storeId }));
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function checkDrift(db: Kysely<any>, client: OpenFgaClient): Promise<DriftReport> {
+export async function checkDrift(db: AnyKysely, client: OpenFgaClient): Promise<DriftReport> {
   const rows = await db.selectFrom(vpcTable.qualifiedName).select(['id', 'project_id', 'created_by']).execute();
   const expected = new Map<string, Set<string>>();
   for (const row of rows as Array<{ id: string; project_id: string; created_by: string }>) {

@@ -1,5 +1,6 @@
 import { vpcOutbox } from '@outbox/migrations';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
+import type { AnyKysely } from '@outbox/outbox';
 
 /** What became of every intent the workload committed. */
 export interface IntentOutcomes {
@@ -24,8 +25,7 @@ export interface IntentOutcomes {
  * @example
  * const { lost } = await intentOutcomes(db, workload.enqueued, workload.badIds);
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function intentOutcomes(db: Kysely<any>, enqueued: ReadonlySet<string>, badIds: ReadonlySet<string>): Promise<IntentOutcomes> {
+export async function intentOutcomes(db: AnyKysely, enqueued: ReadonlySet<string>, badIds: ReadonlySet<string>): Promise<IntentOutcomes> {
   const { rows } = await sql<{ id: string; sent: boolean; poisoned: boolean }>`
     select id::text, sent_at is not null as sent, attempt_count >= ${vpcOutbox.maxAttempts} as poisoned
     from ${sql.table(vpcOutbox.table)}`.execute(db);

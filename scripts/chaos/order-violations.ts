@@ -1,5 +1,6 @@
 import { vpcOutbox } from '@outbox/migrations';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
+import type { AnyKysely } from '@outbox/outbox';
 
 /** Partitions whose delivery broke per-partition order (docs/design.md §5). */
 export interface OrderViolations {
@@ -17,8 +18,7 @@ export interface OrderViolations {
  * @example
  * const { sentAtBackwards, deliveredPastDeliverable } = await findOrderViolations(db);
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export async function findOrderViolations(db: Kysely<any>): Promise<OrderViolations> {
+export async function findOrderViolations(db: AnyKysely): Promise<OrderViolations> {
   const t = sql.table(vpcOutbox.table);
   const { rows } = await sql<{ kind: 'sent_at' | 'pending'; resource_id: string }>`
     with delivered as (

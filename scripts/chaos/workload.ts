@@ -1,14 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { vpcOutbox, vpcTable } from '@outbox/migrations';
-import { enqueue, type IntentPayload } from '@outbox/outbox';
+import { enqueue, type IntentPayload, type AnyKysely } from '@outbox/outbox';
 import { registrationTuples } from '@outbox/service-kit';
-import type { Kysely } from 'kysely';
 import type { Random } from './seeded-random.js';
 
 /** What `createWorkload` takes. */
 export interface WorkloadConfig {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  readonly db: Kysely<any>;
+  readonly db: AnyKysely;
   readonly partitions: number;
   /** Episodes in flight at once. */
   readonly concurrency: number;

@@ -1,5 +1,6 @@
 import { computeOutbox, instanceTable } from '@outbox/migrations';
 import { createRegisterService, startService, type RunningService, type ServiceOptions } from '@outbox/service-kit';
+import { Type } from 'typebox';
 
 /** The compute service: `compute.instances`, OpenFGA type `instance`, routes under `/instances`. */
 export const computeService = createRegisterService({
@@ -10,8 +11,8 @@ export const computeService = createRegisterService({
   outboxSpec: computeOutbox,
   path: 'instances',
   fields: {
-    machine_type: { type: 'string', description: 'a machine type', oneOf: ['small', 'medium', 'large'], default: 'small' },
-    image: { type: 'string', description: 'an image like debian-12 or ubuntu:24.04', pattern: /^[a-z0-9][a-z0-9._-]{0,63}(:[a-z0-9._-]{1,64})?$/ },
+    machine_type: Type.Enum(['small', 'medium', 'large'], { description: 'a machine type', default: 'small' }),
+    image: Type.String({ description: 'an image like debian-12 or ubuntu:24.04', pattern: '^[a-z0-9][a-z0-9._-]{0,63}(:[a-z0-9._-]{1,64})?$' }),
   },
 });
 

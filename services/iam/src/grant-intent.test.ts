@@ -1,6 +1,6 @@
 import { validatePayload } from '@outbox/outbox';
 import { describe, expect, test } from 'vitest';
-import { grantIntent, relationsProblem } from './grant-intent.js';
+import { grantIntent } from './grant-intent.js';
 
 const names = (keys: readonly { relation: string }[] | undefined) => (keys ?? []).map((k) => k.relation);
 
@@ -26,11 +26,4 @@ describe('grantIntent', () => {
     expect(() => validatePayload(none.payload)).not.toThrow();
   });
 
-  test('relationsProblem accepts distinct grantable relations only', () => {
-    expect(relationsProblem([])).toBeUndefined();
-    expect(relationsProblem(['viewer', 'owner'])).toBeUndefined();
-    expect(relationsProblem(['admin'])).toMatch(/"admin" cannot be granted/);
-    expect(relationsProblem(['viewer', 'viewer'])).toMatch(/twice/);
-    expect(relationsProblem('viewer')).toMatch(/expected an array/);
-  });
 });

@@ -1,5 +1,4 @@
 import type { IntentPayload, TupleKey } from '@outbox/outbox';
-import { shownValue } from '@outbox/service-kit';
 
 /** The relations a grant can give a user directly on a project (the model's `[user]` relations). */
 export const GRANTABLE_RELATIONS = Object.freeze(['owner', 'editor', 'viewer'] as const);
@@ -49,16 +48,4 @@ export function grantIntent(user: string, object: string, previous: readonly str
     deleted,
     changed,
   };
-}
-
-/** Checks a PUT body's `relations`: an array of distinct grantable relations. Returns the problem, or undefined. */
-export function relationsProblem(value: unknown): string | undefined {
-  if (!Array.isArray(value)) return `relations: expected an array of ${GRANTABLE_RELATIONS.join(', ')} (possibly empty), got ${shownValue(value)}`;
-  const unknown = value.filter((r) => !(GRANTABLE_RELATIONS as readonly unknown[]).includes(r));
-  if (unknown.length > 0) {
-    const listed = unknown.slice(0, 3).map(shownValue).join(', ') + (unknown.length > 3 ? ` and ${unknown.length - 3} more` : '');
-    return `relations: ${listed} cannot be granted (grantable: ${GRANTABLE_RELATIONS.join(', ')})`;
-  }
-  if (new Set(value).size !== value.length) return 'relations: a relation is listed twice';
-  return undefined;
 }

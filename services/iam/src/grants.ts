@@ -1,20 +1,32 @@
 import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
-import { findById, HttpError, ID_DESCRIPTION, ID_PATTERN, shownValue, writeAnswer, type Route, type ServiceContext, type ServiceRequest } from '@outbox/service-kit';
+import { ERROR_RESPONSES, findById, ID_FIELD, TIMESTAMP, writeAnswer, writeResponses, type ServiceApp, type ServiceContext } from '@outbox/service-kit';
 import { sql, type Kysely } from 'kysely';
-import { grantIntent, relationsProblem, type GrantableRelation } from './grant-intent.js';
+import { Type } from 'typebox';
+import { GRANTABLE_RELATIONS, grantIntent } from './grant-intent.js';
 
-/** The relation set of a PUT body, or a 400 saying what is wrong with it. */
-function grantBody(body: unknown): GrantableRelation[] {
-  let problem: string | undefined;
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) problem = 'expected a JSON object { relations: [...] }';
-  else {
-    const extra = Object.keys(body).filter((k) => k !== 'relations');
-    problem = extra.length > 0 ? `unknown field(s) ${extra.slice(0, 3).map((k) => (k.length > 80 ? shownValue(k) : k)).join(', ')}${extra.length > 3 ? ` and ${extra.length - 3} more` : ''} (expected relations)` : relationsProblem((body as { relations?: unknown }).relations);
-  }
-  if (problem) throw new HttpError(400, 'invalid_body', `invalid request body: ${problem}`);
-  return (body as { relations: GrantableRelation[] }).relations;
-}
+/** The body of a grant PUT: the set of relations the user is to hold directly, distinct (`[]` revokes them all). */
+export const GRANT_BODY = Type.Object(
+  {
+    relations: Type.Array(Type.Enum([...GRANTABLE_RELATIONS]), {
+      uniqueItems: true,
+      description: `the relations the user holds directly from now on: ${GRANTABLE_RELATIONS.join(', ')} (possibly none)`,
+    }),
+  },
+  { additionalProperties: false },
+);
+
+const RELATIONS = Type.Array(Type.String());
+const GRANT = {
+  project_id: Type.String(),
+  user_id: Type.String(),
+  relations: RELATIONS,
+  previous: RELATIONS,
+  written: RELATIONS,
+  deleted: RELATIONS,
+  changed: Type.Boolean({ description: 'whether the set differs from the previous one (the intent is the same either way)' }),
+};
+const tags = ['grant'];
 
 /**
  * `PUT /projects/:id/grants/:user` `{ relations: [...] }` sets the relations `:user` holds directly
@@ -25,79 +37,86 @@ function grantBody(body: unknown): GrantableRelation[] {
  * enqueues the grant's whole new state (see `grantIntent`) in one transaction, so two PUTs for one
  * grant serialise and their intents are delivered in commit order.
  */
-export function grantRoutes(ctx: ServiceContext): Route[] {
+export function grantRoutes(app: ServiceApp, ctx: ServiceContext): void {
   const db = ctx.db as Kysely<IamDatabase>;
+  const project = async (id: string) => (await findById<{ id: string }>(db, 'iam.projects', id, 'project')).id;
 
-  async function project(request: ServiceRequest): Promise<string> {
-    return (await findById<{ id: string }>(db, 'iam.projects', request, 'project')).id;
-  }
-
-  return [
+  app.put(
+    '/projects/:id/grants/:user',
     {
-      method: 'PUT',
-      path: '/projects/:id/grants/:user',
-      async handle(request) {
-        const caller = request.caller();
-        const projectId = await project(request);
-        const userId = request.params.user ?? '';
-        if (!ID_PATTERN.test(userId)) throw new HttpError(400, 'invalid_user', `the user in the path should be ${ID_DESCRIPTION}`);
-        const next = grantBody(request.body);
-        await ctx.authorizer.require(`user:${caller}`, 'owner', `project:${projectId}`);
-
-        const user = `user:${userId}`;
-        const object = `project:${projectId}`;
-        const partitionKey = grantTupleKey(user, object);
-        const result = await db.transaction().execute(async (trx) => {
-          // Insert the row or lock the existing one, in one statement: a concurrent PUT for this
-          // grant waits here. (Insert-if-missing, then SELECT … FOR UPDATE, finds no row when a
-          // concurrent revoke deletes it in between.) The no-op update returns the current set.
-          const current = await trx
-            .insertInto('iam.project_grants')
-            .values({ project_id: projectId, user_id: userId, relations: [] })
-            .onConflict((c) => c.columns(['project_id', 'user_id']).doUpdateSet({ relations: sql`iam.project_grants.relations` }))
-            .returning('relations')
-            .executeTakeFirstOrThrow();
-          const intent = grantIntent(user, object, current.relations, next);
-          if (next.length === 0) {
-            await trx.deleteFrom('iam.project_grants').where('project_id', '=', projectId).where('user_id', '=', userId).execute();
-          } else {
-            await trx
-              .updateTable('iam.project_grants')
-              .set({ relations: intent.payload.relations as string[], updated_at: sql`now()` })
-              .where('project_id', '=', projectId)
-              .where('user_id', '=', userId)
-              .execute();
-          }
-          await enqueue(trx, iamOutbox, { partitionKey, payload: intent.payload });
-          return { previous: current.relations, intent };
-        });
-        const grant = {
-          project_id: projectId,
-          user_id: userId,
-          relations: result.intent.payload.relations,
-          previous: result.previous,
-          written: result.intent.written,
-          deleted: result.intent.deleted,
-          changed: result.intent.changed,
-        };
-        return writeAnswer(grant, await ctx.outbox.settle(partitionKey), 200);
+      schema: {
+        summary: "Set the relations a user holds directly on a project (only the project's owners may)",
+        tags,
+        params: Type.Object({ id: Type.String({ description: 'the project' }), user: ID_FIELD }),
+        body: GRANT_BODY,
+        response: writeResponses(200, GRANT, 'the grant'),
       },
     },
+    async (request, reply) => {
+      const projectId = await project(request.params.id);
+      const userId = request.params.user;
+      const next = request.body.relations;
+      await ctx.authorizer.require(`user:${request.caller}`, 'owner', `project:${projectId}`);
+
+      const user = `user:${userId}`;
+      const object = `project:${projectId}`;
+      const partitionKey = grantTupleKey(user, object);
+      const result = await db.transaction().execute(async (trx) => {
+        // Insert the row or lock the existing one, in one statement: a concurrent PUT for this
+        // grant waits here. (Insert-if-missing, then SELECT … FOR UPDATE, finds no row when a
+        // concurrent revoke deletes it in between.) The no-op update returns the current set.
+        const current = await trx
+          .insertInto('iam.project_grants')
+          .values({ project_id: projectId, user_id: userId, relations: [] })
+          .onConflict((c) => c.columns(['project_id', 'user_id']).doUpdateSet({ relations: sql`iam.project_grants.relations` }))
+          .returning('relations')
+          .executeTakeFirstOrThrow();
+        const intent = grantIntent(user, object, current.relations, next);
+        if (next.length === 0) {
+          await trx.deleteFrom('iam.project_grants').where('project_id', '=', projectId).where('user_id', '=', userId).execute();
+        } else {
+          await trx
+            .updateTable('iam.project_grants')
+            .set({ relations: intent.payload.relations as string[], updated_at: sql`now()` })
+            .where('project_id', '=', projectId)
+            .where('user_id', '=', userId)
+            .execute();
+        }
+        await enqueue(trx, iamOutbox, { partitionKey, payload: intent.payload });
+        return { previous: current.relations, intent };
+      });
+      const grant = {
+        project_id: projectId,
+        user_id: userId,
+        relations: [...result.intent.payload.relations],
+        previous: result.previous,
+        written: [...result.intent.written],
+        deleted: [...result.intent.deleted],
+        changed: result.intent.changed,
+      };
+      return writeAnswer(reply, grant, await ctx.outbox.settle(partitionKey), 200);
+    },
+  );
+  app.get(
+    '/projects/:id/grants',
     {
-      method: 'GET',
-      path: '/projects/:id/grants',
-      async handle(request) {
-        const caller = request.caller();
-        const projectId = await project(request);
-        await ctx.authorizer.require(`user:${caller}`, 'can_view', `project:${projectId}`);
-        const items = await db
-          .selectFrom('iam.project_grants')
-          .select(['user_id', 'relations', 'updated_at'])
-          .where('project_id', '=', projectId)
-          .orderBy('user_id')
-          .execute();
-        return { status: 200, body: { items } };
+      schema: {
+        summary: 'List the direct grants on a project (needs can_view)',
+        tags,
+        params: Type.Object({ id: Type.String({ description: 'the project' }) }),
+        response: { 200: Type.Object({ items: Type.Array(Type.Object({ user_id: Type.String(), relations: RELATIONS, updated_at: TIMESTAMP })) }), ...ERROR_RESPONSES },
       },
     },
-  ];
+    async (request) => {
+      const projectId = await project(request.params.id);
+      await ctx.authorizer.require(`user:${request.caller}`, 'can_view', `project:${projectId}`);
+      const items = await db
+        .selectFrom('iam.project_grants')
+        .select(['user_id', 'relations', 'updated_at'])
+        .where('project_id', '=', projectId)
+        .orderBy('user_id')
+        .execute();
+      return { items };
+    },
+  );
 }

@@ -18,7 +18,11 @@ export const iamService: ServiceDefinition<'iam'> = {
     { table: 'iam.projects', columns: { id: 'text', organization_id: 'text', name: 'text', created_by: 'text', created_at: 'timestamp with time zone' } },
     { table: 'iam.project_grants', columns: { project_id: 'text', user_id: 'text', relations: 'text[]', updated_at: 'timestamp with time zone' } },
   ],
-  routes: (ctx) => [...organizationRoutes(ctx), ...projectRoutes(ctx), ...grantRoutes(ctx)],
+  routes(app, ctx) {
+    organizationRoutes(app, ctx);
+    projectRoutes(app, ctx);
+    grantRoutes(app, ctx);
+  },
 };
 
 /** Starts the iam service in this process (a free port unless `options.port`); `stop()` it when done. */
@@ -26,5 +30,6 @@ export function start(options: ServiceOptions): Promise<RunningService<'iam'>> {
   return startService(iamService, options);
 }
 
-export { GRANTABLE_RELATIONS, grantIntent, relationsProblem, type GrantableRelation, type GrantIntent } from './grant-intent.js';
+export { GRANTABLE_RELATIONS, grantIntent, type GrantableRelation, type GrantIntent } from './grant-intent.js';
+export { GRANT_BODY } from './grants.js';
 export { grantTuples, iamOwner, organizationOwnerTuple, projectOrganizationTuple } from './iam-owner.js';

@@ -4,6 +4,7 @@ import { outboxStats } from '@outbox/outbox';
 import { auditOutbox, repairOutbox } from '@outbox/reconciler';
 import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
+import { Type } from 'typebox';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createRegisterService, registerServiceOwner, registrationTuples, serviceClient, startService, type RunningService, type ServiceClient } from './index.js';
 import { serviceOptionsFor, waitFor } from './testing/index.js';
@@ -18,7 +19,7 @@ const vpcs = createRegisterService({
   fgaType: 'vpc',
   outboxSpec: vpcOutbox,
   path: 'vpcs',
-  fields: { cidr_block: { type: 'string', description: 'a CIDR block' } },
+  fields: { cidr_block: Type.String({ description: 'a CIDR block' }) },
 });
 const target = () => ({ db: t.db, spec: vpcOutbox, owner: registerServiceOwner(vpcs), reader: createOpenFgaTupleReader({ client: fga.client }) });
 

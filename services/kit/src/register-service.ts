@@ -2,18 +2,19 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { ResourceColumn, ResourceTable } from '@outbox/migrations';
 import { enqueue, REGISTER_OUTBOX_PARTITION, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
-import { findById } from './find-by-id.js';
-import { ID_FIELD, ID_PATTERN, NAME_FIELD, validateBody, type FieldRule, type FieldRules } from './body-schema.js';
+import { Type, type TSchema } from 'typebox';
 import { HttpError, ServiceConfigError } from './errors.js';
-import type { Route, ServiceRequest } from './http-server.js';
+import { ID_FIELD, NAME_FIELD, type FieldSchemas, type FormatCheck } from './field-schemas.js';
+import { findById } from './find-by-id.js';
 // The create path and the audit's owner mapping build the tuples with the same functions.
 import { registrationTuples, resourceObject } from './register-owner.js';
+import { ERROR_RESPONSES, TIMESTAMP, writeResponses } from './response-schemas.js';
 import type { ServiceContext, ServiceDefinition } from './service.js';
 import { resourceTableColumns } from './verify-tables.js';
 import { writeAnswer } from './write-answer.js';
 
 /** What makes a register service that service: its table, its OpenFGA type, its outbox and its fields. */
-export interface RegisterServiceConfig<N extends string, C extends Readonly<Record<string, ResourceColumn>>> {
+export interface RegisterServiceConfig<N extends string, C extends Readonly<Record<string, ResourceColumn>>, F extends { readonly [K in keyof C]: TSchema }> {
   /** E.g. `vpc`. */
   readonly name: N;
   /** The port its process listens on by default. */
@@ -26,8 +27,14 @@ export interface RegisterServiceConfig<N extends string, C extends Readonly<Reco
   readonly outboxSpec: OutboxSpec;
   /** The collection's path segment, e.g. `vpcs` for `POST /vpcs`. Default: the table's name. */
   readonly path?: string;
-  /** Validation of the service's own columns (`project_id` and `name` are common to all). */
-  readonly fields: FieldRules<C>;
+  /**
+   * A TypeBox schema per own column (`project_id` and `name` are common to all), checked against the
+   * column's type. Give each string a `pattern`, an enum or a `format`: the value is stored as sent.
+   * A `default` fills an absent field.
+   */
+  readonly fields: F & FieldSchemas<C, F>;
+  /** The checks behind custom `format`s the fields use (e.g. `{ 'ipv4-cidr-block': cidrProblem }`). */
+  readonly formats?: Readonly<Record<string, FormatCheck>>;
 }
 
 /** A register service's definition, with what a client needs to call it. */
@@ -40,7 +47,9 @@ export interface RegisterServiceDefinition<N extends string = string> extends Se
 }
 
 /** A row of any resource table: the common columns, then the service's own. */
-type ResourceRow = Record<string, unknown> & { id: string; project_id: string; created_by: string };
+type ResourceRow = Record<string, unknown> & { id: string; project_id: string; name: string; created_by: string; created_at: Date | string };
+
+const ID_PARAMS = Type.Object({ id: Type.String({ description: 'the resource id' }) });
 
 /**
  * Builds a register service (vpc, compute, nlb, storage, registry) from its table, type, outbox and
@@ -57,18 +66,22 @@ type ResourceRow = Record<string, unknown> & { id: string; project_id: string; c
  * @example
  * export const vpcService = createRegisterService({
  *   name: 'vpc', defaultPort: 3001, resourceTable: vpcTable, fgaType: 'vpc', outboxSpec: vpcOutbox,
- *   fields: { cidr_block: { type: 'string', description: 'an IPv4 CIDR block', validate: cidrProblem } },
+ *   fields: { cidr_block: Type.String({ description: 'an IPv4 CIDR block', format: 'ipv4-cidr-block' }) },
+ *   formats: { 'ipv4-cidr-block': cidrProblem },
  * });
  */
-export function createRegisterService<const N extends string, C extends Readonly<Record<string, ResourceColumn>>>(
-  config: RegisterServiceConfig<N, C>,
+export function createRegisterService<const N extends string, C extends Readonly<Record<string, ResourceColumn>>, F extends { readonly [K in keyof C]: TSchema }>(
+  config: RegisterServiceConfig<N, C, F>,
 ): RegisterServiceDefinition<N> {
   const { resourceTable: table, fgaType, outboxSpec: spec } = config;
   if (spec.partitionColumn !== REGISTER_OUTBOX_PARTITION) {
     throw new ServiceConfigError('outboxSpec', `${config.name} needs a register-outbox (partition ${REGISTER_OUTBOX_PARTITION}); ${spec.table} is keyed on ${spec.partitionColumn}`);
   }
   const path = `/${config.path ?? table.table}`;
-  const rules: Record<string, FieldRule> = { project_id: ID_FIELD, name: NAME_FIELD, ...(config.fields as Record<string, FieldRule>) };
+  const fields = config.fields as Readonly<Record<string, TSchema>>;
+  const body = Type.Object({ project_id: ID_FIELD, name: NAME_FIELD, ...fields }, { additionalProperties: false });
+  const row = Type.Object({ id: Type.String(), project_id: Type.String(), name: Type.String(), created_by: Type.String(), created_at: TIMESTAMP, ...fields });
+  const tags = [fgaType];
   const objectOf = (id: string) => resourceObject(fgaType, id);
 
   return {
@@ -76,94 +89,105 @@ export function createRegisterService<const N extends string, C extends Readonly
     defaultPort: config.defaultPort,
     outbox: spec,
     tables: [resourceTableColumns(table)],
+    ...(config.formats ? { formats: config.formats } : {}),
     fgaType,
     resourcePath: path,
     resourceTable: table,
-    routes(ctx: ServiceContext): Route[] {
+    routes(app, ctx: ServiceContext) {
       const { db, authorizer, outbox } = ctx;
-      const rows = () => db.selectFrom(table.qualifiedName).selectAll();
+      const find = (id: string) => findById<ResourceRow>(db, table.qualifiedName, id, fgaType);
 
-      const find = (request: ServiceRequest) => findById<ResourceRow>(db, table.qualifiedName, request, fgaType);
+      app.post(
+        path,
+        { schema: { summary: `Create a ${fgaType} (needs can_edit on the project)`, tags, body, response: writeResponses(201, row.properties, `the ${fgaType}`) } },
+        async (request, reply) => {
+          const { caller } = request;
+          const values = request.body as Record<string, unknown> & { project_id: string };
+          await authorizer.require(`user:${caller}`, 'can_edit', `project:${values.project_id}`);
+          const id = randomUUID();
+          const object = objectOf(id);
+          const payload: IntentPayload = { writes: registrationTuples(object, values.project_id, caller) };
+          const inserted = await db.transaction().execute(async (trx) => {
+            const created = await trx
+              .insertInto(table.qualifiedName)
+              .values({ ...values, id, created_by: caller })
+              .returningAll()
+              .executeTakeFirstOrThrow();
+            await enqueue(trx, spec, { partitionKey: object, payload });
+            return created as ResourceRow;
+          });
+          return writeAnswer(reply, inserted, await outbox.settle(object), 201);
+        },
+      );
 
-      return [
+      app.get(
+        `${path}/:id`,
+        { schema: { summary: `Read a ${fgaType} (needs can_view)`, tags, params: ID_PARAMS, response: { 200: row, ...ERROR_RESPONSES } } },
+        async (request) => {
+          const found = await find(request.params.id);
+          await authorizer.require(`user:${request.caller}`, 'can_view', objectOf(found.id));
+          return found;
+        },
+      );
+
+      app.get(
+        path,
         {
-          method: 'POST',
-          path,
-          async handle(request) {
-            const caller = request.caller();
-            const values = validateBody(request.body, rules);
-            const projectId = values.project_id as string;
-            await authorizer.require(`user:${caller}`, 'can_edit', `project:${projectId}`);
-            const id = randomUUID();
-            const object = objectOf(id);
-            const payload: IntentPayload = { writes: registrationTuples(object, projectId, caller) };
-            const row = await db.transaction().execute(async (trx) => {
-              const inserted = await trx
-                .insertInto(table.qualifiedName)
-                .values({ ...values, id, created_by: caller })
-                .returningAll()
-                .executeTakeFirstOrThrow();
-              await enqueue(trx, spec, { partitionKey: object, payload });
-              return inserted;
-            });
-            return writeAnswer(row, await outbox.settle(object), 201);
+          schema: {
+            summary: `List the ${fgaType}s the caller can view`,
+            tags,
+            querystring: Type.Object({ project_id: Type.Optional(ID_FIELD) }),
+            response: { 200: Type.Object({ items: Type.Array(row) }), ...ERROR_RESPONSES },
           },
         },
+        async (request) => {
+          const projectId = request.query.project_id;
+          const ids = await authorizer.listObjectIds(`user:${request.caller}`, 'can_view', fgaType);
+          if (ids.length === 0) return { items: [] };
+          // One array parameter, not one per id: a long list stays one small statement.
+          let query = db.selectFrom(table.qualifiedName).selectAll().where(sql<boolean>`id = any(${ids}::text[])`);
+          if (projectId !== undefined) query = query.where('project_id', '=', projectId);
+          return { items: (await query.orderBy('created_at').orderBy('id').execute()) as ResourceRow[] };
+        },
+      );
+
+      app.delete(
+        `${path}/:id`,
         {
-          method: 'GET',
-          path: `${path}/:id`,
-          async handle(request) {
-            const caller = request.caller();
-            const row = await find(request);
-            await authorizer.require(`user:${caller}`, 'can_view', objectOf(row.id));
-            return { status: 200, body: row };
+          schema: {
+            summary: `Delete a ${fgaType} (needs can_delete)`,
+            tags,
+            params: ID_PARAMS,
+            response: {
+              204: Type.Null({ description: 'deleted, and its tuples gone from OpenFGA' }),
+              202: Type.Object({ id: Type.String(), deleted: Type.Boolean(), note: Type.String() }, { description: 'deleted; its tuples not yet gone from OpenFGA' }),
+              ...ERROR_RESPONSES,
+            },
           },
         },
-        {
-          method: 'GET',
-          path,
-          async handle(request) {
-            const caller = request.caller();
-            const projectId = request.query.get('project_id');
-            if (projectId !== null && !ID_PATTERN.test(projectId)) throw new HttpError(400, 'invalid_query', `project_id: expected ${ID_FIELD.description}`);
-            const ids = await authorizer.listObjectIds(`user:${caller}`, 'can_view', fgaType);
-            if (ids.length === 0) return { status: 200, body: { items: [] } };
-            // One array parameter, not one per id: a long list stays one small statement.
-            let query = rows().where(sql<boolean>`id = any(${ids}::text[])`);
-            if (projectId !== null) query = query.where('project_id', '=', projectId);
-            const items = await query.orderBy('created_at').orderBy('id').execute();
-            return { status: 200, body: { items } };
-          },
+        async (request, reply) => {
+          const found = await find(request.params.id);
+          const object = objectOf(found.id);
+          // The resource's own tuples may not be in OpenFGA (its register intent pending, or
+          // poisoned): the project on the row is the durable fact, and the model lets a project
+          // owner delete its resources, so that path is checked on the project itself.
+          const user = `user:${request.caller}`;
+          const allowed = (await authorizer.check(user, 'can_delete', object)) || (await authorizer.check(user, 'can_delete', `project:${found.project_id}`));
+          if (!allowed) throw new HttpError(403, 'forbidden', `${user} is not allowed can_delete on ${object}`);
+          const deleted = await db.transaction().execute(async (trx) => {
+            const gone = await trx.deleteFrom(table.qualifiedName).where('id', '=', found.id).returningAll().executeTakeFirst();
+            // Deleted meanwhile by someone else, whose transaction enqueued the deregistration.
+            if (!gone) return undefined;
+            // The tuples the registration wrote: the owner is the creator, not necessarily the caller.
+            await enqueue(trx, spec, { partitionKey: object, payload: { deletes: registrationTuples(object, gone.project_id, gone.created_by) } });
+            return gone;
+          });
+          if (!deleted) throw new HttpError(404, 'not_found', `no ${fgaType} ${JSON.stringify(found.id)}`);
+          const delivery = await outbox.settle(object);
+          if (delivery.status === 'delivered') return reply.code(204).send(null);
+          return reply.code(202).send({ id: found.id, deleted: true, note: delivery.note });
         },
-        {
-          method: 'DELETE',
-          path: `${path}/:id`,
-          async handle(request) {
-            const caller = request.caller();
-            const found = await find(request);
-            const object = objectOf(found.id);
-            // The resource's own tuples may not be in OpenFGA (its register intent pending, or
-            // poisoned): the project on the row is the durable fact, and the model lets a project
-            // owner delete its resources, so that path is checked on the project itself.
-            const user = `user:${caller}`;
-            const allowed =
-              (await authorizer.check(user, 'can_delete', object)) ||
-              (await authorizer.check(user, 'can_delete', `project:${found.project_id}`));
-            if (!allowed) throw new HttpError(403, 'forbidden', `${user} is not allowed can_delete on ${object}`);
-            const deleted = await db.transaction().execute(async (trx) => {
-              const row = await trx.deleteFrom(table.qualifiedName).where('id', '=', found.id).returningAll().executeTakeFirst();
-              // Deleted meanwhile by someone else, whose transaction enqueued the deregistration.
-              if (!row) return undefined;
-              // The tuples the registration wrote: the owner is the creator, not necessarily the caller.
-              await enqueue(trx, spec, { partitionKey: object, payload: { deletes: registrationTuples(object, row.project_id, row.created_by) } });
-              return row;
-            });
-            if (!deleted) throw new HttpError(404, 'not_found', `no ${fgaType} ${JSON.stringify(found.id)}`);
-            const delivery = await outbox.settle(object);
-            return delivery.status === 'delivered' ? { status: 204 } : { status: 202, body: { id: found.id, deleted: true, note: delivery.note } };
-          },
-        },
-      ];
+      );
     },
   };
 }

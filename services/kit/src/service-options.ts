@@ -2,6 +2,7 @@ import { CredentialsMethod } from '@openfga/sdk';
 import type { BackoffOptions, Logger } from '@outbox/drainer';
 import type { OpenFgaConnection } from './authorizer.js';
 import { ServiceConfigError } from './errors.js';
+import type { ServiceLogLevel } from './service-logger.js';
 
 /** How to run one service. Only the database and OpenFGA are required. */
 export interface ServiceOptions {
@@ -45,12 +46,32 @@ export interface ServiceOptions {
   readonly retryBackoff?: BackoffOptions;
   /** Connections in the service's pool. Default 5: each request uses one at a time. */
   readonly poolSize?: number;
-  /** Default: console, info and up, prefixed with the service name. */
+  /**
+   * `/readyz` answers 503 `outbox_stalled` when the oldest deliverable intent was committed longer
+   * ago than this. Default 60000: a healthy drainer delivers within a second or two (a write waits
+   * `flushTimeoutMs` for it), so a minute means delivery is stuck, and it is reported well before
+   * the retries of a failing intent run out (~8.5 minutes with the default backoff). 0 turns the
+   * check off. Every instance of a service shares its outbox, so a stall makes all of them unready:
+   * see docs/services.md before routing traffic on it.
+   */
+  readonly readyMaxDeliverableAgeMs?: number;
+  /** Default `info`: a line per request, start and stop, and what the libraries warn about. */
+  readonly logLevel?: ServiceLogLevel;
+  /**
+   * Where the log lines go. Default: pino JSON lines on stdout. Given a logger (the libraries'
+   * `(message, fields?)` shape: tests, the demo), every line — the kit's, fastify's, the drainer's
+   * and the reconciler's — is handed to it instead.
+   */
   readonly logger?: Logger;
 }
 
-/** {@link ServiceOptions} with every default applied. */
-export type ResolvedServiceOptions = Required<Omit<ServiceOptions, 'logger'>> & { readonly logger: Logger };
+/** {@link ServiceOptions} with every default applied (the logger apart: it stays optional). */
+export type ResolvedServiceOptions = Required<Omit<ServiceOptions, 'logger'>>;
+
+/** OpenFGA's store and model ids: ULIDs. */
+const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
+
+const LOG_LEVELS: readonly ServiceLogLevel[] = ['trace', 'debug', 'info', 'warn', 'error', 'fatal'];
 
 function integer(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
   const result = value ?? fallback;
@@ -60,15 +81,34 @@ function integer(field: string, value: number | undefined, fallback: number, min
   return result;
 }
 
-/** The default logger of a service: one line per message, prefixed with its name. */
-export function consoleServiceLogger(name: string): Logger {
-  const line = (message: string, fields?: Record<string, unknown>) =>
-    `[${name}] ${message}${fields && Object.keys(fields).length > 0 ? ` ${JSON.stringify(fields)}` : ''}`;
-  return {
-    info: (m, f) => console.log(line(m, f)),
-    warn: (m, f) => console.warn(line(m, f)),
-    error: (m, f) => console.error(line(m, f)),
-  };
+/**
+ * What is wrong with a Postgres URL, or undefined. pg reads anything: `nope` became a connection to
+ * a host named `base` (`getaddrinfo ENOTFOUND base`), which named neither the variable nor the problem.
+ */
+function databaseUrlProblem(url: string): string | undefined {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return `expected a URL like postgres://user:password@host:5432/database, got ${JSON.stringify(redacted(url).slice(0, 80))}`;
+  }
+  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') return `expected a postgres:// URL, got one with ${parsed.protocol}`;
+  return undefined;
+}
+
+/** A connection string without its password, for messages. */
+function redacted(url: string): string {
+  return url.replace(/(\/\/[^:/@]*:)[^@/]*@/, '$1***@');
+}
+
+/** The server and database a Postgres URL names, without credentials: `db.internal:5432/platform`. */
+export function databaseTarget(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.hostname || parsed.searchParams.get('host') || 'localhost'}:${parsed.port || '5432'}${parsed.pathname}`;
+  } catch {
+    return 'the configured URL';
+  }
 }
 
 /**
@@ -80,9 +120,26 @@ function withoutTrailingSlash(apiUrl: string): string {
   return apiUrl.replace(/\/+$/, '');
 }
 
+/**
+ * Refuses a store or model id that is not an OpenFGA id (a ULID) with a {@link ServiceConfigError}
+ * naming the option. The SDK refuses it too, but as "storeId must be in ULID format", which names
+ * neither the option nor the variable.
+ */
+export function assertOpenFgaIds(connection: OpenFgaConnection): void {
+  for (const [field, id] of [['openfga.storeId', connection.storeId], ['openfga.authorizationModelId', connection.authorizationModelId]] as const) {
+    if (id !== undefined && !ULID.test(id)) {
+      throw new ServiceConfigError(field, `expected an OpenFGA id like 01HVMMBCMGZNT3SED4Z17ECXCA (pnpm migrate prints it), got ${JSON.stringify(id.slice(0, 40))}`);
+    }
+  }
+}
+
 /** Applies defaults and validates; throws a {@link ServiceConfigError} naming the bad option. */
 export function resolveServiceOptions(name: string, options: ServiceOptions): ResolvedServiceOptions {
   if (!options?.databaseUrl) throw new ServiceConfigError('databaseUrl', 'a Postgres URL is required');
+  const urlProblem = databaseUrlProblem(options.databaseUrl);
+  if (urlProblem) throw new ServiceConfigError('databaseUrl', urlProblem);
+  const logLevel = options.logLevel ?? 'info';
+  if (!LOG_LEVELS.includes(logLevel)) throw new ServiceConfigError('logLevel', `expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
   if (!options.openfga?.apiUrl) throw new ServiceConfigError('openfga.apiUrl', "OpenFGA's HTTP API URL is required");
   if (!options.openfga.storeId) throw new ServiceConfigError('openfga.storeId', 'the OpenFGA store id is required (pnpm migrate prints it)');
   return {
@@ -99,7 +156,8 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
     shutdownTimeoutMs: integer('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 600_000),
     poolSize: integer('poolSize', options.poolSize, 5, 1, 100),
     retryBackoff: options.retryBackoff ?? {},
-    logger: options.logger ?? consoleServiceLogger(name),
+    readyMaxDeliverableAgeMs: integer('readyMaxDeliverableAgeMs', options.readyMaxDeliverableAgeMs, 60_000, 0, 86_400_000),
+    logLevel,
   };
 }
 
@@ -118,6 +176,8 @@ export const SERVICE_ENV = Object.freeze({
   FLUSH_TIMEOUT_MS: 'flushTimeoutMs (default 5000)',
   SHUTDOWN_TIMEOUT_MS: 'shutdownTimeoutMs (default 10000)',
   DB_POOL_SIZE: 'poolSize (default 5)',
+  READY_MAX_DELIVERABLE_AGE_MS: 'readyMaxDeliverableAgeMs (default 60000; 0 = off)',
+  LOG_LEVEL: 'logLevel, trace|debug|info|warn|error|fatal (default info)',
 });
 
 /** The connection to OpenFGA described by OPENFGA_API_URL, OPENFGA_STORE_ID, OPENFGA_MODEL_ID, OPENFGA_API_TOKEN. */
@@ -166,26 +226,41 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     flushTimeoutMs: number('FLUSH_TIMEOUT_MS'),
     shutdownTimeoutMs: number('SHUTDOWN_TIMEOUT_MS'),
     poolSize: number('DB_POOL_SIZE'),
+    readyMaxDeliverableAgeMs: number('READY_MAX_DELIVERABLE_AGE_MS'),
+    ...(env.LOG_LEVEL ? { logLevel: env.LOG_LEVEL as ServiceLogLevel } : {}),
   };
-  // The ranges are checked here too, so that an out-of-range value is refused naming the variable
-  // the operator set (DB_POOL_SIZE), not the option it feeds (poolSize).
+  // The values are checked here too, so that a bad one is refused naming the variable the operator
+  // set (DB_POOL_SIZE), not the option it feeds (poolSize).
   try {
     resolveServiceOptions('env', options);
   } catch (error) {
-    if (error instanceof ServiceConfigError && ENV_OF_OPTION[error.field]) {
-      throw new ServiceConfigError(ENV_OF_OPTION[error.field] as string, error.message.slice(error.field.length + 2), { cause: error });
-    }
-    throw error;
+    throw inEnvironmentTerms(error);
   }
   return options;
 }
 
-/** The variable that sets each numeric option (see {@link SERVICE_ENV}). */
+/** The variable that sets each option (see {@link SERVICE_ENV}). */
 const ENV_OF_OPTION: Readonly<Record<string, string>> = {
+  databaseUrl: 'DATABASE_URL',
+  'openfga.apiUrl': 'OPENFGA_API_URL',
+  'openfga.storeId': 'OPENFGA_STORE_ID',
+  'openfga.authorizationModelId': 'OPENFGA_MODEL_ID',
   port: 'PORT',
   drainIntervalMs: 'DRAIN_INTERVAL_MS',
   redriveIntervalMs: 'REDRIVE_INTERVAL_MS',
   flushTimeoutMs: 'FLUSH_TIMEOUT_MS',
   shutdownTimeoutMs: 'SHUTDOWN_TIMEOUT_MS',
   poolSize: 'DB_POOL_SIZE',
+  readyMaxDeliverableAgeMs: 'READY_MAX_DELIVERABLE_AGE_MS',
+  logLevel: 'LOG_LEVEL',
 };
+
+/**
+ * A {@link ServiceConfigError} about an option, restated about the environment variable that sets
+ * it (`poolSize: …` → `DB_POOL_SIZE: …`), for a process configured by its environment; anything
+ * else as it is.
+ */
+export function inEnvironmentTerms(error: unknown): unknown {
+  if (!(error instanceof ServiceConfigError) || !ENV_OF_OPTION[error.field]) return error;
+  return new ServiceConfigError(ENV_OF_OPTION[error.field] as string, error.message.slice(error.field.length + 2), { cause: error });
+}

@@ -1,13 +1,17 @@
 import type { Logger } from '@outbox/drainer';
 import { verifyOutboxTable, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import { sqlState } from '@outbox/outbox/protocol';
 import type { RedriveResult } from '@outbox/reconciler';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { createAuthorizer, type Authorizer } from './authorizer.js';
-import { HttpError } from './errors.js';
+import { isDatabaseUnavailable, ServiceConfigError } from './errors.js';
+import type { FormatCheck } from './field-schemas.js';
+import { startHttpServer, type HttpServer, type ServiceApp } from './http-server.js';
 import { createServicePool } from './pool.js';
-import { startHttpServer, type Route } from './http-server.js';
+import { createReadiness } from './readiness.js';
+import { createServiceLogger, outboxLogger } from './service-logger.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
-import { resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
+import { assertOpenFgaIds, databaseTarget, resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
 import { verifyOpenFgaTarget } from './verify-openfga.js';
 import { verifyServiceTables, type ExpectedTable } from './verify-tables.js';
 
@@ -18,6 +22,7 @@ export interface ServiceContext {
   readonly authorizer: Authorizer;
   readonly outbox: ServiceOutbox;
   readonly options: ResolvedServiceOptions;
+  /** The service's logger in the libraries' shape (`(message, fields?)`); in a route, `request.log` (pino) also carries the request id. */
   readonly logger: Logger;
 }
 
@@ -26,7 +31,7 @@ export interface ServiceContext {
  * a register service is built with `createRegisterService`, iam writes its own routes.
  */
 export interface ServiceDefinition<N extends string = string> {
-  /** E.g. `vpc`. Also the log prefix. */
+  /** E.g. `vpc`. Also the `service` of its log lines and the title of its OpenAPI document. */
   readonly name: N;
   /** The port `main` listens on when PORT is unset (in-process starts default to a free port). */
   readonly defaultPort: number;
@@ -34,7 +39,14 @@ export interface ServiceDefinition<N extends string = string> {
   readonly outbox: OutboxSpec;
   /** The other tables its routes use, checked at start like the outbox (a missing one stops the start). */
   readonly tables?: readonly ExpectedTable[];
-  routes(context: ServiceContext): readonly Route[];
+  /** The checks behind custom `format`s its schemas use (e.g. vpc's `ipv4-cidr-block`). */
+  readonly formats?: Readonly<Record<string, FormatCheck>>;
+  /**
+   * Declares its routes on its fastify app, with TypeBox schemas for bodies, params and queries.
+   * Every route names its caller (`request.caller`, from `x-user-id`; 401 without one); errors
+   * thrown as {@link HttpError} become `{ error: { code, message } }` answers.
+   */
+  routes(app: ServiceApp, context: ServiceContext): void;
 }
 
 /** A running service. */
@@ -46,6 +58,8 @@ export interface RunningService<N extends string = string> {
   readonly db: AnyKysely;
   /** Its drainer, reconciler, stats and redrive. */
   readonly outbox: ServiceOutbox;
+  /** Its logger (JSON lines with `service`, or the `logger` option's sink). */
+  readonly logger: Logger;
   /**
    * Call after the authorization model changed (iam does on SIGHUP): intents poisoned because the
    * old model refused them may pass now, so the reconciler re-drives them at once.
@@ -61,8 +75,6 @@ export interface RunningService<N extends string = string> {
   stop(): Promise<void>;
 }
 
-const READY_TIMEOUT_MS = 2_000;
-
 /** `work`, or the error `late()` makes when it has not settled within `ms` (work goes on in the background). */
 function within<T>(ms: number, work: Promise<T>, late: () => Error): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -72,9 +84,31 @@ function within<T>(ms: number, work: Promise<T>, late: () => Error): Promise<T> 
   return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }
 
+/** SQLSTATEs of a connection Postgres refused: wrong password, no such role or database. */
+const CONNECTION_REFUSED_STATES = new Set(['28P01', '28000', '3D000']);
+
+/**
+ * The first statement of a start, so that a database that cannot be reached (a wrong host, port,
+ * password or database name) stops it with a {@link ServiceConfigError} naming `databaseUrl` and the
+ * server it tried, not with a bare `getaddrinfo ENOTFOUND …`.
+ */
+async function connect(db: AnyKysely, databaseUrl: string): Promise<void> {
+  try {
+    await sql`select 1`.execute(db);
+  } catch (error) {
+    const state = sqlState(error);
+    if (isDatabaseUnavailable(error) || (state !== undefined && CONNECTION_REFUSED_STATES.has(state))) {
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new ServiceConfigError('databaseUrl', `could not connect to the database at ${databaseTarget(databaseUrl)}: ${reason}`, { cause: error });
+    }
+    throw error;
+  }
+}
+
 /**
  * Starts a service in this process: its pool, its outbox (drainer with LISTEN, reconciler, both on
- * their own timers) and its HTTP API. Fails, with nothing left running, when the outbox table does
+ * their own timers) and its HTTP API (fastify, with `/healthz`, `/readyz` and `/openapi.json`).
+ * Fails, with nothing left running, when the database cannot be reached, when the outbox table does
  * not match its spec or a table its routes use is missing (run `pnpm migrate`), or when OpenFGA
  * answers that the store or the model does not exist, or answers with something that is not the
  * store (a `ServiceConfigError`); an OpenFGA that does not answer only logs a warning.
@@ -86,7 +120,9 @@ function within<T>(ms: number, work: Promise<T>, late: () => Error): Promise<T> 
  */
 export async function startService<N extends string>(definition: ServiceDefinition<N>, options: ServiceOptions): Promise<RunningService<N>> {
   const resolved = resolveServiceOptions(definition.name, options);
-  const { logger } = resolved;
+  assertOpenFgaIds(resolved.openfga);
+  const log = createServiceLogger(definition.name, { level: resolved.logLevel, ...(options.logger ? { sink: options.logger } : {}) });
+  const logger = outboxLogger(log);
   const db = new Kysely({
     dialect: new PostgresDialect({ pool: createServicePool(resolved.databaseUrl, resolved.poolSize, logger) }),
   });
@@ -103,40 +139,46 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     logger,
   });
   const context: ServiceContext = { name: definition.name, db, authorizer: createAuthorizer(resolved.openfga), outbox, options: resolved, logger };
+  const readiness = createReadiness({ db, openfga: resolved.openfga, spec: definition.outbox, maxDeliverableAgeMs: resolved.readyMaxDeliverableAgeMs });
 
   const stopOutbox = async () => {
     await Promise.all([outbox.drainer.stop(), outbox.reconciler.stop()]);
   };
-  let server;
+  let server: HttpServer;
   try {
     // Fail before listening: a service whose outbox is missing must not accept writes.
+    await connect(db, resolved.databaseUrl);
     await verifyOutboxTable(db, definition.outbox);
     await verifyServiceTables(db, definition.tables ?? []);
     // And before delivering: a mistyped store or model id would poison every intent.
     await verifyOpenFgaTarget(resolved.openfga, logger);
     if (resolved.runDrainer) await outbox.drainer.start();
     if (resolved.runReconciler) await outbox.reconciler.start();
-    const routes = [
-      ...definition.routes(context),
-      // Liveness: the process answers. Readiness: it can reach its database (a load balancer's check).
-      { method: 'GET' as const, path: '/healthz', handle: async () => ({ status: 200, body: { status: 'ok', service: definition.name } }) },
-      {
-        method: 'GET' as const,
-        path: '/readyz',
-        handle: async () => {
-          await within(READY_TIMEOUT_MS, sql`select 1`.execute(db), () => new HttpError(503, 'database_unavailable', `the database did not answer within ${READY_TIMEOUT_MS} ms`));
-          return { status: 200, body: { status: 'ready', service: definition.name } };
-        },
+    server = await startHttpServer({
+      name: definition.name,
+      host: resolved.host,
+      port: resolved.port,
+      log,
+      ...(definition.formats ? { formats: definition.formats } : {}),
+      routes: (app) => definition.routes(app, context),
+      publicRoutes(app) {
+        // Liveness: the process answers (a restart would not help otherwise).
+        app.get('/healthz', { config: { probe: true }, schema: { summary: 'Liveness: the process answers', tags: ['operations'] } }, async () => ({ status: 'ok', service: definition.name }));
+        // Readiness: the database, OpenFGA and delivery (see createReadiness): what a deployment gates on.
+        const summary = 'Readiness: 200 when the database and OpenFGA answer and delivery is not stalled, else 503 naming the check';
+        app.get('/readyz', { config: { probe: true }, schema: { summary, tags: ['operations'] } }, async (_request, reply) => {
+          const { ready, checks, error } = await readiness.check();
+          return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', service: definition.name, ...(error ? { error } : {}), checks });
+        });
       },
-    ];
-    server = await startHttpServer({ routes, host: resolved.host, port: resolved.port, logger });
+    });
   } catch (error) {
     await stopOutbox().catch(() => undefined);
     await db.destroy();
     throw error;
   }
   const http = server;
-  logger.info(`listening on ${http.url}`, { outbox: definition.outbox.table, drainer: resolved.runDrainer, reconciler: resolved.runReconciler });
+  logger.info(`ready at ${http.url} (pid ${process.pid})`, { url: http.url, outbox: definition.outbox.table, drainer: resolved.runDrainer, reconciler: resolved.runReconciler });
 
   let stopped: Promise<void> | undefined;
   return {
@@ -145,6 +187,7 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     port: http.port,
     db,
     outbox,
+    logger,
     onModelChanged: () => outbox.redrive(),
     stop() {
       stopped ??= (async () => {

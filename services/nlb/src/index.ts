@@ -1,5 +1,6 @@
 import { loadBalancerTable, nlbOutbox } from '@outbox/migrations';
 import { createRegisterService, startService, type RunningService, type ServiceOptions } from '@outbox/service-kit';
+import { Type } from 'typebox';
 
 /** The nlb service: `nlb.load_balancers`, OpenFGA type `load_balancer`, routes under `/load-balancers`. */
 export const nlbService = createRegisterService({
@@ -10,8 +11,8 @@ export const nlbService = createRegisterService({
   outboxSpec: nlbOutbox,
   path: 'load-balancers',
   fields: {
-    scheme: { type: 'string', description: 'where it is reachable from', oneOf: ['internal', 'internet-facing'], default: 'internal' },
-    port: { type: 'integer', description: 'the listener port', min: 1, max: 65_535 },
+    scheme: Type.Enum(['internal', 'internet-facing'], { description: 'where it is reachable from', default: 'internal' }),
+    port: Type.Integer({ description: 'the listener port', minimum: 1, maximum: 65_535 }),
   },
 });
 

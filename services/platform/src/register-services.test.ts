@@ -132,6 +132,16 @@ describe.each(registerServices.map((d) => [d.name, d] as const))('%s', (name, de
     expect((await api.as('alice').delete(`${path}/${id}`)).status).toBe(404);
   });
 
+  test('its API is published at /openapi.json: its paths, and its body schema with its own fields', async () => {
+    const { status, body } = await serviceClient(service.url).get<{ info: { title: string }; paths: Record<string, Record<string, { requestBody?: unknown }>> }>('/openapi.json');
+    expect(status).toBe(200);
+    expect(body.info.title).toBe(`${name} service`);
+    expect(Object.keys(body.paths).sort()).toEqual(['/healthz', '/readyz', path, `${path}/{id}`].sort());
+    expect(Object.keys(body.paths[path] ?? {}).sort()).toEqual(['get', 'post']);
+    expect(Object.keys(body.paths[`${path}/{id}`] ?? {}).sort()).toEqual(['delete', 'get']);
+    for (const field of ['project_id', 'name', ...Object.keys(definition.resourceTable.columns)]) expect(JSON.stringify(body.paths[path]?.post?.requestBody)).toContain(`"${field}"`);
+  });
+
   test('killed between commit and delivery: nothing is lost, the next instance delivers it', async () => {
     await service.stop(); // only the instances of this test touch the outbox from here on
     // An instance that commits but never delivers: no flush, no drainer. Its answer says so.

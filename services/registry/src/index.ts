@@ -1,5 +1,6 @@
 import { registryOutbox, repositoryTable } from '@outbox/migrations';
 import { createRegisterService, startService, type RunningService, type ServiceOptions } from '@outbox/service-kit';
+import { Type } from 'typebox';
 
 /** The registry service: `registry.repositories`, OpenFGA type `repository`, routes under `/repositories`. */
 export const registryService = createRegisterService({
@@ -10,7 +11,7 @@ export const registryService = createRegisterService({
   outboxSpec: registryOutbox,
   path: 'repositories',
   fields: {
-    format: { type: 'string', description: 'the artifact format', oneOf: ['docker', 'helm', 'npm'], default: 'docker' },
+    format: Type.Enum(['docker', 'helm', 'npm'], { description: 'the artifact format', default: 'docker' }),
   },
 });
 

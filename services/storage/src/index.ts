@@ -1,5 +1,6 @@
 import { bucketTable, storageOutbox } from '@outbox/migrations';
 import { createRegisterService, startService, type RunningService, type ServiceOptions } from '@outbox/service-kit';
+import { Type } from 'typebox';
 
 /** The storage service: `storage.buckets`, OpenFGA type `bucket`, routes under `/buckets`. */
 export const storageService = createRegisterService({
@@ -10,8 +11,8 @@ export const storageService = createRegisterService({
   outboxSpec: storageOutbox,
   path: 'buckets',
   fields: {
-    storage_class: { type: 'string', description: 'a storage class', oneOf: ['standard', 'infrequent', 'archive'], default: 'standard' },
-    versioning: { type: 'boolean', description: 'keep every version of an object', default: false },
+    storage_class: Type.Enum(['standard', 'infrequent', 'archive'], { description: 'a storage class', default: 'standard' }),
+    versioning: Type.Boolean({ description: 'keep every version of an object', default: false }),
   },
 });
 

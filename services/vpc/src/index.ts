@@ -1,5 +1,6 @@
 import { vpcOutbox, vpcTable } from '@outbox/migrations';
 import { createRegisterService, startService, type RunningService, type ServiceOptions } from '@outbox/service-kit';
+import { Type } from 'typebox';
 
 /** What is wrong with an IPv4 CIDR block, or undefined. Prefixes /16 to /28, as cloud VPCs take. */
 export function cidrProblem(value: string): string | undefined {
@@ -23,8 +24,9 @@ export const vpcService = createRegisterService({
   outboxSpec: vpcOutbox,
   path: 'vpcs',
   fields: {
-    cidr_block: { type: 'string', description: 'an IPv4 CIDR block like 10.0.0.0/16', validate: cidrProblem },
+    cidr_block: Type.String({ description: 'an IPv4 CIDR block like 10.0.0.0/16', format: 'ipv4-cidr-block' }),
   },
+  formats: { 'ipv4-cidr-block': cidrProblem },
 });
 
 /** Starts the vpc service in this process (a free port unless `options.port`); `stop()` it when done. */

@@ -1,12 +1,17 @@
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { once } from 'node:events';
+import type { Readable } from 'node:stream';
 
-/** A service started as a child process (`node --import tsx <entry>`), as `main` runs it. */
+/** A service started as a child process (`node --import tsx <entry>`, or its package script), as `main` runs it. */
 export interface ServiceProcess {
   /** The URL it printed when ready. */
   readonly url: string;
+  /** The pid of the child started (node, or pnpm for a package script). */
+  readonly pid: number;
   /** Everything it printed so far (stdout and stderr). */
   output(): string;
+  /** Resolves with its exit code once it exited (null after a signal). */
+  exited(): Promise<number | null>;
   /** Sends SIGTERM and resolves with the exit code once it exited (SIGKILL after `timeoutMs`). */
   terminate(timeoutMs?: number): Promise<number | null>;
 }
@@ -16,11 +21,15 @@ export interface ServiceProcess {
  * PATH) and waits for its `ready at <url>` line.
  */
 export async function startServiceProcess(cwd: string, entry: string, env: Record<string, string>, readyTimeoutMs = 20_000): Promise<ServiceProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
-    cwd,
-    env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  return watchUntilReady(spawn(process.execPath, ['--import', 'tsx', entry], { cwd, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), entry, readyTimeoutMs);
+}
+
+/** Runs `pnpm <script>` (e.g. `start`) in the package in `cwd`, as an operator would, and waits for its `ready at <url>` line. */
+export async function startPackageScript(cwd: string, script: string, env: Record<string, string>, readyTimeoutMs = 30_000): Promise<ServiceProcess> {
+  return watchUntilReady(spawn('pnpm', [script], { cwd, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), `pnpm ${script}`, readyTimeoutMs);
+}
+
+async function watchUntilReady(child: ChildProcessByStdio<null, Readable, Readable>, what: string, readyTimeoutMs: number): Promise<ServiceProcess> {
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -28,10 +37,10 @@ export async function startServiceProcess(cwd: string, entry: string, env: Recor
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`${entry} did not get ready within ${readyTimeoutMs} ms:\n${output}`));
+      reject(new Error(`${what} did not get ready within ${readyTimeoutMs} ms:\n${output}`));
     }, readyTimeoutMs);
     const onData = () => {
-      const match = /ready at (http:\/\/\S+)/.exec(output);
+      const match = /ready at (http:\/\/[^\s"]+)/.exec(output);
       if (match?.[1]) {
         clearTimeout(timer);
         resolve(match[1]);
@@ -40,12 +49,14 @@ export async function startServiceProcess(cwd: string, entry: string, env: Recor
     child.stdout.on('data', onData);
     void exited.then((code) => {
       clearTimeout(timer);
-      reject(new Error(`${entry} exited with ${code} before it was ready:\n${output}`));
+      reject(new Error(`${what} exited with ${code} before it was ready:\n${output}`));
     });
   });
   return {
     url,
+    pid: child.pid as number,
     output: () => output,
+    exited: () => exited,
     async terminate(timeoutMs = 15_000) {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
       child.kill('SIGTERM');
