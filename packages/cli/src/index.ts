@@ -1,0 +1,9 @@
+export { runOutboxCli, type RunOutboxCliOptions } from './run-outbox-cli.js';
+export { defineConfig, type MigrationsCheck, type OpenFgaConfig, type OutboxCliConfig, type OutboxEntry } from './config.js';
+export { OPENFGA_ENV_CONFIG } from './command-context.js';
+export { EXIT, type ExitCode } from './exit-codes.js';
+export { CliError } from './cli-error.js';
+export { processIo, type CliIo } from './cli-io.js';
+export { createCommandLine, exitWith, integerArgument, runCommandLine, type ExitBox } from './command-line.js';
+export { OUTPUT_SCHEMAS } from './output-schemas.js';
+export type { CommandName } from './program.js';
