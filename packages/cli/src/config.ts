@@ -72,6 +72,8 @@ export interface ConfiguredOutbox {
   readonly name: string;
   readonly spec: OutboxSpec;
   readonly databaseUrl: string | undefined;
+  /** The config field the database URL came from, for messages (`databaseUrl` or `outboxes.<name>.databaseUrl`). */
+  readonly databaseUrlField: string;
   readonly owner: OutboxOwner | undefined;
 }
 
@@ -148,6 +150,7 @@ export function checkConfig(raw: unknown, source: string, options: { readonly co
       name,
       spec: checkSpec(field, entry, fail),
       databaseUrl: string(`${field}.databaseUrl`, entry.databaseUrl, false) ?? databaseUrl,
+      databaseUrlField: entry.databaseUrl === undefined ? 'databaseUrl' : `${field}.databaseUrl`,
       owner: entry.owner === undefined ? undefined : checkOwner(`${field}.owner`, entry.owner, options.codeConfig, fail),
     };
   });

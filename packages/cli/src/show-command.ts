@@ -15,7 +15,7 @@ interface ShowOptions extends TargetOptions {
 /** The row as `field: value` lines, its payload pretty-printed below. */
 function showText(row: ShowOutput): string {
   const lines: [string, string | number | boolean | null][] = [
-    ['outbox', `${row.outbox} (${row.table})`],
+    ['outbox', row.outbox === row.table ? row.table : `${row.outbox} (${row.table})`],
     ['id', row.id],
     ['partition', row.partitionKey],
     ['state', row.state + (row.supersededBy ? ` by #${row.supersededBy} (delivered): retire it, never revive it` : '')],

@@ -51,7 +51,7 @@ export async function withTargets<T>(
   try {
     const targets: Target[] = [];
     for (const outbox of selected) {
-      const field = `outboxes.${outbox.name}.databaseUrl`;
+      const field = outbox.databaseUrlField;
       const url = expandEnv(field, outbox.databaseUrl as string, env, config.source);
       if (url === undefined) throw new CliError(`${config.source}: ${field} is empty`, undefined, EXIT.usage);
       if (!/^postgres(ql)?:\/\//.test(url)) throw new CliError(`${config.source}: ${field} is not a postgres:// URL (${maskUrl(url)})`, undefined, EXIT.usage);
