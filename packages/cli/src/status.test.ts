@@ -52,8 +52,8 @@ describe('status', () => {
 
   test('--watch redraws until SIGINT, then exits 0', async () => {
     const { spawn } = await import('node:child_process');
-    const { OUTBOX_BIN } = await import('./testing/run-outbox.js');
-    const child = spawn(process.execPath, ['--import', 'tsx', OUTBOX_BIN, 'status', '--watch', '1', ...target()], { env: { PATH: process.env.PATH ?? '' } });
+    const { OUTBOX_BIN, TSX_LOADER } = await import('./testing/run-outbox.js');
+    const child = spawn(process.execPath, ['--import', TSX_LOADER, OUTBOX_BIN, 'status', '--watch', '1', ...target()], { env: { PATH: process.env.PATH ?? '' } });
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));

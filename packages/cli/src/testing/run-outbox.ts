@@ -10,15 +10,17 @@ export interface CliRun {
   readonly stderr: string;
 }
 
-/** The path of a TypeScript entry point run through tsx: the outbox bin, or another command line of the repository. */
+/** The outbox bin's source, run through tsx as `pnpm outbox` runs it. */
 export const OUTBOX_BIN = fileURLToPath(new URL('../bin.ts', import.meta.url));
+/** tsx's loader by absolute URL: `--import tsx` would resolve from the child's cwd, which may be any directory. */
+export const TSX_LOADER = import.meta.resolve('tsx');
 
 /**
  * Runs `entry` (default the outbox bin) with `args`, with only PATH and `env` in its environment
  * (nothing of the test runner's leaks in), in `cwd`; `input` is written to its stdin (not a terminal).
  */
 export async function runCli(args: readonly string[], options: { env?: Record<string, string>; cwd?: string; entry?: string; input?: string } = {}): Promise<CliRun> {
-  const child = spawn(process.execPath, ['--import', 'tsx', options.entry ?? OUTBOX_BIN, ...args], {
+  const child = spawn(process.execPath, ['--import', TSX_LOADER, options.entry ?? OUTBOX_BIN, ...args], {
     cwd: options.cwd ?? process.cwd(),
     env: { PATH: process.env.PATH ?? '', ...options.env },
     stdio: ['pipe', 'pipe', 'pipe'],
