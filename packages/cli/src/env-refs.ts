@@ -20,7 +20,7 @@ export function expandEnv(field: string, value: string, env: NodeJS.ProcessEnv, 
     const found = env[name];
     if (found !== undefined && found !== '') return found;
     if (fallback !== undefined) return fallbackValue ?? '';
-    throw new CliError(`${source}: ${field}: environment variable ${name} is not set`, `export ${name}, or change ${field} in the config`, EXIT.usage);
+    throw new CliError(`${source}: ${field}: environment variable ${name} is not set`, `export ${name}`, EXIT.usage);
   });
   return expanded === '' ? undefined : expanded;
 }

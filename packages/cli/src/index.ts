@@ -3,6 +3,8 @@ export { defineConfig, type MigrationsCheck, type OpenFgaConfig, type OutboxCliC
 export { OPENFGA_ENV_CONFIG } from './command-context.js';
 export { EXIT, type ExitCode } from './exit-codes.js';
 export { CliError } from './cli-error.js';
+export { explainError, isUnreachable, networkReason } from './explain-error.js';
+export { maskUrl } from './mask-url.js';
 export { processIo, type CliIo } from './cli-io.js';
 export { createCommandLine, exitWith, integerArgument, runCommandLine, type ExitBox } from './command-line.js';
 export { OUTPUT_SCHEMAS } from './output-schemas.js';

@@ -15,6 +15,8 @@ export interface RunOutboxCliOptions {
    * `--table` flags. Given, the commands offer no --config, --outbox or --table.
    */
   readonly config?: OutboxCliConfig;
+  /** What messages call a config given in code. Default: the program's name. */
+  readonly configSource?: string;
   /** Run this one command as the program itself (e.g. `drain` for a service's `fga:drain`). Default: every command. */
   readonly command?: CommandName;
   /** The program's name in help and messages. Default `outbox`. */
@@ -39,7 +41,7 @@ export async function runOutboxCli(argv: readonly string[], options: RunOutboxCl
   const name = options.name ?? 'outbox';
   let fixedConfig: CheckedConfig | undefined;
   try {
-    fixedConfig = options.config ? checkConfig(options.config, name, { codeConfig: true }) : undefined;
+    fixedConfig = options.config ? checkConfig(options.config, options.configSource ?? name, { codeConfig: true }) : undefined;
   } catch (error) {
     io.stderr.write(`${explainError(error).line(name)}\n`);
     return EXIT.usage;
