@@ -10,7 +10,7 @@ import type { Target } from './targets.js';
 /** The owner `audit` and `repair` compare with, or a usage error saying the config gives none. */
 export function ownerOf(target: Target, source: string, command: string): OutboxOwner {
   if (target.owner) return target.owner;
-  throw new CliError(`${command} of ${target.name} needs an owner mapping, and ${source} gives none`, `set outboxes.${target.name}.owner to an OutboxOwner (a .ts or .mjs config)`, EXIT.usage);
+  throw new CliError(`${command} of ${target.name} needs an owner mapping, and ${source} gives none`, `set outboxes.${target.name}.owner to an OutboxOwner, in a .ts or .mjs config`, EXIT.usage);
 }
 
 /**

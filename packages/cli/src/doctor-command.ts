@@ -41,7 +41,7 @@ export function defineDoctor(command: Command, ctx: CommandContext): Command {
         'on its channel; per database the migrations (when the config names them) and long transactions holding back vacuum; ' +
         'the OpenFGA store and model. Exit 1 on any failure, 3 when OpenFGA or Postgres does not answer.',
     )
-    .option('--long-transaction-minutes <n>', 'a transaction open longer than this holds back vacuum', integerArgument(1, 100_000), 5)
+    .option('--long-transaction-minutes <n>', 'a transaction open longer than this holds back vacuum (0: any)', integerArgument(0, 100_000), 5)
     .action(
       exitWith(ctx.box, async (options: DoctorOptions): Promise<ExitCode> => {
         const config = await loadTargetConfig(options, ctx);
