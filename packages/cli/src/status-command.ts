@@ -28,7 +28,12 @@ const STATUS_COLUMNS: readonly (TextColumn & { readonly cell: (s: StatusOutbox, 
   { header: 'last-delivery', align: 'right', cell: (s, now) => (s.lastDeliveryAt === null ? 'never' : formatRelative(new Date(s.lastDeliveryAt), now)) },
 ];
 
-/** The status table, as printed. */
+/**
+ * The status table as `outbox status` prints it.
+ *
+ * @example
+ * process.stdout.write(statusTable(await Promise.all(targets.map(outboxStatus)), new Date()));
+ */
 export function statusTable(outboxes: readonly StatusOutbox[], now: Date): string {
   return textTable(STATUS_COLUMNS, outboxes.map((s) => STATUS_COLUMNS.map((c) => c.cell(s, now))));
 }

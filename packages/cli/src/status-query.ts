@@ -4,6 +4,9 @@ import type { StatusOutbox } from './output-schemas.js';
 import { backingOffCountSql } from './row-states.js';
 import type { Target } from './targets.js';
 
+/** What {@link outboxStatus} reads: an outbox by name, its spec, its database (and that database's URL, masked, to print). */
+export type StatusTarget = Pick<Target, 'name' | 'spec' | 'db' | 'database'>;
+
 /**
  * How many of the newest delivered rows (by id) "last delivery" looks at: a `max(sent_at)` over the
  * whole table would read every delivered row, and rows are delivered nearly in id order (a revived
@@ -12,11 +15,15 @@ import type { Target } from './targets.js';
 const LAST_DELIVERY_WINDOW = 1_000;
 
 /**
- * One outbox's counts, in one statement (one snapshot): `outboxStats`' counts (docs/design.md §2),
- * plus the rows backing off and the last delivery. A new column is a field here, in the schema
- * and in STATUS_COLUMNS.
+ * One outbox's counts as `outbox status` prints them, in one statement (one snapshot):
+ * `outboxStats`' counts (docs/design.md §2), plus the rows backing off and the last delivery. A new
+ * column is a field here, in the schema and in STATUS_COLUMNS.
+ *
+ * @example
+ * const row = await outboxStatus({ name: 'vpc', spec: vpcOutbox, db, database: maskUrl(url) });
+ * process.stdout.write(statusTable([row], new Date()));
  */
-export async function outboxStatus(target: Target): Promise<StatusOutbox> {
+export async function outboxStatus(target: StatusTarget): Promise<StatusOutbox> {
   const n = tableNames(target.spec);
   const result = await sql<Record<string, string | number | Date | null>>`
     select stats.*,
