@@ -2,12 +2,11 @@ import type { TupleKey } from '@outbox/outbox';
 import { auditOutbox, auditOutboxIncremental, type AuditReport } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { ownerOf, countingReader } from './audit-reader.js';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { checkOpenFga, openFgaConnection } from './openfga-connection.js';
 import type { AuditOutput } from './output-schemas.js';
-import { withTargets } from './targets.js';
 
 interface AuditOptions extends TargetOptions {
   readonly json?: boolean;
@@ -50,9 +49,8 @@ export function defineAudit(command: Command, ctx: CommandContext): Command {
     .option('--sample <n>', 'drifted partitions (and tuples each) listed per kind', integerArgument(0, 1_000), 20)
     .action(
       exitWith(ctx.box, async (options: AuditOptions): Promise<ExitCode> => {
-        const config = await loadTargetConfig(options, ctx);
-        const openfga = openFgaConnection(config, ctx.io.env, 'audit');
-        return withTargets(config, options.outbox, ctx.io.env, async (targets) => {
+        return onTargets(options, ctx, async (targets, config) => {
+          const openfga = openFgaConnection(config, ctx.io.env, 'audit');
           const owners = targets.map((t) => ownerOf(t, config.source, 'audit'));
           await checkOpenFga(openfga);
           const output: AuditOutput = { drifted: 0, outboxes: [] };

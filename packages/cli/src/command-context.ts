@@ -7,6 +7,7 @@ import { integerArgument } from './command-line.js';
 import { findConfigFile, loadConfigFile, CONFIG_FILE_NAMES } from './config-file.js';
 import { checkConfig, type CheckedConfig, type OpenFgaConfig } from './config.js';
 import { EXIT } from './exit-codes.js';
+import { withTargets, type Target } from './targets.js';
 
 /**
  * The OpenFGA connection from the variables the example services read (OPENFGA_API_URL,
@@ -83,6 +84,20 @@ export async function loadTargetConfig(options: TargetOptions, ctx: CommandConte
     throw new CliError(`no config file found (looked for ${CONFIG_FILE_NAMES.join(', ')} from ${ctx.io.cwd} up)`, 'pass --config, or --database-url with --table and --partition-column', EXIT.usage);
   }
   return loadConfigFile(path);
+}
+
+/**
+ * Loads the config, opens the outboxes the options select (`pick` narrows them, e.g. to the one
+ * outbox `show` needs), runs `work`, and closes the databases.
+ */
+export async function onTargets<T>(
+  options: TargetOptions,
+  ctx: CommandContext,
+  work: (targets: readonly Target[], config: CheckedConfig) => Promise<T>,
+  pick: (config: CheckedConfig) => readonly string[] | undefined = () => options.outbox,
+): Promise<T> {
+  const config = await loadTargetConfig(options, ctx);
+  return withTargets(config, pick(config), ctx.io.env, (targets) => work(targets, config));
 }
 
 /** Prints the command's one JSON document. */

@@ -1,12 +1,11 @@
 import type { Command } from 'commander';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { channelCheck, longTransactionsCheck, migrationsCheck, partitionColumnCheck, tableCheck } from './doctor-checks.js';
 import { CliError } from './cli-error.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { checkOpenFga, openFgaConnection } from './openfga-connection.js';
 import type { DoctorCheck, DoctorOutput } from './output-schemas.js';
-import { withTargets } from './targets.js';
 
 interface DoctorOptions extends TargetOptions {
   readonly json?: boolean;
@@ -44,8 +43,7 @@ export function defineDoctor(command: Command, ctx: CommandContext): Command {
     .option('--long-transaction-minutes <n>', 'a transaction open longer than this holds back vacuum (0: any)', integerArgument(0, 100_000), 5)
     .action(
       exitWith(ctx.box, async (options: DoctorOptions): Promise<ExitCode> => {
-        const config = await loadTargetConfig(options, ctx);
-        return withTargets(config, options.outbox, ctx.io.env, async (targets) => {
+        return onTargets(options, ctx, async (targets, config) => {
           const checks: DoctorCheck[] = [];
           const add = (outbox: string | null, check: string, result: Omit<DoctorCheck, 'outbox' | 'check'>) => {
             const full = { outbox, check, ...result };

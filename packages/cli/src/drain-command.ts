@@ -3,13 +3,13 @@ import { createOpenFgaSink } from '@outbox/openfga';
 import { outboxStats, tableNames } from '@outbox/outbox';
 import type { Command } from 'commander';
 import { sql } from 'kysely';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { checkOpenFga, openFgaConnection, type OpenFgaConnection } from './openfga-connection.js';
 import type { DrainOutbox, DrainOutput } from './output-schemas.js';
 import { progress } from './progress.js';
-import { withTargets, type Target } from './targets.js';
+import type { Target } from './targets.js';
 
 interface DrainOptions extends TargetOptions {
   readonly json?: boolean;
@@ -98,9 +98,8 @@ export function defineDrain(command: Command, ctx: CommandContext): Command {
     .option('--max-passes <n>', 'with --until-empty: at most this many passes', integerArgument(1, 100_000), 100)
     .action(
       exitWith(ctx.box, async (options: DrainOptions): Promise<ExitCode> => {
-        const config = await loadTargetConfig(options, ctx);
-        const openfga = openFgaConnection(config, ctx.io.env, 'drain');
-        return withTargets(config, options.outbox, ctx.io.env, async (targets) => {
+        return onTargets(options, ctx, async (targets, config) => {
+          const openfga = openFgaConnection(config, ctx.io.env, 'drain');
           const modelId = await checkOpenFga(openfga);
           const drained: Drained[] = [];
           for (const target of targets) {

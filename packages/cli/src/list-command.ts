@@ -1,5 +1,5 @@
 import { Option, type Command } from 'commander';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { formatRelative } from './durations.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
@@ -7,7 +7,6 @@ import { idArgument } from './id-argument.js';
 import type { ListOutput, ListedRow } from './output-schemas.js';
 import { STATE_FILTERS, type StateFilter } from './row-states.js';
 import { listRows } from './rows-query.js';
-import { withTargets } from './targets.js';
 import { cut, textTable } from './text-table.js';
 
 interface ListOptions extends TargetOptions {
@@ -39,8 +38,7 @@ export function defineList(command: Command, ctx: CommandContext): Command {
     .option('--limit <n>', 'rows per outbox', integerArgument(1, 10_000), 50)
     .action(
       exitWith(ctx.box, async (options: ListOptions): Promise<ExitCode> => {
-        const config = await loadTargetConfig(options, ctx);
-        return withTargets(config, options.outbox, ctx.io.env, async (targets) => {
+        return onTargets(options, ctx, async (targets) => {
           const output: ListOutput = { outboxes: [] };
           for (const target of targets) {
             const { rows, more } = await listRows(target, options);

@@ -1,12 +1,12 @@
 import { createReconciler, type RedriveResult, type RedrivenIntent } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { sql } from 'kysely';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { RedriveOutput } from './output-schemas.js';
 import { redrivePlanner } from './redrive-dry-run.js';
-import { withTargets, type Target } from './targets.js';
+import type { Target } from './targets.js';
 import { cut } from './text-table.js';
 
 interface RedriveOptions extends TargetOptions {
@@ -73,8 +73,7 @@ export function defineRedrive(command: Command, ctx: CommandContext): Command {
     .option('--max-passes <n>', 'at most this many passes per outbox', integerArgument(1, 10_000), 20)
     .action(
       exitWith(ctx.box, async (options: RedriveOptions): Promise<ExitCode> => {
-        const config = await loadTargetConfig(options, ctx);
-        return withTargets(config, options.outbox, ctx.io.env, async (targets) => {
+        return onTargets(options, ctx, async (targets) => {
           const output: RedriveOutput = { dryRun: options.dryRun === true, outboxes: [] };
           for (const target of targets) {
             const outcome = await redriveTarget(target, options);

@@ -2,12 +2,11 @@ import { repairOutbox } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { tupleText } from './audit-command.js';
 import { countingReader, ownerOf } from './audit-reader.js';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { checkOpenFga, openFgaConnection } from './openfga-connection.js';
 import type { RepairOutput } from './output-schemas.js';
-import { withTargets } from './targets.js';
 
 interface RepairOptions extends TargetOptions {
   readonly json?: boolean;
@@ -50,9 +49,8 @@ export function defineRepair(command: Command, ctx: CommandContext): Command {
     .option('--sample <n>', 'corrections listed per outbox', integerArgument(0, 1_000), 20)
     .action(
       exitWith(ctx.box, async (options: RepairOptions): Promise<ExitCode> => {
-        const config = await loadTargetConfig(options, ctx);
-        const openfga = openFgaConnection(config, ctx.io.env, 'repair');
-        return withTargets(config, options.outbox, ctx.io.env, async (targets) => {
+        return onTargets(options, ctx, async (targets, config) => {
+          const openfga = openFgaConnection(config, ctx.io.env, 'repair');
           const owners = targets.map((t) => ownerOf(t, config.source, 'repair'));
           await checkOpenFga(openfga);
           const output: RepairOutput = { dryRun: !options.apply, outboxes: [] };

@@ -1,7 +1,7 @@
 import { createReconciler, MAX_RETIRE_IDS, RetireRefusedError } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { CliError } from './cli-error.js';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith } from './command-line.js';
 import { confirm } from './confirm.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
@@ -9,7 +9,7 @@ import { explainError } from './explain-error.js';
 import { idArgument } from './id-argument.js';
 import type { RetireOutput } from './output-schemas.js';
 import { rowsById } from './rows-query.js';
-import { onlyOutbox, withTargets } from './targets.js';
+import { onlyOutbox } from './targets.js';
 
 interface RetireOptions extends TargetOptions {
   readonly json?: boolean;
@@ -33,8 +33,7 @@ export function defineRetire(command: Command, ctx: CommandContext): Command {
         if (options.reason.trim() === '') throw new CliError('--reason is empty', 'say why: it is kept as evidence', EXIT.usage);
         if (ids.length > MAX_RETIRE_IDS) throw new CliError(`at most ${MAX_RETIRE_IDS} ids per retire, got ${ids.length}`, 'split the list', EXIT.usage);
         if (!options.yes && !ctx.io.stdin.isTTY) throw new CliError('retire changes rows and asks first, but there is no terminal to ask on', 'pass --yes', EXIT.usage);
-        const config = await loadTargetConfig(options, ctx);
-        return withTargets(config, onlyOutbox(config, options.outbox, 'retire'), ctx.io.env, async ([target]) => {
+        return onTargets(options, ctx, async ([target]) => {
           if (!target) throw new Error('no outbox selected');
           const output: RetireOutput = { outbox: target.name, table: target.spec.table, reason: options.reason.trim(), retired: [], refused: [] };
           if (!options.yes) {
@@ -57,7 +56,7 @@ export function defineRetire(command: Command, ctx: CommandContext): Command {
           if (options.json) printJson(ctx.io, output);
           else ctx.io.stdout.write(`${target.name}: retired ${output.retired.map((r) => `#${r.id}`).join(', ')} ("${output.reason}")\n`);
           return EXIT.ok;
-        });
+        }, (config) => onlyOutbox(config, options.outbox, 'retire'));
       }),
     );
   return command;

@@ -1,12 +1,12 @@
 import type { Command } from 'commander';
 import { CliError } from './cli-error.js';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { idArgument } from './id-argument.js';
 import type { ShowOutput } from './output-schemas.js';
 import { showRow } from './rows-query.js';
-import { onlyOutbox, withTargets } from './targets.js';
+import { onlyOutbox } from './targets.js';
 
 interface ShowOptions extends TargetOptions {
   readonly json?: boolean;
@@ -39,8 +39,7 @@ export function defineShow(command: Command, ctx: CommandContext): Command {
     .argument('<id>', 'the row id', idArgument)
     .action(
       exitWith(ctx.box, async (id: string, options: ShowOptions): Promise<ExitCode> => {
-        const config = await loadTargetConfig(options, ctx);
-        return withTargets(config, onlyOutbox(config, options.outbox, 'show'), ctx.io.env, async ([target]) => {
+        return onTargets(options, ctx, async ([target]) => {
           if (!target) throw new Error('no outbox selected');
           const row = await showRow(target, id);
           if (!row) throw new CliError(`${target.spec.table} has no row ${id}`, `see \`${ctx.name} list --outbox ${target.name}\``, EXIT.problem);
@@ -48,7 +47,7 @@ export function defineShow(command: Command, ctx: CommandContext): Command {
           if (options.json) printJson(ctx.io, output);
           else ctx.io.stdout.write(showText(output));
           return EXIT.ok;
-        });
+        }, (config) => onlyOutbox(config, options.outbox, 'show'));
       }),
     );
   return command;

@@ -1,12 +1,11 @@
 import type { Command } from 'commander';
 import { CliError } from './cli-error.js';
-import { addTargetOptions, loadTargetConfig, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { formatDuration, formatRelative } from './durations.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { StatusOutbox, StatusOutput } from './output-schemas.js';
 import { outboxStatus } from './status-query.js';
-import { withTargets } from './targets.js';
 import { textTable, type TextColumn } from './text-table.js';
 
 interface StatusOptions extends TargetOptions {
@@ -60,8 +59,7 @@ export function defineStatus(command: Command, ctx: CommandContext): Command {
         if (options.watch !== undefined && (options.json || options.check)) {
           throw new CliError('--watch redraws a table: it does not go with --json or --check', 'poll `status --json` or `status --check` instead', EXIT.usage);
         }
-        const config = await loadTargetConfig(options, ctx);
-        return withTargets(config, options.outbox, ctx.io.env, async (targets) => {
+        return onTargets(options, ctx, async (targets) => {
           const read = async () => {
             const outboxes: StatusOutbox[] = [];
             for (const target of targets) outboxes.push(await outboxStatus(target));
