@@ -52,7 +52,7 @@ export function addTargetOptions(command: Command, ctx: CommandContext, options:
     .option('--database-url <url>', 'without a config file: the Postgres URL of one outbox (with --table)')
     .option('--table <schema.table>', 'without a config file: the outbox table (with --database-url and --partition-column)')
     .option('--partition-column <column>', 'with --table: the partition column (resource_id, tuple_key, …)')
-    .addOption(new Option('--max-attempts <n>', 'with --table: the spec\'s maxAttempts (default 10)').argParser(integerArgument(1, 1_000)));
+    .addOption(new Option('--max-attempts <n>', 'with --table: the spec\'s maxAttempts (default: the one the table records)').argParser(integerArgument(1, 1_000)));
 }
 
 /**
@@ -69,7 +69,7 @@ export async function loadTargetConfig(options: TargetOptions, ctx: CommandConte
     const missing = [options.databaseUrl ? undefined : '--database-url', options.table ? undefined : '--table', options.partitionColumn ? undefined : '--partition-column'].filter(Boolean);
     if (missing.length > 0) throw new CliError(`without a config file, ${missing.join(' and ')} ${missing.length > 1 ? 'are' : 'is'} needed too`, 'or pass --config', EXIT.usage);
     const table = options.table as string;
-    return checkConfig(
+    const checked = checkConfig(
       {
         databaseUrl: options.databaseUrl,
         openfga: OPENFGA_ENV_CONFIG,
@@ -78,6 +78,7 @@ export async function loadTargetConfig(options: TargetOptions, ctx: CommandConte
       '--table',
       { codeConfig: false },
     );
+    return options.maxAttempts ? checked : { ...checked, outboxes: checked.outboxes.map((o) => ({ ...o, maxAttemptsFromTable: true })) };
   }
   const path = options.config !== undefined ? resolve(ctx.io.cwd, options.config) : findConfigFile(ctx.io.cwd);
   if (path === undefined) {

@@ -75,6 +75,8 @@ export interface ConfiguredOutbox {
   /** The config field the database URL came from, for messages (`databaseUrl` or `outboxes.<name>.databaseUrl`). */
   readonly databaseUrlField: string;
   readonly owner: OutboxOwner | undefined;
+  /** `--table` without `--max-attempts`: count with the value the table records, as the drainers do. */
+  readonly maxAttemptsFromTable?: boolean;
 }
 
 /** A config that passed {@link checkConfig}. */

@@ -1,4 +1,4 @@
-import type { OutboxSpec } from '@outbox/outbox';
+import { defineOutbox, recordedMaxAttempts, type OutboxSpec } from '@outbox/outbox';
 import type { OutboxOwner } from '@outbox/reconciler';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
@@ -67,7 +67,9 @@ export async function withTargets<T>(
           throw new CliError(`Postgres at ${maskUrl(url)}: ${explained.message}`, explained.hint, explained.exitCode, { cause: error });
         });
       }
-      targets.push({ name: outbox.name, spec: outbox.spec, owner: outbox.owner, database: maskUrl(url), databaseUrl: url, db });
+      const recorded = outbox.maxAttemptsFromTable ? await recordedMaxAttempts(db, outbox.spec) : undefined;
+      const spec = recorded === undefined || recorded === outbox.spec.maxAttempts ? outbox.spec : defineOutbox({ ...outbox.spec, maxAttempts: recorded });
+      targets.push({ name: outbox.name, spec, owner: outbox.owner, database: maskUrl(url), databaseUrl: url, db });
     }
     return await work(targets);
   } finally {
