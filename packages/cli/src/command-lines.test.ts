@@ -5,12 +5,45 @@ import { describe, expect, test } from 'vitest';
 import { openFgaEnv } from './testing/openfga-env.js';
 import { jsonOf, runCli } from './testing/run-outbox.js';
 
-// The repository's other command lines keep the same discipline: a service's fga:drain (a thin
-// wrapper over `outbox drain`) and `pnpm migrate`.
+// The repository's own config (outbox.config.ts: the six services), and its other command lines
+// on the same discipline: a service's fga:drain (a thin wrapper over `outbox drain`) and `pnpm migrate`.
 const t = useTestDatabase();
 const fga = useOpenFgaStore();
 const FGA_DRAIN = fileURLToPath(new URL('../../../services/vpc/src/fga-drain.ts', import.meta.url));
 const MIGRATE = fileURLToPath(new URL('../../../migrations/src/cli.ts', import.meta.url));
+const REPO = fileURLToPath(new URL('../../..', import.meta.url));
+
+describe("the repository's outbox.config.ts", () => {
+  test('status covers the six outboxes; doctor finds every table and migration in place; audit reads with the real owners', async () => {
+    const env = { DATABASE_URL: t.url, ...openFgaEnv(fga) };
+    const status = await runCli(['status', '--json'], { cwd: REPO, env });
+    expect(status.code, status.stderr).toBe(0);
+    expect((jsonOf(status) as { outboxes: { name: string; table: string }[] }).outboxes.map((o) => `${o.name} ${o.table}`)).toEqual([
+      'iam iam.fga_outbox',
+      'vpc vpc.fga_register_outbox',
+      'compute compute.fga_register_outbox',
+      'nlb nlb.fga_register_outbox',
+      'storage storage.fga_register_outbox',
+      'registry registry.fga_register_outbox',
+    ]);
+    const applied = (await t.db.selectFrom('public.kysely_migration').select('name').execute()).length;
+    const doctor = await runCli(['doctor', '--json'], { cwd: REPO, env });
+    expect(doctor.code, doctor.stdout).toBe(0);
+    const checks = (jsonOf(doctor) as { checks: { check: string; status: string; detail: string }[] }).checks;
+    expect(checks.filter((c) => c.check === 'table').map((c) => c.status)).toEqual(Array(6).fill('pass'));
+    expect(checks.find((c) => c.check.startsWith('migrations'))).toMatchObject({ status: 'pass', detail: `all ${applied} migrations applied` });
+    const audit = await runCli(['audit', '--json'], { cwd: REPO, env });
+    expect(audit.code, audit.stderr).toBe(0);
+    expect((jsonOf(audit) as { outboxes: { objectTypes: string[] }[] }).outboxes.map((o) => o.objectTypes.join(','))).toEqual([
+      'organization,project',
+      'vpc',
+      'instance',
+      'load_balancer',
+      'bucket',
+      'repository',
+    ]);
+  });
+});
 
 describe("a service's fga:drain", () => {
   test('--help is the drain command\'s, exit 0; an unknown flag is one line, exit 2', async () => {
