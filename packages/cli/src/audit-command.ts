@@ -1,11 +1,10 @@
 import type { TupleKey } from '@outbox/outbox';
 import { auditOutbox, auditOutboxIncremental, type AuditReport } from '@outbox/reconciler';
 import type { Command } from 'commander';
-import { ownerOf, countingReader } from './audit-reader.js';
+import { eachOwnedTarget } from './audit-reader.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
-import { checkOpenFga, openFgaConnection } from './openfga-connection.js';
 import type { AuditOutput } from './output-schemas.js';
 
 interface AuditOptions extends TargetOptions {
@@ -50,24 +49,13 @@ export function defineAudit(command: Command, ctx: CommandContext): Command {
     .action(
       exitWith(ctx.box, async (options: AuditOptions): Promise<ExitCode> => {
         return onTargets(options, ctx, async (targets, config) => {
-          const openfga = openFgaConnection(config, ctx.io.env, 'audit');
-          const owners = targets.map((t) => ownerOf(t, config.source, 'audit'));
-          await checkOpenFga(openfga);
-          const output: AuditOutput = { drifted: 0, outboxes: [] };
-          for (const [i, target] of targets.entries()) {
-            const { reader, end } = countingReader(openfga, ctx.io, `auditing ${target.name}`, options.json);
-            const audit = { db: target.db, spec: target.spec, owner: owners[i] as NonNullable<(typeof owners)[number]>, reader, sampleSize: options.sample };
-            let report: AuditReport;
-            try {
-              report = options.incremental ? await auditOutboxIncremental(audit) : await auditOutbox(audit);
-            } finally {
-              end();
-            }
-            const a = auditJson(target.name, report);
-            output.outboxes.push(a);
-            output.drifted += a.drifted;
+          const outboxes = await eachOwnedTarget(targets, config, ctx, 'audit', options.json, async (target, owner, reader) => {
+            const audit = { db: target.db, spec: target.spec, owner, reader, sampleSize: options.sample };
+            const a = auditJson(target.name, options.incremental ? await auditOutboxIncremental(audit) : await auditOutbox(audit));
             if (!options.json) ctx.io.stdout.write(auditText(a));
-          }
+            return a;
+          });
+          const output: AuditOutput = { drifted: outboxes.reduce((n, a) => n + a.drifted, 0), outboxes };
           if (options.json) printJson(ctx.io, output);
           return output.drifted > 0 ? EXIT.problem : EXIT.ok;
         });

@@ -2,8 +2,10 @@ import { createOpenFgaTupleReader } from '@outbox/openfga';
 import type { OutboxOwner, TupleReader } from '@outbox/reconciler';
 import { CliError } from './cli-error.js';
 import type { CliIo } from './cli-io.js';
+import type { CommandContext } from './command-context.js';
+import type { CheckedConfig } from './config.js';
 import { EXIT } from './exit-codes.js';
-import type { OpenFgaConnection } from './openfga-connection.js';
+import { checkOpenFga, openFgaConnection, type OpenFgaConnection } from './openfga-connection.js';
 import { progress } from './progress.js';
 import type { Target } from './targets.js';
 
@@ -36,4 +38,32 @@ export function countingReader(connection: OpenFgaConnection, io: CliIo, label: 
     },
     end: () => bar.end(),
   };
+}
+
+/**
+ * What `audit` and `repair` share: every target's owner and OpenFGA checked before any work (a
+ * missing owner is exit 2, an unreachable OpenFGA exit 3), then `work` per target with a counting
+ * reader, in order.
+ */
+export async function eachOwnedTarget<T>(
+  targets: readonly Target[],
+  config: CheckedConfig,
+  ctx: CommandContext,
+  command: 'audit' | 'repair',
+  json: boolean | undefined,
+  work: (target: Target, owner: OutboxOwner, reader: TupleReader) => Promise<T>,
+): Promise<T[]> {
+  const openfga = openFgaConnection(config, ctx.io.env, command);
+  const owners = targets.map((target) => ownerOf(target, config.source, command));
+  await checkOpenFga(openfga);
+  const results: T[] = [];
+  for (const [i, target] of targets.entries()) {
+    const { reader, end } = countingReader(openfga, ctx.io, `${command === 'audit' ? 'auditing' : 'repairing'} ${target.name}`, json);
+    try {
+      results.push(await work(target, owners[i] as OutboxOwner, reader));
+    } finally {
+      end();
+    }
+  }
+  return results;
 }

@@ -40,7 +40,8 @@ export interface TargetOptions {
   readonly maxAttempts?: number;
 }
 
-const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
+/** For a repeatable option: each value appended, in order. */
+export const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
 
 /** Adds the options that choose what a command works on (unless the config is fixed). */
 export function addTargetOptions(command: Command, ctx: CommandContext, options: { readonly json: boolean } = { json: true }): Command {

@@ -1,11 +1,10 @@
 import { repairOutbox } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { tupleText } from './audit-command.js';
-import { countingReader, ownerOf } from './audit-reader.js';
-import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { eachOwnedTarget } from './audit-reader.js';
+import { addTargetOptions, collect, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
-import { checkOpenFga, openFgaConnection } from './openfga-connection.js';
 import type { RepairOutput } from './output-schemas.js';
 
 interface RepairOptions extends TargetOptions {
@@ -32,7 +31,6 @@ function repairText(r: RepairOutbox): string {
   return `${lines.join('\n')}\n`;
 }
 
-const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
 
 /** `outbox repair`: plans (default) or enqueues the corrections an audit finds. */
 export function defineRepair(command: Command, ctx: CommandContext): Command {
@@ -50,32 +48,22 @@ export function defineRepair(command: Command, ctx: CommandContext): Command {
     .action(
       exitWith(ctx.box, async (options: RepairOptions): Promise<ExitCode> => {
         return onTargets(options, ctx, async (targets, config) => {
-          const openfga = openFgaConnection(config, ctx.io.env, 'repair');
-          const owners = targets.map((t) => ownerOf(t, config.source, 'repair'));
-          await checkOpenFga(openfga);
-          const output: RepairOutput = { dryRun: !options.apply, outboxes: [] };
-          for (const [i, target] of targets.entries()) {
-            const { reader, end } = countingReader(openfga, ctx.io, `repairing ${target.name}`, options.json);
-            let result;
-            try {
-              result = await repairOutbox({
-                db: target.db,
-                spec: target.spec,
-                owner: owners[i] as NonNullable<(typeof owners)[number]>,
-                reader,
-                dryRun: !options.apply,
-                maxDeletes: options.maxDeletes,
-                sampleSize: options.sample,
-                ...(options.partition ? { partitionKeys: options.partition } : {}),
-              });
-            } finally {
-              end();
-            }
-            const { outbox, ...rest } = result;
+          const outboxes = await eachOwnedTarget(targets, config, ctx, 'repair', options.json, async (target, owner, reader) => {
+            const { outbox, ...rest } = await repairOutbox({
+              db: target.db,
+              spec: target.spec,
+              owner,
+              reader,
+              dryRun: !options.apply,
+              maxDeletes: options.maxDeletes,
+              sampleSize: options.sample,
+              ...(options.partition ? { partitionKeys: options.partition } : {}),
+            });
             const r = { name: target.name, table: outbox, ...rest, enqueued: [...rest.enqueued], sample: [...rest.sample] } as RepairOutbox;
-            output.outboxes.push(r);
             if (!options.json) ctx.io.stdout.write(repairText(r));
-          }
+            return r;
+          });
+          const output: RepairOutput = { dryRun: !options.apply, outboxes };
           if (options.json) printJson(ctx.io, output);
           const planned = output.outboxes.some((r) => !r.withinBudget || (r.dryRun && r.partitions > 0));
           return planned ? EXIT.problem : EXIT.ok;

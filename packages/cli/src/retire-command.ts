@@ -6,7 +6,7 @@ import { exitWith } from './command-line.js';
 import { confirm } from './confirm.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { explainError } from './explain-error.js';
-import { idArgument } from './id-argument.js';
+import { idsArgument } from './id-argument.js';
 import type { RetireOutput } from './output-schemas.js';
 import { rowsById } from './rows-query.js';
 import { onlyOutbox } from './targets.js';
@@ -25,7 +25,7 @@ export function defineRetire(command: Command, ctx: CommandContext): Command {
       'Retires superseded intents (docs/design.md §6): all or nothing — if any id is not superseded, nothing changes and each ' +
         'such id is named. The rows stay as evidence. Asks for confirmation on a terminal; without one, --yes is required.',
     )
-    .argument('<ids...>', `row ids (at most ${MAX_RETIRE_IDS})`, (value: string, previous: string[] | undefined) => [...(previous ?? []), idArgument(value)])
+    .argument('<ids...>', `row ids (at most ${MAX_RETIRE_IDS})`, idsArgument)
     .requiredOption('--reason <text>', 'why: kept in retired_reason as evidence')
     .option('--yes', 'retire without asking (required without a terminal)')
     .action(
