@@ -8,7 +8,8 @@
  */
 import { OpenFgaClient } from '@openfga/sdk';
 import { migrateToLatest, writeAuthorizationModel } from '@outbox/migrations';
-import { startAllServices, type RunningPlatform } from '@outbox/platform';
+import { maskUrl, outboxStatus, statusTable } from '@outbox/cli';
+import { platformServices, startAllServices, type RunningPlatform } from '@outbox/platform';
 import { serviceClient, type ServiceReply } from '@outbox/service-kit';
 import {
   createDatabase,
@@ -213,14 +214,19 @@ async function play(running: Running): Promise<void> {
   expectThat('OpenFGA: alice can_view the vpc', check.allowed === false, 'false: the owner and project tuples were deleted');
   expectStatus('alice reads the vpc', await alice('vpc').get(`/vpcs/${created.vpc}`), 404);
 
-  scene('Outbox stats');
-  const stats = await platform.stats();
-  console.log('  service    pending deliverable poisoned superseded retired');
-  for (const [name, s] of Object.entries(stats)) {
-    console.log(`  ${name.padEnd(10)} ${String(s.pending).padStart(7)} ${String(s.deliverable).padStart(11)} ${String(s.poisoned).padStart(8)} ${String(s.superseded).padStart(10)} ${String(s.retired).padStart(7)}`);
-  }
-  const stuck = Object.entries(stats).filter(([, s]) => s.deliverable > 0 || s.poisoned > 0);
+  scene('Outbox status (what `pnpm outbox status` prints)');
+  // One outbox after the other: the demo's pool keeps the one connection it had.
+  const statuses = [];
+  for (const service of platformServices) statuses.push(await outboxStatus({ name: service.name, spec: service.outbox, db: running.db, database: maskUrl(databaseUrl) }));
+  console.log(statusTable(statuses, new Date()).trimEnd().replace(/^/gm, '  '));
+  const stuck = statuses.filter((s) => s.deliverable > 0 || s.poisoned > 0);
   expectThat('nothing left to deliver, nothing poisoned', stuck.length === 0);
+  if (keep) {
+    // The embedded server's password is the demo's own (printed whole, to paste); a DATABASE_URL's is the operator's (masked).
+    const shownUrl = running.postgres ? databaseUrl : `${maskUrl(databaseUrl)}   # *** = the password of your DATABASE_URL`;
+    console.log('\n  pnpm outbox <command> reads these (see docs/cli.md):');
+    console.log(`  export DATABASE_URL=${shownUrl}\n  export OPENFGA_API_URL=${running.openfga?.apiUrl}\n  export OPENFGA_STORE_ID=${storeId}\n  export OPENFGA_MODEL_ID=${authorizationModelId}`);
+  }
   console.log(`\n${stamp()}  demo finished: every step behaved as expected.`);
 }
 

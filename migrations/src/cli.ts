@@ -1,25 +1,35 @@
 /**
- * `pnpm migrate`: applies every migration to DATABASE_URL, then loads the authorization model
- * (`migrations/fga/model.fga`) into the OpenFGA store, and prints the ids the services need.
- *
- *   DATABASE_URL        required
- *   OPENFGA_API_URL     required unless --sql-only
- *   OPENFGA_STORE_ID    optional: when unset, the store named "outbox" (created on the first run)
- *   OPENFGA_API_TOKEN   optional: preshared key of the OpenFGA server
+ * `pnpm migrate [--sql-only]`: applies every migration to DATABASE_URL, then loads the
+ * authorization model (`migrations/fga/model.fga`) into the OpenFGA store, and prints the ids the
+ * services need. The variables are in {@link ENVIRONMENT}.
  *
  * The model is written only when it differs from the store's latest one (OpenFGA models are
  * immutable: every write is a new id, and services pin the id they were given).
+ *
+ * The command line of @outbox/cli's discipline: `--help`, an unknown flag refused with one line and
+ * exit 2 before anything runs (a mistyped `--sql-onyl` must not migrate the lot); every other
+ * failure one line and exit 1 (3 when Postgres or OpenFGA does not answer).
  */
 import { CredentialsMethod, FgaApiNotFoundError, OpenFgaClient, type AuthorizationModel } from '@openfga/sdk';
+import { CliError, createCommandLine, EXIT, exitWith, isUnreachable, maskUrl, networkReason, processIo, runCommandLine } from '@outbox/cli';
 import { transformer } from '@openfga/syntax-transformer';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { authorizationModel, writeAuthorizationModel } from './authorization-model.js';
-import { migrateToLatest } from './migrate.js';
+import { MigrationError, migrateToLatest } from './migrate.js';
+
+const ENVIRONMENT = `Environment:
+  DATABASE_URL        required
+  OPENFGA_API_URL     required unless --sql-only
+  OPENFGA_STORE_ID    optional: when unset, the store named "outbox" (created on the first run)
+  OPENFGA_API_TOKEN   optional: preshared key of the OpenFGA server`;
+
+/** A failure of this command: one line, exit 1 (the variables are read before anything changes). */
+const failure = (message: string, hint?: string, cause?: unknown) => new CliError(message, hint, EXIT.problem, { cause });
 
 function required(name: string): string {
   const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: export it (see "pnpm migrate" in services/README.md)`);
+  if (!value) throw failure(`${name} is not set`, 'export it; see "pnpm migrate" in services/README.md');
   return value;
 }
 
@@ -75,7 +85,7 @@ async function outboxStore(admin: OpenFgaClient, apiUrl: string): Promise<string
     continuationToken = page.continuation_token || undefined;
   } while (continuationToken);
   if (named.length > 1) {
-    throw new Error(`OpenFGA at ${apiUrl} has ${named.length} stores named "${STORE_NAME}" (${named.join(', ')}): set OPENFGA_STORE_ID to the one to use`);
+    throw failure(`OpenFGA at ${apiUrl} has ${named.length} stores named "${STORE_NAME}" (${named.join(', ')})`, 'set OPENFGA_STORE_ID to the one to use');
   }
   if (named.length === 1) {
     console.log(`using store ${named[0]} (named "${STORE_NAME}")`);
@@ -96,7 +106,7 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
   try {
     await client.getStore();
   } catch (error) {
-    if (error instanceof FgaApiNotFoundError) throw new Error(`OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID): unset it to use (or create) the store named "${STORE_NAME}"`, { cause: error });
+    if (error instanceof FgaApiNotFoundError) throw failure(`OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID)`, `unset it to use (or create) the store named "${STORE_NAME}"`, error);
     throw error;
   }
   const wanted = authorizationModel() as unknown as Omit<AuthorizationModel, 'id'>;
@@ -120,7 +130,7 @@ function apiUrlFrom(name: string): string {
     url = undefined;
   }
   if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
-    throw new Error(`${name} is not an http(s) URL: ${JSON.stringify(value)} (e.g. http://127.0.0.1:8080)`);
+    throw failure(`${name} is not an http(s) URL: ${JSON.stringify(value)}`, 'e.g. http://127.0.0.1:8080');
   }
   // The SDK appends `/stores/…` as is, and OpenFGA answers 404 to `//stores/…`.
   return value.replace(/\/+$/, '');
@@ -130,7 +140,7 @@ function apiUrlFrom(name: string): string {
 function storeIdFrom(name: string): void {
   const value = process.env[name];
   if (value && !/^[0-7][0-9A-HJKMNP-TV-Z]{25}$/.test(value)) {
-    throw new Error(`${name} is not an OpenFGA store id (a 26-character ULID): ${JSON.stringify(value)}`);
+    throw failure(`${name} is not an OpenFGA store id (a 26-character ULID): ${JSON.stringify(value)}`);
   }
 }
 
@@ -151,20 +161,33 @@ async function serialised<T>(databaseUrl: string, work: () => Promise<T>): Promi
   }
 }
 
-async function main(): Promise<void> {
-  const sqlOnly = process.argv.includes('--sql-only');
+async function migrate(options: { readonly sqlOnly?: boolean }): Promise<void> {
+  const sqlOnly = options.sqlOnly === true;
   // Every variable is read and checked before anything is changed (whether the store exists is known only later).
   const databaseUrl = required('DATABASE_URL');
   const apiUrl = sqlOnly ? undefined : apiUrlFrom('OPENFGA_API_URL');
   if (!sqlOnly) storeIdFrom('OPENFGA_STORE_ID');
-  await migrateSql(databaseUrl);
+  try {
+    await migrateSql(databaseUrl);
+  } catch (error) {
+    if (isUnreachable(error)) throw new CliError(`Postgres at ${maskUrl(databaseUrl)} did not answer: ${networkReason(error)}`, 'is it running, and is DATABASE_URL right?', EXIT.unreachable, { cause: error });
+    if (error instanceof MigrationError) throw failure(error.message, undefined, error);
+    throw error;
+  }
   if (apiUrl === undefined) return;
   const { storeId, modelId } = await serialised(databaseUrl, () => loadModel(apiUrl));
   console.log(`\nexport OPENFGA_STORE_ID=${storeId}\nexport OPENFGA_MODEL_ID=${modelId}`);
 }
 
-main().catch((error: unknown) => {
-  console.error(error instanceof Error ? `migrate failed: ${error.message}` : error);
-  if (error instanceof Error && error.cause) console.error('cause:', error.cause);
-  process.exitCode = 1;
-});
+const io = processIo();
+const box = { code: EXIT.ok as (typeof EXIT)[keyof typeof EXIT] };
+const program = createCommandLine('migrate', 'Applies every migration to DATABASE_URL, then loads the authorization model into the OpenFGA store and prints the ids the services need.', io)
+  .option('--sql-only', 'apply the SQL migrations only; leave OpenFGA alone')
+  .addHelpText('after', `\n${ENVIRONMENT}`)
+  .action(
+    exitWith(box, async (options: { sqlOnly?: boolean }) => {
+      await migrate(options);
+      return EXIT.ok;
+    }),
+  );
+process.exitCode = await runCommandLine(program, process.argv.slice(2), io, box);

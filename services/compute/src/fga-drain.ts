@@ -1,5 +1,5 @@
-// `pnpm --filter @outbox/service-compute fga:drain`: one drain pass of the compute outbox, printing what it delivered.
+// `pnpm --filter @outbox/service-compute fga:drain [--until-empty] [--json]`: `outbox drain` on the compute outbox (--help says more).
 import { runDrainOnceMain } from '@outbox/service-kit';
 import { computeService } from './index.js';
 
-await runDrainOnceMain(computeService);
+await runDrainOnceMain(computeService, process.env, process.argv.slice(2));

@@ -1,5 +1,5 @@
-// `pnpm --filter @outbox/service-iam fga:drain`: one drain pass of iam.fga_outbox, printing what it delivered.
+// `pnpm --filter @outbox/service-iam fga:drain [--until-empty] [--json]`: `outbox drain` on iam.fga_outbox (--help says more).
 import { runDrainOnceMain } from '@outbox/service-kit';
 import { iamService } from './index.js';
 
-await runDrainOnceMain(iamService);
+await runDrainOnceMain(iamService, process.env, process.argv.slice(2));

@@ -1,56 +1,25 @@
-import { createDrainer } from '@outbox/drainer';
-import { createOpenFgaSink } from '@outbox/openfga';
-import { outboxStats } from '@outbox/outbox';
-import { tableNames } from '@outbox/outbox/protocol';
-import { Kysely, PostgresDialect, sql } from 'kysely';
-import { ServiceConfigError } from './errors.js';
-import { createServicePool } from './pool.js';
-import { openFgaConnectionFromEnv } from './service-options.js';
+import { OPENFGA_ENV_CONFIG, processIo, runOutboxCli } from '@outbox/cli';
 import type { ServiceDefinition } from './service.js';
 
 /**
- * `pnpm --filter @outbox/service-<name> fga:drain`: ONE drain pass over the service's outbox (no
- * timer, no LISTEN), printing each intent it delivered and what is left. For operators: deliver a
- * backlog by hand while the service is down, or see why it does not move. Reads DATABASE_URL and
- * the OPENFGA_* variables. Exits 1 when the pass failed or halted.
+ * `pnpm --filter @outbox/service-<name> fga:drain [--until-empty] [--json]`: `outbox drain` on the
+ * service's own outbox (docs/cli.md), configured from the variables the service reads
+ * (DATABASE_URL, OPENFGA_API_URL, OPENFGA_STORE_ID, OPENFGA_MODEL_ID, OPENFGA_API_TOKEN). For
+ * operators: deliver a backlog by hand while the service is down, or see why it does not move.
+ * `--help` says the rest; a bad flag or a missing variable is one line and exit 2; the exit code is
+ * 1 when an intent was poisoned or the sink halted, 3 when Postgres or OpenFGA does not answer.
+ *
+ * @example
+ * // services/vpc/src/fga-drain.ts
+ * await runDrainOnceMain(vpcService, process.env, process.argv.slice(2));
  */
-export async function runDrainOnceMain(definition: ServiceDefinition, env: NodeJS.ProcessEnv = process.env): Promise<void> {
-  const spec = definition.outbox;
-  const databaseUrl = env.DATABASE_URL;
-  if (!databaseUrl) throw new ServiceConfigError('DATABASE_URL', 'set it to the Postgres URL of the platform database');
-  const openfga = openFgaConnectionFromEnv(env);
-  const cliLogger = { info: () => undefined, warn: (message: string) => console.warn(message), error: (message: string) => console.error(message) };
-  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: createServicePool(databaseUrl, 2, cliLogger) }) });
-  const delivered: string[] = [];
-  let haltReason: string | undefined; // why the sink stopped the pass (credentials, a store without the model, …)
-  const drainer = createDrainer({
-    db,
-    spec,
-    sink: createOpenFgaSink({
-      apiUrl: openfga.apiUrl,
-      storeId: openfga.storeId,
-      ...(openfga.authorizationModelId ? { authorizationModelId: openfga.authorizationModelId } : {}),
-      ...(openfga.credentials ? { credentials: openfga.credentials } : {}),
-    }),
-    onEvent: (event) => {
-      if (event.type === 'delivered') delivered.push(...event.ids);
-      if (event.type === 'pass-failed' && event.halted) haltReason = event.error.message;
-    },
+export async function runDrainOnceMain(definition: ServiceDefinition, env: NodeJS.ProcessEnv = process.env, argv: readonly string[] = []): Promise<void> {
+  const code = await runOutboxCli(argv, {
+    name: 'fga:drain',
+    command: 'drain',
+    configSource: `the ${definition.name} service`,
+    io: { ...processIo(), env },
+    config: { databaseUrl: '$DATABASE_URL', openfga: OPENFGA_ENV_CONFIG, outboxes: { [definition.name]: { spec: definition.outbox } } },
   });
-  try {
-    const result = await drainer.drainOnce();
-    const n = tableNames(spec);
-    const rows = delivered.length === 0 ? [] : (await sql<{ id: string; key: string; payload: { writes?: unknown[]; deletes?: unknown[] } }>`
-      select id, ${sql.raw(n.partition)} as key, payload from ${sql.raw(n.table)} where id = any(${delivered}::bigint[]) order by id`.execute(db)).rows;
-    console.log(`${spec.table}: delivered ${result.delivered}, retried ${result.retried}, poisoned ${result.poisoned}${result.halted ? ` (HALTED, nothing counted: ${haltReason ?? 'the sink stopped the pass'})` : ''}`);
-    for (const row of rows) {
-      console.log(`  #${row.id} ${row.key}: ${row.payload.writes?.length ?? 0} write(s), ${row.payload.deletes?.length ?? 0} delete(s)`);
-    }
-    const stats = await outboxStats(db, spec);
-    console.log(`left: ${stats.deliverable} deliverable, ${stats.poisoned} poisoned (${stats.superseded} superseded), ${stats.retired} retired`);
-    if (result.halted) process.exitCode = 1;
-  } finally {
-    await drainer.stop();
-    await db.destroy();
-  }
+  if (code !== 0) process.exitCode = code;
 }

@@ -1,5 +1,5 @@
-// `pnpm --filter @outbox/service-nlb fga:drain`: one drain pass of the nlb outbox, printing what it delivered.
+// `pnpm --filter @outbox/service-nlb fga:drain [--until-empty] [--json]`: `outbox drain` on the nlb outbox (--help says more).
 import { runDrainOnceMain } from '@outbox/service-kit';
 import { nlbService } from './index.js';
 
-await runDrainOnceMain(nlbService);
+await runDrainOnceMain(nlbService, process.env, process.argv.slice(2));

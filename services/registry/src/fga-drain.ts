@@ -1,5 +1,5 @@
-// `pnpm --filter @outbox/service-registry fga:drain`: one drain pass of the registry outbox, printing what it delivered.
+// `pnpm --filter @outbox/service-registry fga:drain [--until-empty] [--json]`: `outbox drain` on the registry outbox (--help says more).
 import { runDrainOnceMain } from '@outbox/service-kit';
 import { registryService } from './index.js';
 
-await runDrainOnceMain(registryService);
+await runDrainOnceMain(registryService, process.env, process.argv.slice(2));

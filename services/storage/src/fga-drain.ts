@@ -1,5 +1,5 @@
-// `pnpm --filter @outbox/service-storage fga:drain`: one drain pass of the storage outbox, printing what it delivered.
+// `pnpm --filter @outbox/service-storage fga:drain [--until-empty] [--json]`: `outbox drain` on the storage outbox (--help says more).
 import { runDrainOnceMain } from '@outbox/service-kit';
 import { storageService } from './index.js';
 
-await runDrainOnceMain(storageService);
+await runDrainOnceMain(storageService, process.env, process.argv.slice(2));

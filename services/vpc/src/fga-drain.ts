@@ -1,5 +1,5 @@
-// `pnpm --filter @outbox/service-vpc fga:drain`: one drain pass of the vpc outbox, printing what it delivered.
+// `pnpm --filter @outbox/service-vpc fga:drain [--until-empty] [--json]`: `outbox drain` on the vpc outbox (--help says more).
 import { runDrainOnceMain } from '@outbox/service-kit';
 import { vpcService } from './index.js';
 
-await runDrainOnceMain(vpcService);
+await runDrainOnceMain(vpcService, process.env, process.argv.slice(2));

@@ -1,0 +1,95 @@
+import { OutboxTableError, verifyOutboxTable } from '@outbox/outbox';
+import { sql } from 'kysely';
+import type { CheckedConfig } from './config.js';
+import type { DoctorCheck } from './output-schemas.js';
+import type { Target } from './targets.js';
+
+/*
+ * One function per doctor check: each reads, never writes, and answers one DoctorCheck with what
+ * to do when it fails. docs/cli.md lists them.
+ */
+
+type Check = Omit<DoctorCheck, 'outbox' | 'check'>;
+const pass = (detail: string): Check => ({ status: 'pass', detail, fix: null });
+const fail = (detail: string, fix: string): Check => ({ status: 'fail', detail, fix });
+const warn = (detail: string, fix: string): Check => ({ status: 'warn', detail, fix });
+const skip = (detail: string): Check => ({ status: 'skip', detail, fix: null });
+const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
+
+/** The table is there and verifyOutboxTable passes: columns, indexes, trigger, functions, the recorded maxAttempts. */
+export async function tableCheck(target: Target): Promise<Check> {
+  try {
+    await verifyOutboxTable(target.db, target.spec);
+    return pass(`${target.spec.table} matches the contract (columns, indexes, trigger, drain functions, maxAttempts ${target.spec.maxAttempts})`);
+  } catch (error) {
+    if (error instanceof OutboxTableError) return fail(`${target.spec.table}: ${error.missing.join('; ')}`, 'run the migrations (createOutboxTable / createDrainFunctions for this spec), or fix the spec');
+    return fail(`${target.spec.table} could not be verified: ${messageOf(error)}`, 'check the config\'s spec and database URL');
+  }
+}
+
+/** The column the table's partition-head index orders by is the spec's partition column. */
+export async function partitionColumnCheck(target: Target): Promise<Check> {
+  const { schema, tableName, partitionColumn } = target.spec;
+  const result = await sql<{ column: string | null; has_column: boolean }>`
+    select
+      (select a.attname::text from pg_catalog.pg_index i
+         join pg_catalog.pg_class c on c.oid = i.indexrelid
+         join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
+       where c.relname = ${`${tableName}_partition_head_idx`} and c.relnamespace = ${schema}::regnamespace) as column,
+      exists (select 1 from information_schema.columns where table_schema = ${schema} and table_name = ${tableName} and column_name = ${partitionColumn}) as has_column`
+    .execute(target.db)
+    .catch(() => ({ rows: [{ column: null, has_column: false }] }));
+  const row = result.rows[0];
+  if (row?.column === partitionColumn) return pass(`the table orders partitions by ${partitionColumn}, as the spec says`);
+  if (row?.column) return fail(`the spec says ${partitionColumn}, the table's partition-head index is on ${row.column}`, `set partitionColumn: '${row.column}' in the config, or point it at the right table`);
+  return fail(`the table has ${row?.has_column ? `a ${partitionColumn} column but no partition-head index` : `no ${partitionColumn} column`}`, 'run the outbox migration for this spec');
+}
+
+/** Who listens on the spec's channel: the drainers' LISTEN sessions (their last statement is the LISTEN). */
+export async function channelCheck(target: Target): Promise<Check> {
+  const channel = target.spec.channel;
+  const result = await sql<{ n: number }>`
+    select count(*)::int as n from pg_catalog.pg_stat_activity
+    where datname = current_database() and query ~* ${`^\\s*listen\\s+"?${channel}"?\\s*;?\\s*$`}`.execute(target.db);
+  const n = result.rows[0]?.n ?? 0;
+  return n > 0
+    ? pass(`${n} session(s) LISTEN on ${channel}: drainers wake on each commit`)
+    : warn(`no session LISTENs on ${channel}: drainers (if any run) deliver on their timer only`, `start the drainer with listen: { connectionString } on channel ${channel}, or ignore this if none should run here`);
+}
+
+/** The applied Kysely migrations against the ones the code ships (when the config names them). */
+export async function migrationsCheck(target: Target, config: CheckedConfig): Promise<Check> {
+  const expected = config.migrations;
+  if (!expected) return skip('the config names no migrations (migrations.names): not compared');
+  const [schema, table] = expected.table.split('.') as [string, string];
+  let applied: string[];
+  try {
+    applied = (await sql<{ name: string }>`select name from ${sql.id(schema, table)} order by name`.execute(target.db)).rows.map((r) => r.name);
+  } catch (error) {
+    return fail(`${expected.table} cannot be read: ${messageOf(error)}`, 'run the migrations (pnpm migrate in this repository)');
+  }
+  const pending = expected.names.filter((name) => !applied.includes(name));
+  const unknown = applied.filter((name) => !expected.names.includes(name));
+  if (pending.length > 0) return fail(`${pending.length} migration(s) not applied: ${pending.join(', ')}`, 'run the migrations (pnpm migrate in this repository)');
+  if (unknown.length > 0) return warn(`applied migrations this code does not ship: ${unknown.join(', ')}`, 'a newer release migrated this database: upgrade before running this one');
+  return pass(`all ${expected.names.length} migrations applied`);
+}
+
+/**
+ * Transactions open longer than `minutes` that hold a snapshot (`backend_xmin`), and prepared ones:
+ * both keep vacuum from removing delivered rows' dead entries, and claims slow down (docs/design.md §4).
+ */
+export async function longTransactionsCheck(target: Target, minutes: number): Promise<Check> {
+  const result = await sql<{ pid: number | null; who: string; age_seconds: number }>`
+    select pid, coalesce(nullif(application_name, ''), usename::text, '?') || ' (' || coalesce(state, '?') || ')' as who,
+      extract(epoch from now() - xact_start)::int as age_seconds
+    from pg_catalog.pg_stat_activity
+    where xact_start < now() - make_interval(mins => ${minutes}) and backend_xmin is not null and pid <> pg_backend_pid()
+    union all
+    select null, 'prepared ' || gid, extract(epoch from now() - prepared)::int
+    from pg_catalog.pg_prepared_xacts where prepared < now() - make_interval(mins => ${minutes})
+    order by age_seconds desc limit 5`.execute(target.db);
+  if (result.rows.length === 0) return pass(`no transaction older than ${minutes} min holds back vacuum`);
+  const list = result.rows.map((r) => `${r.pid === null ? '' : `pid ${r.pid} `}${r.who} ${Math.round(r.age_seconds / 60)} min`).join(', ');
+  return fail(`transactions older than ${minutes} min hold back vacuum: ${list}`, 'end them (pg_terminate_backend(pid), or COMMIT/ROLLBACK PREPARED): until then delivered rows pile up in the claim index');
+}

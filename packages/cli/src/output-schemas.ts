@@ -1,0 +1,240 @@
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+
+/*
+ * The JSON document each command prints with --json: one per run, on stdout. docs/cli.md shows
+ * them; the tests check real output against these schemas, so the two cannot part. A field is
+ * only ever added (scripts read these): a renamed or removed field is a new major version.
+ */
+
+const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+/** An outbox row id: a bigint, as a string. */
+const Id = Type.String({ pattern: '^[0-9]+$' });
+const Timestamp = Type.String({ format: 'date-time' });
+const Count = Type.Integer({ minimum: 0 });
+const strict = { additionalProperties: false } as const;
+
+/** The states `list --state` filters on and rows are shown in (docs/design.md §2). */
+export const RowStateSchema = Type.Union([
+  Type.Literal('deliverable'),
+  Type.Literal('backing-off'),
+  Type.Literal('poisoned'),
+  Type.Literal('superseded'),
+  Type.Literal('delivered'),
+  Type.Literal('retired'),
+]);
+export type RowState = Static<typeof RowStateSchema>;
+
+export const StatusOutbox = Type.Object(
+  {
+    name: Type.String(),
+    table: Type.String(),
+    /** The database URL, password masked. */
+    database: Type.String(),
+    pending: Count,
+    deliverable: Count,
+    backingOff: Count,
+    poisoned: Count,
+    superseded: Count,
+    retired: Count,
+    oldestPendingAgeSeconds: Nullable(Type.Number({ minimum: 0 })),
+    lastDeliveryAt: Nullable(Timestamp),
+  },
+  strict,
+);
+export const StatusOutput = Type.Object({ at: Timestamp, outboxes: Type.Array(StatusOutbox) }, strict);
+export type StatusOutput = Static<typeof StatusOutput>;
+export type StatusOutbox = Static<typeof StatusOutbox>;
+
+export const ListedRow = Type.Object(
+  {
+    id: Id,
+    partitionKey: Type.String(),
+    state: RowStateSchema,
+    attempts: Count,
+    createdAt: Timestamp,
+    nextAttemptAt: Timestamp,
+    sentAt: Nullable(Timestamp),
+    retiredAt: Nullable(Timestamp),
+    /** Whole, never cut (the table cuts it). */
+    lastError: Nullable(Type.String()),
+  },
+  strict,
+);
+export const ListOutput = Type.Object(
+  {
+    outboxes: Type.Array(
+      Type.Object({ name: Type.String(), table: Type.String(), rows: Type.Array(ListedRow), more: Type.Boolean() }, strict),
+    ),
+  },
+  strict,
+);
+export type ListOutput = Static<typeof ListOutput>;
+export type ListedRow = Static<typeof ListedRow>;
+
+export const ShowOutput = Type.Object(
+  {
+    outbox: Type.String(),
+    table: Type.String(),
+    ...ListedRow.properties,
+    maxAttempts: Count,
+    payload: Type.Unknown(),
+    retiredReason: Nullable(Type.String()),
+    isHead: Type.Boolean(),
+    /** For a superseded row: the earliest delivered successor that covers it. */
+    supersededBy: Nullable(Id),
+  },
+  strict,
+);
+export type ShowOutput = Static<typeof ShowOutput>;
+
+export const DrainOutbox = Type.Object(
+  {
+    name: Type.String(),
+    table: Type.String(),
+    passes: Count,
+    batches: Count,
+    claimed: Count,
+    delivered: Count,
+    retried: Count,
+    poisoned: Count,
+    released: Count,
+    halted: Type.Boolean(),
+    haltReason: Nullable(Type.String()),
+    left: Type.Object({ deliverable: Count, poisoned: Count }, strict),
+  },
+  strict,
+);
+export const DrainOutput = Type.Object({ ok: Type.Boolean(), outboxes: Type.Array(DrainOutbox) }, strict);
+export type DrainOutput = Static<typeof DrainOutput>;
+export type DrainOutbox = Static<typeof DrainOutbox>;
+
+const Intent = Type.Object({ id: Id, partitionKey: Type.String(), lastError: Nullable(Type.String()) }, strict);
+export const RedriveOutput = Type.Object(
+  {
+    dryRun: Type.Boolean(),
+    outboxes: Type.Array(
+      Type.Object(
+        {
+          name: Type.String(),
+          table: Type.String(),
+          revived: Type.Array(Intent),
+          superseded: Type.Array(Intent),
+          deferred: Type.Array(Intent),
+          skipped: Type.Boolean(),
+          more: Type.Boolean(),
+          moreSuperseded: Type.Boolean(),
+        },
+        strict,
+      ),
+    ),
+  },
+  strict,
+);
+export type RedriveOutput = Static<typeof RedriveOutput>;
+
+export const RetireOutput = Type.Object(
+  {
+    outbox: Type.String(),
+    table: Type.String(),
+    reason: Type.String(),
+    retired: Type.Array(Intent),
+    refused: Type.Array(Type.Object({ id: Type.String(), refusal: Type.String() }, strict)),
+  },
+  strict,
+);
+export type RetireOutput = Static<typeof RetireOutput>;
+
+const TupleKey = Type.Object(
+  {
+    user: Type.String(),
+    relation: Type.String(),
+    object: Type.String(),
+    condition: Type.Optional(Type.Object({ name: Type.String(), context: Type.Optional(Type.Record(Type.String(), Type.Unknown())) }, strict)),
+  },
+  strict,
+);
+const PartitionSample = Type.Object({ partitionKey: Type.String(), object: Type.String(), tuples: Type.Array(TupleKey), tupleCount: Count }, strict);
+const DriftKind = Type.Object({ partitions: Count, tuples: Count, sample: Type.Array(PartitionSample) }, strict);
+const Reads = Type.Object({ tuplePages: Count, partitionReads: Count, changePages: Count }, strict);
+export const AuditOutbox = Type.Object(
+  {
+    name: Type.String(),
+    table: Type.String(),
+    mode: Type.Union([Type.Literal('full'), Type.Literal('incremental')]),
+    objectTypes: Type.Array(Type.String()),
+    partitionsCompared: Count,
+    liveTuplesRead: Count,
+    candidates: Count,
+    skippedPending: Count,
+    drifted: Count,
+    missing: DriftKind,
+    unexpected: DriftKind,
+    orphans: Type.Object(
+      {
+        objects: Count,
+        partitions: Count,
+        tuples: Count,
+        sample: Type.Array(Type.Object({ object: Type.String(), partitionKeys: Type.Array(Type.String()), tuples: Type.Array(TupleKey), tupleCount: Count }, strict)),
+      },
+      strict,
+    ),
+    reads: Reads,
+    startedAt: Timestamp,
+    durationMs: Type.Number({ minimum: 0 }),
+  },
+  strict,
+);
+export const AuditOutput = Type.Object({ drifted: Count, outboxes: Type.Array(AuditOutbox) }, strict);
+export type AuditOutput = Static<typeof AuditOutput>;
+
+const Correction = Type.Object({ partitionKey: Type.String(), writes: Type.Array(TupleKey), deletes: Type.Array(TupleKey) }, strict);
+export const RepairOutbox = Type.Object(
+  {
+    name: Type.String(),
+    table: Type.String(),
+    dryRun: Type.Boolean(),
+    partitions: Count,
+    intents: Count,
+    writes: Count,
+    deletes: Count,
+    skippedPending: Count,
+    agreed: Count,
+    withinBudget: Type.Boolean(),
+    maxDeletes: Count,
+    enqueued: Type.Array(Id),
+    sample: Type.Array(Correction),
+    reads: Reads,
+  },
+  strict,
+);
+export const RepairOutput = Type.Object({ dryRun: Type.Boolean(), outboxes: Type.Array(RepairOutbox) }, strict);
+export type RepairOutput = Static<typeof RepairOutput>;
+
+export const DoctorCheck = Type.Object(
+  {
+    /** The outbox it is about, or null for one about the whole setup (OpenFGA, a database). */
+    outbox: Nullable(Type.String()),
+    check: Type.String(),
+    status: Type.Union([Type.Literal('pass'), Type.Literal('fail'), Type.Literal('warn'), Type.Literal('skip')]),
+    detail: Type.String(),
+    /** What to do about a fail or warn. */
+    fix: Nullable(Type.String()),
+  },
+  strict,
+);
+export const DoctorOutput = Type.Object({ ok: Type.Boolean(), checks: Type.Array(DoctorCheck) }, strict);
+export type DoctorOutput = Static<typeof DoctorOutput>;
+export type DoctorCheck = Static<typeof DoctorCheck>;
+
+/** Every command's --json schema, by command: what docs/cli.md documents and the tests check. */
+export const OUTPUT_SCHEMAS = Object.freeze({
+  status: StatusOutput,
+  list: ListOutput,
+  show: ShowOutput,
+  drain: DrainOutput,
+  redrive: RedriveOutput,
+  retire: RetireOutput,
+  audit: AuditOutput,
+  repair: RepairOutput,
+  doctor: DoctorOutput,
+});

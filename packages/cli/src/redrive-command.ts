@@ -1,0 +1,89 @@
+import { createReconciler, type RedriveResult, type RedrivenIntent } from '@outbox/reconciler';
+import type { Command } from 'commander';
+import { sql } from 'kysely';
+import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import { exitWith, integerArgument } from './command-line.js';
+import { EXIT, type ExitCode } from './exit-codes.js';
+import type { RedriveOutput } from './output-schemas.js';
+import { redrivePlanner } from './redrive-dry-run.js';
+import type { Target } from './targets.js';
+import { cut } from './text-table.js';
+
+interface RedriveOptions extends TargetOptions {
+  readonly json?: boolean;
+  readonly dryRun?: boolean;
+  readonly maxPasses: number;
+}
+
+type Outcome = RedriveOutput['outboxes'][number];
+
+/** How many ids of each kind the human output names (--json names them all). */
+const NAMED = 10;
+const silent = { info: () => undefined, warn: () => undefined, error: () => undefined };
+
+/** Passes while one revives rows and reports more (a batch is at most 500 rows), at most `maxPasses`. */
+async function redriveTarget(target: Target, options: RedriveOptions): Promise<Outcome> {
+  // The CLI prints what the pass found: the reconciler's own WARN lines would say it twice.
+  const reconciler = createReconciler({ db: target.db, spec: target.spec, logger: silent });
+  const pass = options.dryRun ? redrivePlanner(reconciler).planRedrive : () => reconciler.redrivePoisoned();
+  const outcome = { name: target.name, table: target.spec.table, revived: [] as RedrivenIntent[], superseded: [] as RedrivenIntent[], deferred: [] as RedrivenIntent[], skipped: false, more: false, moreSuperseded: false };
+  const seen = new Set<string>();
+  for (let passes = 1; ; passes += 1) {
+    const result: RedriveResult = await pass();
+    outcome.revived.push(...result.revived);
+    // A superseded or deferred row is reported by every pass: list it once.
+    for (const kind of ['superseded', 'deferred'] as const) {
+      for (const intent of result[kind]) if (!seen.has(`${kind} ${intent.id}`) && seen.add(`${kind} ${intent.id}`)) outcome[kind].push(intent);
+    }
+    outcome.skipped ||= result.skipped;
+    outcome.more = result.more;
+    outcome.moreSuperseded ||= result.moreSuperseded;
+    if (options.dryRun || !result.more || result.revived.length === 0 || passes >= options.maxPasses) break;
+  }
+  // A revival is an UPDATE: no NOTIFY fires. Wake the listening drainers, as the services do after SIGHUP.
+  if (!options.dryRun && outcome.revived.length > 0) await sql`select pg_notify(${target.spec.channel}, '')`.execute(target.db);
+  return outcome;
+}
+
+const named = (intents: readonly RedrivenIntent[], withError: boolean) =>
+  intents.slice(0, NAMED).map((i) => `    #${i.id} ${i.partitionKey}${withError && i.lastError ? `: ${cut(i.lastError, 80)}` : ''}`).concat(intents.length > NAMED ? [`    … and ${intents.length - NAMED} more`] : []);
+
+function outcomeText(o: Outcome, dryRun: boolean, program: string): string {
+  if (o.skipped && o.revived.length === 0) return `${o.name}: skipped: another redrive pass was running (its process reports it)\n`;
+  const verb = dryRun ? 'would revive' : 'revived';
+  const lines = [`${o.name}: ${verb} ${o.revived.length}, superseded ${o.superseded.length}, deferred ${o.deferred.length}${o.more ? ' (more remain: run it again)' : ''}`];
+  if (o.revived.length > 0) lines.push(`  ${verb}:`, ...named(o.revived, false));
+  if (o.superseded.length > 0) {
+    lines.push('  superseded (a later intent of the partition was delivered; never revived):', ...named(o.superseded, true));
+    lines.push(`  retire them: ${program} retire --outbox ${o.name} ${o.superseded.slice(0, NAMED).map((i) => i.id).join(' ')} --reason "…"`);
+  }
+  if (o.deferred.length > 0) lines.push('  deferred (a drainer held the partition; the next pass decides):', ...named(o.deferred, false));
+  return `${lines.join('\n')}\n`;
+}
+
+/** `outbox redrive`: the reconciler's pass, now. */
+export function defineRedrive(command: Command, ctx: CommandContext): Command {
+  addTargetOptions(command, ctx)
+    .summary('revive poisoned intents (never past a delivered successor)')
+    .description(
+      'Runs the reconciler\'s redrive pass (docs/design.md §6): poisoned intents without a delivered successor are reset to ' +
+        'deliverable and the drainers woken; superseded ones are reported for retire. Passes repeat while one revives a full batch.',
+    )
+    .option('--dry-run', 'decide and report, change nothing (needs a reconciler with a dry-run mode)')
+    .option('--max-passes <n>', 'at most this many passes per outbox', integerArgument(1, 10_000), 20)
+    .action(
+      exitWith(ctx.box, async (options: RedriveOptions): Promise<ExitCode> => {
+        return onTargets(options, ctx, async (targets) => {
+          const output: RedriveOutput = { dryRun: options.dryRun === true, outboxes: [] };
+          for (const target of targets) {
+            const outcome = await redriveTarget(target, options);
+            output.outboxes.push(outcome);
+            if (!options.json) ctx.io.stdout.write(outcomeText(outcome, output.dryRun, ctx.name));
+          }
+          if (options.json) printJson(ctx.io, output);
+          return EXIT.ok;
+        });
+      }),
+    );
+  return command;
+}

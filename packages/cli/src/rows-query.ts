@@ -1,0 +1,90 @@
+import { type OutboxSpec } from '@outbox/outbox';
+import { tableNames } from '@outbox/outbox/protocol';
+import { sql, type RawBuilder } from 'kysely';
+import type { ListedRow, RowState } from './output-schemas.js';
+import { countedMax, rowStateSql, stateFilterSql, supersededBySql, type StateFilter } from './row-states.js';
+import type { Target } from './targets.js';
+
+/** Which rows `list` reads. */
+export interface RowFilter {
+  readonly state?: StateFilter;
+  readonly key?: string;
+  readonly fromId?: string;
+  readonly toId?: string;
+  readonly limit: number;
+}
+
+interface RowRecord {
+  id: string;
+  key: string;
+  state: RowState;
+  attempt_count: number;
+  created_at: Date;
+  next_attempt_at: Date;
+  sent_at: Date | null;
+  retired_at: Date | null;
+  last_error: string | null;
+}
+
+/** The columns every listed row carries, over `t`. */
+function rowColumns(spec: OutboxSpec): RawBuilder<unknown> {
+  const n = tableNames(spec);
+  return sql`t.id::text as id, t.${sql.raw(n.partition)} as key, ${rowStateSql(spec)} as state, t.attempt_count,
+    t.created_at, t.next_attempt_at, t.sent_at, t.retired_at, t.last_error`;
+}
+
+function listed(row: RowRecord): ListedRow {
+  return {
+    id: row.id,
+    partitionKey: row.key,
+    state: row.state,
+    attempts: Number(row.attempt_count),
+    createdAt: row.created_at.toISOString(),
+    nextAttemptAt: row.next_attempt_at.toISOString(),
+    sentAt: row.sent_at?.toISOString() ?? null,
+    retiredAt: row.retired_at?.toISOString() ?? null,
+    lastError: row.last_error,
+  };
+}
+
+/** Up to `limit` rows in id order, and whether more matched. */
+export async function listRows(target: Target, filter: RowFilter): Promise<{ rows: ListedRow[]; more: boolean }> {
+  const n = tableNames(target.spec);
+  const where: RawBuilder<unknown>[] = [sql`true`];
+  if (filter.state) where.push(stateFilterSql(target.spec, filter.state));
+  if (filter.key !== undefined) where.push(sql`t.${sql.raw(n.partition)} = ${filter.key}`);
+  if (filter.fromId !== undefined) where.push(sql`t.id >= ${filter.fromId}::bigint`);
+  if (filter.toId !== undefined) where.push(sql`t.id <= ${filter.toId}::bigint`);
+  const result = await sql<RowRecord>`
+    select ${rowColumns(target.spec)} from ${sql.raw(n.table)} t
+    where ${sql.join(where, sql` and `)}
+    order by t.id limit ${filter.limit + 1}`.execute(target.db);
+  return { rows: result.rows.slice(0, filter.limit).map(listed), more: result.rows.length > filter.limit };
+}
+
+/** One row in full, or undefined when no row has that id. */
+export async function showRow(target: Target, id: string) {
+  const n = tableNames(target.spec);
+  const result = await sql<RowRecord & { payload: unknown; retired_reason: string | null; is_head: boolean; superseded_by: string | null; max_attempts: number }>`
+    select ${rowColumns(target.spec)}, t.payload, t.retired_reason, t.is_head, ${countedMax(target.spec)} as max_attempts,
+      case when ${stateFilterSql(target.spec, 'superseded')} then ${supersededBySql(target.spec)} end as superseded_by
+    from ${sql.raw(n.table)} t where t.id = ${id}::bigint`.execute(target.db);
+  const row = result.rows[0];
+  if (!row) return undefined;
+  return {
+    ...listed(row),
+    maxAttempts: Number(row.max_attempts),
+    payload: row.payload,
+    retiredReason: row.retired_reason,
+    isHead: row.is_head,
+    supersededBy: row.superseded_by,
+  };
+}
+
+/** The rows with these ids (those that exist), in id order: what a confirmation shows. */
+export async function rowsById(target: Target, ids: readonly string[]): Promise<ListedRow[]> {
+  const n = tableNames(target.spec);
+  const result = await sql<RowRecord>`
+    select ${rowColumns(target.spec)} from ${sql.raw(n.table)} t where t.id = any(${[...ids]}::bigint[]) order by t.id`.execute(target.db);
+  return result.rows.map(listed);
+}

@@ -1,0 +1,166 @@
+import { useTestDatabase } from '@outbox/test-stack';
+import { beforeAll, describe, expect, test } from 'vitest';
+import { scriptedBacklog, type Backlog } from './testing/backlog.js';
+import { assertOutputSchema } from './testing/output-schema-check.js';
+import { jsonOf, runCli } from './testing/run-outbox.js';
+
+// status, list and show on one scripted backlog (a row in every state), through the bin.
+const t = useTestDatabase();
+let backlog: Backlog;
+const target = () => ['--database-url', t.url, '--table', backlog.spec.table, '--partition-column', 'resource_id', '--max-attempts', '3'];
+
+beforeAll(async () => {
+  backlog = await scriptedBacklog(t.db);
+});
+
+describe('status', () => {
+  test('--json counts every state exactly, and fits its schema', async () => {
+    const run = await runCli(['status', '--json', ...target()]);
+    expect(run.code, run.stderr).toBe(0);
+    const doc = jsonOf(run);
+    assertOutputSchema('status', doc);
+    const [outbox] = (doc as { outboxes: Record<string, unknown>[] }).outboxes;
+    expect(outbox).toMatchObject({
+      name: backlog.spec.table,
+      table: backlog.spec.table,
+      pending: 4, // b (superseded), c (poisoned), d (backing off), e (deliverable)
+      deliverable: 2,
+      backingOff: 1,
+      poisoned: 2,
+      superseded: 1,
+      retired: 1,
+    });
+    expect(outbox?.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(0);
+    expect(Date.now() - Date.parse(outbox?.lastDeliveryAt as string)).toBeLessThan(60_000);
+    expect(run.stderr).toBe('');
+  });
+
+  test('the table shows the same counts, and the password of the URL nowhere', async () => {
+    const run = await runCli(['status', ...target()]);
+    expect(run.code, run.stderr).toBe(0);
+    const [header, row] = run.stdout.trimEnd().split('\n');
+    expect(header?.split(/\s+/)).toEqual(['outbox', 'pending', 'deliverable', 'backing-off', 'poisoned', 'superseded', 'retired', 'oldest-pending', 'last-delivery']);
+    expect(row?.split(/\s+/).slice(0, 7)).toEqual([backlog.spec.table, '4', '2', '1', '2', '1', '1']);
+    expect(row).toMatch(/\s\d+s ago$/);
+  });
+
+  test('--check exits 1 while a row is poisoned, naming the outbox on stderr', async () => {
+    const run = await runCli(['status', '--check', ...target()]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toBe(`outbox: poisoned rows: ${backlog.spec.table} 2 (see \`outbox list --state poisoned\`, then \`outbox redrive\`)\n`);
+  });
+
+  test('--watch redraws until SIGINT, then exits 0', async () => {
+    const { spawn } = await import('node:child_process');
+    const { OUTBOX_BIN, TSX_LOADER } = await import('./testing/run-outbox.js');
+    const child = spawn(process.execPath, ['--import', TSX_LOADER, OUTBOX_BIN, 'status', '--watch', '1', ...target()], { env: { PATH: process.env.PATH ?? '' } });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    const deadline = Date.now() + 30_000;
+    while ((out.match(/every 1s/g) ?? []).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    child.kill('SIGINT');
+    expect(await exited).toBe(0);
+    expect((out.match(/^outbox\s+pending/gm) ?? []).length).toBeGreaterThanOrEqual(2);
+  });
+
+  test('--watch with --json is refused as usage', async () => {
+    const run = await runCli(['status', '--watch', '--json', ...target()]);
+    expect(run.code).toBe(2);
+    expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
+  });
+});
+
+describe('list', () => {
+  test('--json lists each state as documented, last_error whole', async () => {
+    const run = await runCli(['list', '--json', ...target()]);
+    expect(run.code, run.stderr).toBe(0);
+    const doc = jsonOf(run);
+    assertOutputSchema('list', doc);
+    const { rows, more } = (doc as { outboxes: { rows: { id: string; state: string; attempts: number; lastError: string | null; partitionKey: string }[]; more: boolean }[] }).outboxes[0]!;
+    expect(more).toBe(false);
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    expect(byId.get(backlog.delivered)).toMatchObject({ state: 'delivered', partitionKey: 'vpc:a', attempts: 0, lastError: null });
+    expect(byId.get(backlog.superseded)).toMatchObject({ state: 'superseded', partitionKey: 'vpc:b', attempts: 3 });
+    expect(byId.get(backlog.supersededBy)).toMatchObject({ state: 'delivered', partitionKey: 'vpc:b' });
+    expect(byId.get(backlog.poisoned)).toMatchObject({ state: 'poisoned', attempts: 3, lastError: expect.stringMatching(/x{120} end$/) });
+    expect(byId.get(backlog.backingOff)).toMatchObject({ state: 'backing-off', attempts: 1, lastError: 'OpenFGA 503: busy' });
+    expect(byId.get(backlog.deliverable)).toMatchObject({ state: 'deliverable', attempts: 0 });
+    expect(byId.get(backlog.retired)).toMatchObject({ state: 'retired' });
+    expect(rows.map((r) => BigInt(r.id))).toEqual([...rows.map((r) => BigInt(r.id))].sort((a, b) => (a < b ? -1 : 1)));
+  });
+
+  test('--state filters as docs/design.md §2 says: poisoned includes superseded, deliverable includes backing-off', async () => {
+    const ids = async (state: string) => {
+      const run = await runCli(['list', '--json', '--state', state, ...target()]);
+      expect(run.code, run.stderr).toBe(0);
+      return (jsonOf(run) as { outboxes: { rows: { id: string }[] }[] }).outboxes[0]!.rows.map((r) => r.id);
+    };
+    expect(await ids('poisoned')).toEqual([backlog.superseded, backlog.poisoned]);
+    expect(await ids('superseded')).toEqual([backlog.superseded]);
+    expect(await ids('deliverable')).toEqual([backlog.backingOff, backlog.deliverable]);
+    expect(await ids('backing-off')).toEqual([backlog.backingOff]);
+    expect(await ids('pending')).toEqual([backlog.superseded, backlog.poisoned, backlog.backingOff, backlog.deliverable]);
+    expect(await ids('retired')).toEqual([backlog.retired]);
+  });
+
+  test('--key, --from-id/--to-id and --limit narrow the rows; the table cuts last_error', async () => {
+    const byKey = await runCli(['list', '--key', 'vpc:b', ...target()]);
+    expect(byKey.code, byKey.stderr).toBe(0);
+    const lines = byKey.stdout.trimEnd().split('\n');
+    expect(lines).toHaveLength(3);
+    expect(lines[1]).toMatch(new RegExp(`^\\S+\\s+${backlog.superseded}\\s+vpc:b\\s+superseded\\s+3\\s+-\\s+OpenFGA unreachable`));
+    expect(lines[2]).toMatch(new RegExp(`\\s${backlog.supersededBy}\\s+vpc:b\\s+delivered\\s`));
+
+    const range = await runCli(['list', '--json', '--from-id', backlog.poisoned, '--to-id', backlog.backingOff, ...target()]);
+    expect((jsonOf(range) as { outboxes: { rows: { id: string }[] }[] }).outboxes[0]!.rows.map((r) => r.id)).toEqual([backlog.poisoned, backlog.backingOff]);
+
+    const limited = await runCli(['list', '--limit', '2', ...target()]);
+    expect(limited.stdout).toContain('more rows match than --limit 2');
+    const poisonedLine = (await runCli(['list', '--state', 'poisoned', ...target()])).stdout.split('\n').find((l) => l.includes('vpc:c'));
+    expect(poisonedLine).toMatch(/…$/);
+    expect(poisonedLine).not.toContain(' end');
+  });
+
+  test('a bad --state or id is usage (exit 2), one line', async () => {
+    for (const args of [['--state', 'stuck'], ['--from-id', 'x1'], ['--limit', '0']]) {
+      const run = await runCli(['list', ...args, ...target()]);
+      expect(run.code, args.join(' ')).toBe(2);
+      expect(run.stderr.trimEnd().split('\n'), run.stderr).toHaveLength(1);
+      expect(run.stdout).toBe('');
+    }
+  });
+});
+
+describe('show', () => {
+  test('a superseded row: its state, payload and the id that supersedes it', async () => {
+    const run = await runCli(['show', backlog.superseded, '--json', ...target()]);
+    expect(run.code, run.stderr).toBe(0);
+    const doc = jsonOf(run);
+    assertOutputSchema('show', doc);
+    expect(doc).toMatchObject({
+      id: backlog.superseded,
+      partitionKey: 'vpc:b',
+      state: 'superseded',
+      supersededBy: backlog.supersededBy,
+      attempts: 3,
+      maxAttempts: 3,
+      isHead: false,
+      payload: { writes: [{ user: 'project:p1', relation: 'project', object: 'vpc:b' }, { user: 'user:alice', relation: 'owner', object: 'vpc:b' }] },
+    });
+    const text = await runCli(['show', backlog.superseded, ...target()]);
+    expect(text.stdout).toContain(`superseded by #${backlog.supersededBy} (delivered)`);
+    expect(text.stdout).toContain('      "relation": "owner"\n');
+  });
+
+  test('a poisoned row without successor is not superseded; a retired row shows its reason', async () => {
+    expect(jsonOf(await runCli(['show', backlog.poisoned, '--json', ...target()]))).toMatchObject({ state: 'poisoned', supersededBy: null });
+    expect(jsonOf(await runCli(['show', backlog.retired, '--json', ...target()]))).toMatchObject({ state: 'retired', retiredReason: 'deregistered during the outage' });
+  });
+
+  test('an id with no row is exit 1, one line', async () => {
+    const run = await runCli(['show', '999999', ...target()]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toBe(`outbox: ${backlog.spec.table} has no row 999999 (see \`outbox list --outbox ${backlog.spec.table}\`)\n`);
+  });
+});

@@ -1,0 +1,44 @@
+// Runs the `outbox` bin as a child process through tsx, the way an operator runs it. Test-only.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+
+/** What one run of the bin printed, and how it exited. */
+export interface CliRun {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** The outbox bin's source, run through tsx as `pnpm outbox` runs it. */
+export const OUTBOX_BIN = fileURLToPath(new URL('../bin.ts', import.meta.url));
+/** tsx's loader by absolute URL: `--import tsx` would resolve from the child's cwd, which may be any directory. */
+export const TSX_LOADER = import.meta.resolve('tsx');
+
+/**
+ * Runs `entry` (default the outbox bin) with `args`, with only PATH and `env` in its environment
+ * (nothing of the test runner's leaks in), in `cwd`; `input` is written to its stdin (not a terminal).
+ */
+export async function runCli(args: readonly string[], options: { env?: Record<string, string>; cwd?: string; entry?: string; input?: string } = {}): Promise<CliRun> {
+  const child = spawn(process.execPath, ['--import', TSX_LOADER, options.entry ?? OUTBOX_BIN, ...args], {
+    cwd: options.cwd ?? process.cwd(),
+    env: { PATH: process.env.PATH ?? '', ...options.env },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  child.stdin.end(options.input ?? '');
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, stdout, stderr };
+}
+
+/** `--json`'s document, or a failure showing what was printed instead. */
+export function jsonOf(run: CliRun): unknown {
+  try {
+    return JSON.parse(run.stdout);
+  } catch {
+    throw new Error(`not one JSON document on stdout (exit ${run.code}):\n${run.stdout}\nstderr:\n${run.stderr}`);
+  }
+}
