@@ -56,7 +56,7 @@ export interface ObserveOutboxOptions extends MeterOptions {
 
 /** A running {@link observeOutbox}. */
 export interface OutboxObserver {
-  /** Unregisters the gauges' callback: later collections neither read the table nor report it. */
+  /** Unregisters the gauges' callback: later collections no longer read the table (the JS SDK goes on exporting the last values, opentelemetry-js#4096). */
   stop(): void;
 }
 

@@ -41,15 +41,7 @@ export function redriveMetrics(options: MeterOptions): RedriveMetrics {
   };
 }
 
-/**
- * Records what audits and repairs found and did (docs/metrics.md); the reconciler counts its own
- * redrive passes. Create one per process and meter, and hand it every report.
- *
- * @example
- * const reconcilerMetrics = createReconcilerMetrics(); // the global meter provider
- * reconcilerMetrics.recordAudit(await auditOutbox({ db, spec: vpcOutbox, owner, reader }));
- * reconcilerMetrics.recordRepair(await repairOutbox({ db, spec: vpcOutbox, owner, reader, dryRun: false }));
- */
+/** What audits found and repairs did, as metrics; see {@link createReconcilerMetrics}. */
 export interface ReconcilerMetrics {
   /** Counts the drifted tuples an audit found, by kind, and keeps its drifted partitions as the gauge of its table and mode. */
   recordAudit(report: AuditReport): void;
@@ -57,7 +49,16 @@ export interface ReconcilerMetrics {
   recordRepair(result: RepairResult): void;
 }
 
-/** The audit's and repair's instruments, on `options`' meter (default: the global provider's). */
+/**
+ * Records what audits and repairs found and did (docs/metrics.md); the reconciler counts its own
+ * redrive passes. On `options`' meter (default: the global provider's); create one per process and
+ * meter, and hand it every report.
+ *
+ * @example
+ * const reconcilerMetrics = createReconcilerMetrics(); // the global meter provider
+ * reconcilerMetrics.recordAudit(await auditOutbox({ db, spec: vpcOutbox, owner, reader }));
+ * reconcilerMetrics.recordRepair(await repairOutbox({ db, spec: vpcOutbox, owner, reader, dryRun: false }));
+ */
 export function createReconcilerMetrics(options: MeterOptions = {}): ReconcilerMetrics {
   const meter = meterOf(options);
   const driftFound = counter(meter, 'outbox.audit.drift_found', '{tuple}', 'Drifted tuples audits found, by outbox.drift.kind: missing, unexpected, orphan.');
