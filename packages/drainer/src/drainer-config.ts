@@ -1,10 +1,10 @@
-import type { OutboxSpec, AnyKysely } from '@outbox/outbox';
+import type { OutboxSpec, AnyKysely, MeterOptions } from '@outbox/outbox';
 import type { BackoffOptions } from './backoff.js';
 import type { DrainerEvent, Logger } from './events.js';
 import type { Sink } from './sink.js';
 
-/** What `createDrainer` takes. */
-export interface DrainerConfig {
+/** What `createDrainer` takes; `meter` or `meterProvider` for its metrics (docs/metrics.md). */
+export interface DrainerConfig extends MeterOptions {
   readonly db: AnyKysely;
   /** The outbox spec shared with the writer and reconciler. */
   readonly spec: OutboxSpec;

@@ -32,9 +32,14 @@ export function guardedLogger(target: Logger): Logger {
   return { debug: guard('debug'), info: guard('info'), warn: guard('warn'), error: guard('error') };
 }
 
-/** Calls `hooks.onEvent` (looked up at each call, as the logger's methods are), shielded the same way. */
-export function guardedEmit(hooks: { readonly onEvent?: (event: DrainerEvent) => void }): (event: DrainerEvent) => void {
+/** Calls `record` (the drainer's metrics), then `hooks.onEvent` (looked up at each call, as the logger's methods are), each shielded the same way. */
+export function guardedEmit(hooks: { readonly onEvent?: (event: DrainerEvent) => void }, record?: (event: DrainerEvent) => void): (event: DrainerEvent) => void {
   return (event) => {
+    try {
+      record?.(event);
+    } catch {
+      // nor may a meter
+    }
     try {
       ignoreRejection(hooks.onEvent?.(event));
     } catch {

@@ -1,6 +1,7 @@
 import { OutboxConfigError, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import type { BackoffOptions } from './backoff.js';
 import type { DrainerConfig } from './drainer-config.js';
+import { drainerMetrics } from './drainer-metrics.js';
 import type { DrainerEvent, Logger } from './events.js';
 import { consoleLogger, guardedEmit, guardedLogger } from './guarded-hooks.js';
 import type { Sink } from './sink.js';
@@ -76,6 +77,6 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
     listen: config.listen ? Object.freeze({ connectionString: config.listen.connectionString }) : false,
     synchronousCommit: config.synchronousCommit ?? false,
     logger: guardedLogger(config.logger ?? consoleLogger),
-    emit: guardedEmit(config),
+    emit: guardedEmit(config, drainerMetrics(config)),
   });
 }

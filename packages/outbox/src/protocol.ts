@@ -7,6 +7,7 @@ export { promoteHeads, resetHeads, type PromotedHead } from './heads.js';
 export { compareIds } from './ids.js';
 export { integerInRange } from './integer-in-range.js';
 export { assertRecordedMaxAttempts, countedMaxAttemptsSql, maxAttemptsChangedError, recordedMaxAttempts, recordedMaxAttemptsSql } from './max-attempts.js';
+export { OUTBOX_TABLE_ATTRIBUTE, outboxGaugesQuery, resolveMeter } from './outbox-metrics.js';
 export { outboxTableDdlV1 } from './outbox-table-ddl.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
 export { coveringSuccessor, rowStates, supersededCoverageCondition } from './row-states.js';

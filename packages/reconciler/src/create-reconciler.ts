@@ -1,16 +1,17 @@
-import { OutboxConfigError, verifyOutboxTable, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import { OutboxConfigError, verifyOutboxTable, type OutboxSpec, type AnyKysely, type MeterOptions } from '@outbox/outbox';
 import { consoleLogger, type Logger } from './logger.js';
+import { redriveMetrics } from './reconciler-metrics.js';
 import { redrivePoisoned, type RedriveResult, type RedrivenIntent } from './redrive.js';
 import { retireSuperseded } from './retire.js';
 import { verifyCoverageSql } from './verify-coverage.js';
 
 /**
- * What `createReconciler` takes.
+ * What `createReconciler` takes; `meter` or `meterProvider` for its metrics (docs/metrics.md).
  *
  * @example
  * const config: ReconcilerConfig = { db, spec: iamOutbox, interval: 60_000, batchSize: 200 };
  */
-export interface ReconcilerConfig {
+export interface ReconcilerConfig extends MeterOptions {
   readonly db: AnyKysely;
   /** The outbox spec shared with the writer and the drainer: one partition column for both halves of the ordering rule. */
   readonly spec: OutboxSpec;
@@ -103,6 +104,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   const batchSize = positiveInteger('batchSize', config.batchSize, 500, MAX_BATCH_SIZE);
   const lockTimeoutMs = positiveInteger('lockTimeoutMs', config.lockTimeoutMs, 5_000, MAX_TIMER_MS);
   const logger = config.logger ?? consoleLogger;
+  const metrics = redriveMetrics(config);
 
   let verified: Promise<void> | undefined;
   const verify = () =>
@@ -124,6 +126,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     queue = next.catch(() => undefined);
     return next;
   };
+  const redrive = () => metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(db, spec, batchSize, logger, lockTimeoutMs)));
 
   let timer: ReturnType<typeof setTimeout> | undefined;
   let generation = 0; // bumped by stop(): a tick of an earlier start() must not reschedule
@@ -131,7 +134,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   const schedule = (own: number) => {
     timer = setTimeout(() => {
       timer = undefined;
-      void enqueuePass(() => redrivePoisoned(db, spec, batchSize, logger, lockTimeoutMs))
+      void redrive()
         .catch((error: unknown) => logger.error('redrive pass failed; retrying at the next interval', { table: spec.table, error }))
         .finally(() => {
           if (own === generation) schedule(own);
@@ -141,7 +144,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   };
 
   return {
-    redrivePoisoned: () => enqueuePass(() => redrivePoisoned(db, spec, batchSize, logger, lockTimeoutMs)),
+    redrivePoisoned: redrive,
     retire: (ids, reason) => enqueuePass(() => retireSuperseded(db, spec, ids, reason)),
     async start() {
       await verify();

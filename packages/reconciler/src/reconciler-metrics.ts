@@ -1,0 +1,90 @@
+import { ValueType, type Attributes, type Meter } from '@opentelemetry/api';
+import type { MeterOptions } from '@outbox/outbox';
+import { OUTBOX_TABLE_ATTRIBUTE, resolveMeter } from '@outbox/outbox/protocol';
+import manifest from '../package.json' with { type: 'json' };
+import type { AuditReport } from './audit-report.js';
+import type { RedriveResult } from './redrive.js';
+import type { RepairResult } from './repair.js';
+
+const meterOf = (options: MeterOptions): Meter => resolveMeter(options, { name: manifest.name, version: manifest.version });
+const counter = (meter: Meter, name: string, unit: string, description: string) => meter.createCounter(name, { unit, description, valueType: ValueType.INT });
+
+/** What the reconciler counts of its redrive passes. */
+export interface RedriveMetrics {
+  /** Runs `pass` (one redrive pass of `table`) and counts what it did, or that it failed; returns or rethrows what it did. */
+  pass(table: string, pass: () => Promise<RedriveResult>): Promise<RedriveResult>;
+}
+
+/** The redrive's instruments (docs/metrics.md), for `createReconciler`. */
+export function redriveMetrics(options: MeterOptions): RedriveMetrics {
+  const meter = meterOf(options);
+  const passes = counter(meter, 'outbox.reconciler.passes', '{pass}', 'Redrive passes, by outbox.pass.result: completed, skipped (another process held the pass) or failed.');
+  const revived = counter(meter, 'outbox.reconciler.revived', '{intent}', 'Poisoned intents a redrive pass reset to deliverable.');
+  const superseded = counter(meter, 'outbox.reconciler.superseded_found', '{intent}', 'Superseded intents a redrive pass reported (each pass again, until a human retires them).');
+  return {
+    async pass(table, pass) {
+      const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
+      let result: RedriveResult;
+      try {
+        result = await pass();
+      } catch (error) {
+        passes.add(1, { ...attributes, 'outbox.pass.result': 'failed' });
+        throw error;
+      }
+      passes.add(1, { ...attributes, 'outbox.pass.result': result.skipped ? 'skipped' : 'completed' });
+      if (!result.skipped) {
+        revived.add(result.revived.length, attributes);
+        superseded.add(result.superseded.length, attributes);
+      }
+      return result;
+    },
+  };
+}
+
+/** What audits found and repairs did, as metrics; see {@link createReconcilerMetrics}. */
+export interface ReconcilerMetrics {
+  /** Counts the drifted tuples an audit found, by kind, and keeps its drifted partitions as the gauge of its table and mode. */
+  recordAudit(report: AuditReport): void;
+  /** Counts the tuples a repair enqueued to write and to delete; a dry run enqueued nothing and counts nothing. */
+  recordRepair(result: RepairResult): void;
+}
+
+/**
+ * Records what audits and repairs found and did (docs/metrics.md); the reconciler counts its own
+ * redrive passes. On `options`' meter (default: the global provider's); create one per process and
+ * meter, and hand it every report.
+ *
+ * @example
+ * const reconcilerMetrics = createReconcilerMetrics(); // the global meter provider
+ * reconcilerMetrics.recordAudit(await auditOutbox({ db, spec: vpcOutbox, owner, reader }));
+ * reconcilerMetrics.recordRepair(await repairOutbox({ db, spec: vpcOutbox, owner, reader, dryRun: false }));
+ */
+export function createReconcilerMetrics(options: MeterOptions = {}): ReconcilerMetrics {
+  const meter = meterOf(options);
+  const driftFound = counter(meter, 'outbox.audit.drift_found', '{tuple}', 'Drifted tuples audits found, by outbox.drift.kind: missing, unexpected, orphan.');
+  const repaired = counter(meter, 'outbox.repair.drift_repaired', '{tuple}', 'Tuples repairs enqueued corrections for, by outbox.repair.operation: write or delete.');
+  const drifted = meter.createObservableGauge('outbox.audit.drifted', {
+    unit: '{partition}',
+    description: "Partitions the last audit of this table and mode found drifted (in this process): 0 once an audit finds it clean.",
+    valueType: ValueType.INT,
+  });
+  const lastAudits = new Map<string, { readonly attributes: Attributes; readonly drifted: number }>();
+  drifted.addCallback((result) => {
+    for (const audit of lastAudits.values()) result.observe(audit.drifted, audit.attributes);
+  });
+  return {
+    recordAudit(report) {
+      const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: report.outbox, 'outbox.audit.mode': report.mode };
+      driftFound.add(report.missing.tuples, { ...attributes, 'outbox.drift.kind': 'missing' });
+      driftFound.add(report.unexpected.tuples, { ...attributes, 'outbox.drift.kind': 'unexpected' });
+      driftFound.add(report.orphans.tuples, { ...attributes, 'outbox.drift.kind': 'orphan' });
+      lastAudits.set(`${report.outbox} ${report.mode}`, { attributes, drifted: report.drifted });
+    },
+    recordRepair(result) {
+      if (result.dryRun) return;
+      const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: result.outbox };
+      repaired.add(result.writes, { ...attributes, 'outbox.repair.operation': 'write' });
+      repaired.add(result.deletes, { ...attributes, 'outbox.repair.operation': 'delete' });
+    },
+  };
+}

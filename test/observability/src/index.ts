@@ -1,0 +1,4 @@
+export { documentedInstruments, METRICS_DOC, type DocumentedInstrument } from './instrument-table.js';
+export { histogramValue, pointsOf, pointValue, testMeterProvider, type HistogramValue, type MetricPoint, type TestMeterProvider } from './metric-points.js';
+export { parsePrometheusText, type PrometheusFamily, type PrometheusSample, type PrometheusScrape } from './prometheus-text.js';
+export { promqlMetricNames } from './promql-names.js';
