@@ -1,3 +1,4 @@
+import type { MeterProvider } from '@opentelemetry/api';
 import { createDrainer, DrainerStoppedError, type BackoffOptions, FlushPoisonedError, FlushTimeoutError, type Drainer, type DrainResult, type Logger } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
 import { outboxStats, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
@@ -42,6 +43,8 @@ export interface ServiceOutboxConfig {
   /** Retry spacing of the drainer (its defaults when empty). */
   readonly retryBackoff: BackoffOptions;
   readonly logger: Logger;
+  /** Where the drainer's and the reconciler's instruments go (docs/metrics.md). Default: the global provider. */
+  readonly meterProvider?: MeterProvider;
 }
 
 function pendingNote(error: unknown): string {
@@ -73,8 +76,9 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     backoff: config.retryBackoff,
     listen: config.listenUrl ? { connectionString: config.listenUrl } : false,
     logger,
+    ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}),
   });
-  const reconciler = createReconciler({ db, spec, logger, interval: config.redriveIntervalMs });
+  const reconciler = createReconciler({ db, spec, logger, interval: config.redriveIntervalMs, ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}) });
   return {
     spec,
     drainer,

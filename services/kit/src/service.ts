@@ -1,5 +1,5 @@
 import type { Logger } from '@outbox/drainer';
-import { verifyOutboxTable, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import { observeOutbox, verifyOutboxTable, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { sqlState } from '@outbox/outbox/protocol';
 import type { RedriveResult } from '@outbox/reconciler';
 import { Kysely, PostgresDialect, sql } from 'kysely';
@@ -8,6 +8,7 @@ import { isDatabaseUnavailable, ServiceConfigError } from './errors.js';
 import type { FormatCheck } from './field-schemas.js';
 import { startHttpServer, type HttpServer, type ServiceApp } from './http-server.js';
 import { createServicePool } from './pool.js';
+import { serviceMetrics } from './prometheus-metrics.js';
 import { createReadiness } from './readiness.js';
 import { createServiceLogger, outboxLogger } from './service-logger.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
@@ -121,6 +122,7 @@ async function connect(db: AnyKysely, databaseUrl: string): Promise<void> {
 export async function startService<N extends string>(definition: ServiceDefinition<N>, options: ServiceOptions): Promise<RunningService<N>> {
   const resolved = resolveServiceOptions(definition.name, options);
   assertOpenFgaIds(resolved.openfga);
+  const metrics = serviceMetrics();
   const log = createServiceLogger(definition.name, { level: resolved.logLevel, ...(options.logger ? { sink: options.logger } : {}) });
   const logger = outboxLogger(log);
   const db = new Kysely({
@@ -137,11 +139,14 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     flushTimeoutMs: resolved.flushTimeoutMs,
     retryBackoff: resolved.retryBackoff,
     logger,
+    meterProvider: metrics.meterProvider,
   });
+  const gauges = observeOutbox({ db, spec: definition.outbox, meterProvider: metrics.meterProvider, logger });
   const context: ServiceContext = { name: definition.name, db, authorizer: createAuthorizer(resolved.openfga), outbox, options: resolved, logger };
   const readiness = createReadiness({ db, openfga: resolved.openfga, spec: definition.outbox, maxDeliverableAgeMs: resolved.readyMaxDeliverableAgeMs });
 
   const stopOutbox = async () => {
+    gauges.stop();
     await Promise.all([outbox.drainer.stop(), outbox.reconciler.stop()]);
   };
   let server: HttpServer;
@@ -169,6 +174,11 @@ export async function startService<N extends string>(definition: ServiceDefiniti
         app.get('/readyz', { config: { probe: true }, schema: { summary, tags: ['operations'] } }, async (_request, reply) => {
           const { ready, checks, error } = await readiness.check();
           return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', service: definition.name, ...(error ? { error } : {}), checks });
+        });
+        // Prometheus: every instrument of the process (docs/metrics.md); the exporter writes the answer itself.
+        app.get('/metrics', { config: { probe: true }, schema: { summary: 'Prometheus metrics of the outboxes in this process', tags: ['operations'] } }, (request, reply) => {
+          reply.hijack();
+          metrics.exporter.getMetricsRequestHandler(request.raw, reply.raw);
         });
       },
     });
