@@ -10,3 +10,4 @@ export { useTestDatabase, useOpenFgaStore, openFgaClientConfig, stackInfo, type 
 export type { ProvidedStack } from './provided.js';
 export { createOpenFgaStore } from './openfga-store.js';
 export { recordingLogger, type LogEntry, type RecordingLogger } from './recording-logger.js';
+export { startDelayingProxy, type DelayingProxy, type DelayingProxyEvent, type DelayingProxyOptions, type DelayingProxyStats, type HeldRequest, type ProxyUpstream } from './delaying-proxy.js';
