@@ -10,6 +10,7 @@ export { lateWriteVerificationDdl } from './late-write-ddl.js';
 export { assertRecordedMaxAttempts, maxAttemptsChangedError, recordedMaxAttempts, recordedMaxAttemptsSql } from './max-attempts.js';
 export { outboxTableDdlV1 } from './outbox-table-ddl.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
+export { partitionRangeSql } from './partition-range.js';
 export { coveringSuccessor, rowStates, supersededCoverageCondition } from './row-states.js';
 export { SQLSTATE, sqlState } from './sqlstate.js';
 export { sqlLiteral } from './sql-literal.js';
