@@ -7,7 +7,7 @@ import { ID_FIELD, ID_PATTERN, NAME_FIELD, validateBody, type FieldRule, type Fi
 import { HttpError, ServiceConfigError } from './errors.js';
 import type { Route, ServiceRequest } from './http-server.js';
 // The create path and the audit's owner mapping build the tuples with the same functions.
-import { registrationTuples, resourceObject } from './register-owner.js';
+import { registerServiceOwner, registrationTuples, resourceObject } from './register-owner.js';
 import type { ServiceContext, ServiceDefinition } from './service.js';
 import { resourceTableColumns } from './verify-tables.js';
 import { writeAnswer } from './write-answer.js';
@@ -75,6 +75,7 @@ export function createRegisterService<const N extends string, C extends Readonly
     name: config.name,
     defaultPort: config.defaultPort,
     outbox: spec,
+    owner: registerServiceOwner({ fgaType, resourceTable: table }),
     tables: [resourceTableColumns(table)],
     fgaType,
     resourcePath: path,

@@ -1,6 +1,6 @@
 import type { Logger } from '@outbox/drainer';
 import { verifyOutboxTable, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
-import type { RedriveResult } from '@outbox/reconciler';
+import type { OutboxOwner, RedriveResult } from '@outbox/reconciler';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { createAuthorizer, type Authorizer } from './authorizer.js';
 import { HttpError } from './errors.js';
@@ -32,6 +32,8 @@ export interface ServiceDefinition<N extends string = string> {
   readonly defaultPort: number;
   /** The service's outbox; its drainer and reconciler are started with the service. */
   readonly outbox: OutboxSpec;
+  /** What its rows expect in OpenFGA, for the incremental audit on the reconciler's timer. Default none: no audit. */
+  readonly owner?: OutboxOwner;
   /** The other tables its routes use, checked at start like the outbox (a missing one stops the start). */
   readonly tables?: readonly ExpectedTable[];
   routes(context: ServiceContext): readonly Route[];
@@ -100,6 +102,8 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     flushOnWrite: resolved.flushOnWrite,
     flushTimeoutMs: resolved.flushTimeoutMs,
     retryBackoff: resolved.retryBackoff,
+    ...(definition.owner ? { owner: definition.owner } : {}),
+    auditIntervalMs: resolved.auditIntervalMs,
     logger,
   });
   const context: ServiceContext = { name: definition.name, db, authorizer: createAuthorizer(resolved.openfga), outbox, options: resolved, logger };
