@@ -57,6 +57,12 @@ async function oldClaim(db: Kysely<unknown>, spec: OutboxSpec, version: string, 
     $$`).execute(db);
 }
 
+/** Takes away what 0010 added to `spec`'s outbox, as a database of a build before it has it (the btree may stay). */
+async function beforeLateWriteVerification(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
+  await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_settle"(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`).execute(db);
+  await sql.raw(`alter table "${spec.schema}"."${spec.tableName}" drop column verify_after`).execute(db);
+}
+
 const claimParams = {
   v2: 'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',
   v3: 'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[]',
@@ -70,8 +76,9 @@ test.each([
       await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[])`).execute(db);
       await oldClaim(db, spec, 'v2', claimParams.v2);
       await oldSettle(db, spec, 'v1');
+      await beforeLateWriteVerification(db, spec);
     },
-    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4'],
+    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0010_late_write_verification'],
   },
   {
     build: 'before claim v4',
@@ -79,15 +86,22 @@ test.each([
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
       await oldClaim(db, spec, 'v3', claimParams.v3);
       await oldSettle(db, spec, 'v2');
+      await beforeLateWriteVerification(db, spec);
     },
-    pending: ['0008_drain_functions_v4'],
+    pending: ['0008_drain_functions_v4', '0010_late_write_verification'],
+  },
+  {
+    build: 'before late-write verification',
+    leave: beforeLateWriteVerification,
+    pending: ['0010_late_write_verification'],
   },
 ])('a database migrated by the build $build: the next migrate brings every outbox\'s functions up to date', async ({ leave, pending }) => {
   const db = open();
   for (const spec of specs) {
     await leave(db, spec);
-    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates/);
+    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates|column verify_after/);
   }
+  await sql`drop table public.outbox_audit_cursor`.execute(db);
   await sql`delete from public.kysely_migration where name = any(${pending})`.execute(db);
   expect(await migrateToLatest(db)).toEqual(pending);
   for (const spec of specs) await verifyOutboxTable(db, spec);

@@ -1,5 +1,6 @@
 import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { drainFunctionsDdl, executeStatements, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
+import { drainFunctionsDdl, executeStatements, lateWriteVerificationDdl, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
+import { AUDIT_CURSOR_TABLE, auditCursorTableDdl } from '@outbox/reconciler';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
 import { createResourceTable, dropResourceTable, type ResourceTable } from './resource-table.js';
@@ -61,6 +62,27 @@ export function drainFunctionsMigration(specs: readonly OutboxSpec[], versions: 
     },
     async down() {
       // nothing to undo: see above
+    },
+  };
+}
+
+/**
+ * Late-write verification on every outbox of `specs` (the `verify_after` column, its index, the
+ * `(partition, id)` btree, settle v4), and the incremental audit's cursor table. Building the btree
+ * blocks writes to a table while it runs (docs/migrations.md). `down` drops the column and the
+ * cursor table; the btree and the functions stay, as in {@link drainFunctionsMigration}.
+ */
+export function lateWriteVerificationMigration(specs: readonly OutboxSpec[]): Migration {
+  return {
+    async up(db) {
+      for (const spec of specs) {
+        await executeStatements(db, [...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec, { claim: 'v4', settle: 'v4' })]);
+      }
+      await executeStatements(db, [auditCursorTableDdl()]);
+    },
+    async down(db) {
+      await executeStatements(db, [`drop table if exists ${AUDIT_CURSOR_TABLE}`]);
+      for (const spec of specs) await executeStatements(db, [`alter table ${spec.table} drop column if exists verify_after`]);
     },
   };
 }

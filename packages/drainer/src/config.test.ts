@@ -155,6 +155,29 @@ describe('synchronousCommit', () => {
   });
 });
 
+describe('lateWrites', () => {
+  const reading = (writeLifetimeMs?: number) => ({ ...createRecordingSink(), readTuples: async () => [], ...(writeLifetimeMs !== undefined ? { writeLifetimeMs } : {}) });
+
+  test('a check sooner than the sink\'s write lifetime is refused: it could read before a late write lands', () => {
+    const error = configError({ sink: reading(4_000), lateWrites: { verifyDelayMs: 3_999 } });
+    expect(error.field).toBe('lateWrites.verifyDelayMs');
+    expect(error.message).toMatch(/at least the sink's writeLifetimeMs \(4000\)/);
+    expect(accepts({ sink: reading(4_000), lateWrites: { verifyDelayMs: 4_000 } })).not.toThrow();
+  });
+
+  test('asked of a sink that cannot read back, or without a delay the sink cannot give, it is refused', () => {
+    expect(configError({ lateWrites: { verifyDelayMs: 5_000 } }).message).toMatch(/^lateWrites: the sink cannot read its target back/);
+    expect(configError({ sink: reading(), lateWrites: {} }).field).toBe('lateWrites.verifyDelayMs');
+    expect(accepts({ sink: reading(), lateWrites: { verifyDelayMs: 5_000 } })).not.toThrow();
+  });
+
+  test('a bad value names its field', () => {
+    for (const value of [0, -1, 1.5, '5000', MAX_TIMER_MS + 1]) expect(configError({ sink: reading(), lateWrites: { verifyDelayMs: value as number } }).field).toBe('lateWrites.verifyDelayMs');
+    expect(configError({ lateWrites: 'on' }).field).toBe('lateWrites');
+    expect(configError({ sink: { ...reading(), writeLifetimeMs: -1 } }).field).toBe('sink.writeLifetimeMs');
+  });
+});
+
 describe('a drainer left running across setMaxAttempts', () => {
   test('refuses its batches with an OutboxConfigError naming maxAttempts, touching no row, until restarted with the new spec', async () => {
     const spec = await freshOutbox(t.db, { maxAttempts: 3 });

@@ -59,6 +59,7 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
   const recorded = await recordOutcomes(conn, spec, applyOrdering(batch.intents, outcomes), {
     delayMs: (intent) => backoffDelayMs(intent.attemptCount, config.backoff),
     ...(fullRun ? { sendWith: COMMIT_AND_BEGIN } : {}),
+    ...(config.lateWrites ? { verifyDelayMs: config.lateWrites.verifyDelayMs } : {}),
   });
   return {
     chained: recorded.settled === undefined,

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { BEGIN, COMMIT_AND_BEGIN, runBatch } from './drain-batch.js';
 import { initialHeadLimit, nextHeadLimit } from './head-limit.js';
+import { checkLateWrites } from './late-write-check.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
 import { isSinkHalt } from './sink.js';
 import type { AnyKysely } from '@outbox/outbox';
@@ -73,13 +74,49 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
     }
   }
 
+  let lastCheck = -Infinity;
+  /**
+   * The late-write check (docs/agreement.md), at most once an `interval`, for up to one segment's
+   * time. Its failure (the target unreadable) is logged: the rows stay due. True when it enqueued corrections.
+   */
+  async function checkDue(): Promise<boolean> {
+    const { lateWrites, spec, logger, emit } = config;
+    if (!lateWrites || stopping() || performance.now() - lastCheck < config.interval) return false;
+    lastCheck = performance.now();
+    let enqueued = false;
+    try {
+      for (;;) {
+        const started = performance.now();
+        const check = await checkLateWrites(config, lateWrites.verifyDelayMs, AbortSignal.timeout(config.deliveryTimeoutMs));
+        if (check.checked + check.postponed > 0) {
+          emit({ type: 'late-writes-checked', table: spec.table, checked: check.checked, read: check.read, postponed: check.postponed, corrected: check.corrected, checkMs: performance.now() - started });
+        }
+        if (check.corrected.length > 0) {
+          enqueued = true;
+          logger.warn(`late write: OpenFGA differed from the ledger after close deliveries; enqueued corrections in ${check.corrected.length} partition(s) of ${spec.table}`, {
+            partitionKeys: check.corrected.map((c) => c.partitionKey),
+            ids: check.corrected.flatMap((c) => c.ids),
+          });
+        }
+        if (!check.more || stopping() || performance.now() - lastCheck >= SEGMENT_MS) return enqueued;
+      }
+    } catch (error) {
+      logger.warn(`late-write check failed, its partitions stay due: ${error instanceof Error ? error.message : String(error)}`, { table: spec.table });
+      return enqueued;
+    }
+  }
+
   return async function pass(): Promise<DrainResult> {
     const { db, spec, logger, emit } = config;
     const totals = { batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false };
     try {
       await options.verify();
       let more = true;
-      while (more && !stopping()) more = await db.connection().execute((conn) => segment(conn, totals));
+      while (more && !stopping()) {
+        more = await db.connection().execute((conn) => segment(conn, totals));
+        // Corrections of late writes are intents like any other: this pass delivers them.
+        if (!more) more = await checkDue();
+      }
     } catch (error) {
       const halted = isSinkHalt(error);
       const err = error instanceof Error ? error : new Error(String(error));

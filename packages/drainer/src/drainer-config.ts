@@ -49,8 +49,31 @@ export interface DrainerConfig extends MeterOptions {
    * setting, e.g. for a sink that is costly to repeat.
    */
   readonly synchronousCommit?: boolean;
+  /**
+   * Checks each delivery that closely followed another of its partition against a late write of the
+   * earlier one, and corrects the target through the outbox when one undid it (docs/agreement.md,
+   * "Late writes"). Default on when the sink declares `writeLifetimeMs` and can `readTuples` (the
+   * OpenFGA sink does); `false` turns it off, as it is for a sink that cannot read.
+   */
+  readonly lateWrites?: false | LateWritesOptions;
   /** Where the drainer logs. Default: console (warn and error only). */
   readonly logger?: Logger;
   /** Called for every batch and outcome, with timings (metrics hook). Exceptions (and rejections of an async hook) are ignored. */
   readonly onEvent?: (event: DrainerEvent) => void;
+}
+
+/**
+ * How the drainer checks deliveries at risk of a late write.
+ *
+ * @example
+ * createDrainer({ db, spec, sink, lateWrites: { verifyDelayMs: 20_000 } });
+ */
+export interface LateWritesOptions {
+  /**
+   * Milliseconds between a delivery at risk and its check, and how close after another delivery of
+   * its partition a delivery is at risk. Default: the sink's `writeLifetimeMs` + 1000 (14000 with
+   * the OpenFGA sink's defaults): by then a late write has landed or never will. At least
+   * `writeLifetimeMs` (required without it), at most 600000.
+   */
+  readonly verifyDelayMs?: number;
 }

@@ -8,4 +8,14 @@ export type DrainerEvent =
   | { readonly type: 'delivered'; readonly table: string; readonly ids: readonly string[]; readonly deliverMs: number }
   | { readonly type: 'retried'; readonly table: string; readonly ids: readonly string[]; readonly errors: readonly string[] }
   | { readonly type: 'poisoned'; readonly table: string; readonly ids: readonly string[]; readonly partitionKeys: readonly string[]; readonly errors: readonly string[] }
-  | { readonly type: 'pass-failed'; readonly table: string; readonly error: Error; readonly halted: boolean };
+  | { readonly type: 'pass-failed'; readonly table: string; readonly error: Error; readonly halted: boolean }
+  /** A late-write check (docs/agreement.md): partitions cleared, read from the sink, put off, and corrections enqueued. */
+  | {
+      readonly type: 'late-writes-checked';
+      readonly table: string;
+      readonly checked: number;
+      readonly read: number;
+      readonly postponed: number;
+      readonly corrected: readonly { readonly partitionKey: string; readonly ids: readonly string[] }[];
+      readonly checkMs: number;
+    };

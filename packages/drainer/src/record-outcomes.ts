@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { compareIds, promoteHeads, settleStatement, tableNames } from '@outbox/outbox/protocol';
 import type { BatchOutcomes } from './deliver.js';
+import { lateWriteStamps } from './late-write-stamps.js';
 import type { Intent } from './sink.js';
 
 /** What the outcome updates did, for events and pass counts. */
@@ -24,6 +25,8 @@ export interface RecordOptions {
   readonly delayMs: (intent: Intent) => number;
   /** Sent in the settle's message (and its answer not read) when every intent was delivered. */
   readonly sendWith?: string;
+  /** Stamp deliveries at risk of a late write for a check this many ms later. Default: none is stamped. */
+  readonly verifyDelayMs?: number;
 }
 
 /**
@@ -77,7 +80,11 @@ export async function recordOutcomes(
     if (seen === undefined || compareIds(intent.id, seen) > 0) after.set(intent.partitionKey, intent.id);
   }
   // After the failures' updates: the settle must see them when it picks each next head.
-  const settle = { markDelivered: outcomes.delivered.map((i) => i.id), after };
+  const settle = {
+    markDelivered: outcomes.delivered.map((i) => i.id),
+    after,
+    ...(options.verifyDelayMs !== undefined ? { lateWrites: lateWriteStamps(outcomes.delivered, options.verifyDelayMs) } : {}),
+  };
   const allDelivered = outcomes.transient.length === 0 && poisoned.length === 0 && outcomes.released.length === 0;
   const statement = options.sendWith !== undefined && allDelivered ? settleStatement(spec, [...moved], settle) : undefined;
   if (statement !== undefined) {

@@ -1,6 +1,6 @@
 import { OutboxConfigError, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import type { BackoffOptions } from './backoff.js';
-import type { DrainerConfig } from './drainer-config.js';
+import type { DrainerConfig, LateWritesOptions } from './drainer-config.js';
 import { drainerMetrics } from './drainer-metrics.js';
 import type { DrainerEvent, Logger } from './events.js';
 import { consoleLogger, guardedEmit, guardedLogger } from './guarded-hooks.js';
@@ -22,6 +22,8 @@ export interface ResolvedDrainerConfig {
   readonly backoff: Readonly<Required<BackoffOptions>>;
   readonly listen: false | { readonly connectionString: string };
   readonly synchronousCommit: boolean;
+  /** The late-write check's delay, or false when it is off. */
+  readonly lateWrites: false | { readonly verifyDelayMs: number };
   readonly logger: Logger;
   readonly emit: (event: DrainerEvent) => void;
 }
@@ -46,6 +48,32 @@ function resolveBackoff(options: BackoffOptions | undefined): Readonly<Required<
   const baseMs = integerInRange('backoff.baseMs', options?.baseMs, { fallback: Math.min(1_000, maxMs), min: 0, max: MAX_TIMER_MS });
   if (baseMs > maxMs) throw new OutboxConfigError('backoff.maxMs', `expected at least backoff.baseMs (${baseMs}), got ${maxMs}`);
   return Object.freeze({ baseMs, maxMs });
+}
+
+/** A late write has landed this long after the sink's bound on it, or never will (clocks, scheduling). */
+const LATE_WRITE_MARGIN_MS = 1_000;
+
+/** Resolves `lateWrites` against what the sink can do: on by default only for a sink that bounds its writes and reads back. */
+function resolveLateWrites(option: false | LateWritesOptions | undefined, sink: Sink): false | { readonly verifyDelayMs: number } {
+  const lifetime = sink.writeLifetimeMs;
+  if (lifetime !== undefined) integerInRange('sink.writeLifetimeMs', lifetime, { fallback: 0, min: 0, max: MAX_TIMER_MS - LATE_WRITE_MARGIN_MS });
+  const canRead = typeof sink.readTuples === 'function';
+  if (option === false) return false;
+  if (option === undefined) return canRead && lifetime !== undefined ? Object.freeze({ verifyDelayMs: lifetime + LATE_WRITE_MARGIN_MS }) : false;
+  if (option === null || typeof option !== 'object') throw new OutboxConfigError('lateWrites', `expected { verifyDelayMs? } or false, got ${String(option)}`);
+  if (!canRead) throw new OutboxConfigError('lateWrites', 'the sink cannot read its target back (it has no readTuples): pass false, or use a sink that can');
+  if (option.verifyDelayMs === undefined && lifetime === undefined) {
+    throw new OutboxConfigError('lateWrites.verifyDelayMs', 'required: the sink does not say how long its writes may still be applied (writeLifetimeMs)');
+  }
+  if (lifetime !== undefined && typeof option.verifyDelayMs === 'number' && option.verifyDelayMs < lifetime) {
+    throw new OutboxConfigError('lateWrites.verifyDelayMs', `expected at least the sink's writeLifetimeMs (${lifetime}): a check sooner may read before a late write lands, got ${option.verifyDelayMs}`);
+  }
+  const verifyDelayMs = integerInRange('lateWrites.verifyDelayMs', option.verifyDelayMs, {
+    fallback: (lifetime ?? 0) + LATE_WRITE_MARGIN_MS,
+    min: Math.max(1, lifetime ?? 1),
+    max: MAX_TIMER_MS,
+  });
+  return Object.freeze({ verifyDelayMs });
 }
 
 /** Checks `config` field by field; the first bad one throws an OutboxConfigError naming it. */
@@ -76,6 +104,7 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
     backoff,
     listen: config.listen ? Object.freeze({ connectionString: config.listen.connectionString }) : false,
     synchronousCommit: config.synchronousCommit ?? false,
+    lateWrites: resolveLateWrites(config.lateWrites, config.sink),
     logger: guardedLogger(config.logger ?? consoleLogger),
     emit: guardedEmit(config, drainerMetrics(config)),
   });

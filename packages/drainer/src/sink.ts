@@ -1,4 +1,4 @@
-import type { IntentPayload } from '@outbox/outbox';
+import type { IntentPayload, TupleKey } from '@outbox/outbox';
 
 /** One claimed intent, as handed to a {@link Sink}. */
 export interface Intent {
@@ -46,6 +46,17 @@ export interface SinkContext {
  */
 export interface Sink {
   deliver(intents: readonly Intent[], context: SinkContext): Promise<readonly Outcome[]>;
+  /**
+   * The longest a request this sink sent may still be applied after it was sent, in ms: its own
+   * timeout plus the target's (OpenFGA's `--request-timeout`). Optional; with {@link readTuples} it
+   * turns the drainer's late-write check on (docs/agreement.md, "Late writes").
+   */
+  readonly writeLifetimeMs?: number;
+  /**
+   * Which of `keys` the target holds now (as stored, condition included), read past any cache.
+   * Optional: the late-write check reads the keys a close pair of deliveries both named with it.
+   */
+  readTuples?(keys: readonly TupleKey[], context: SinkContext): Promise<readonly TupleKey[]>;
 }
 
 /** A registry-wide symbol: the same in two copies of @outbox/drainer (e.g. one nested under a sink package). */

@@ -27,11 +27,12 @@ describe('configuration', () => {
     ['maxTuplesPerWrite', { maxTuplesPerWrite: 0 }],
     ['maxTuplesPerWrite', { maxTuplesPerWrite: 2.5 }],
     ['timeoutMs', { timeoutMs: -1 }],
+    ['serverRequestTimeoutMs', { serverRequestTimeoutMs: 0 }],
     ['maxConcurrentRequests', { maxConcurrentRequests: 1_000 }],
     ['client', { client: {} }],
     ['onRequest', { onRequest: 'yes' }],
   ])('a bad %s is an OpenFgaSinkConfigError naming it', (field, override) => {
-    const config = { ...(field.startsWith('max') || field === 'timeoutMs' || field === 'onRequest' ? base() : {}), ...override };
+    const config = { ...(field.startsWith('max') || field.endsWith('imeoutMs') || field === 'onRequest' ? base() : {}), ...override };
     let thrown: unknown;
     try {
       createOpenFgaSink(config as never);
@@ -72,6 +73,15 @@ describe('configuration', () => {
     expect(() => createOpenFgaSink({ client: new OpenFgaClient({ apiUrl: fga.apiUrl }) })).toThrow(OpenFgaSinkConfigError);
     const sink = createOpenFgaSink({ client: fga.client });
     expect({ max: sink.maxTuplesPerWrite, timeout: sink.timeoutMs, concurrency: sink.maxConcurrentRequests }).toEqual({ max: 100, timeout: 10_000, concurrency: 4 });
+  });
+
+  test('a Write lives the sink\'s timeout plus OpenFGA\'s request timeout; a client that cannot read leaves readTuples (and the late-write check) off', () => {
+    const sink = createOpenFgaSink({ client: fga.client, timeoutMs: 2_000, serverRequestTimeoutMs: 5_000 });
+    expect(sink.writeLifetimeMs).toBe(7_000);
+    expect(createOpenFgaSink({ client: fga.client }).writeLifetimeMs).toBe(13_000);
+    expect(typeof sink.readTuples).toBe('function');
+    const writeOnly = createOpenFgaSink({ client: { write: (body, options) => fga.client.write(body, options) } });
+    expect(writeOnly.readTuples).toBeUndefined();
   });
 });
 

@@ -3,6 +3,7 @@ import type { Intent, Outcome, Sink, SinkContext } from '@outbox/drainer';
 import { deliverBisecting, fail, type DeliveryState } from './bisect.js';
 import { OpenFgaSinkConfigError } from './errors.js';
 import { keysDeletedLater, packRound, prepareIntents, segmentByPartition, type PreparedIntent, type Segment } from './pack.js';
+import { canReadBack, readBack } from './read-back.js';
 import { NO_RETRY, sendWrite, type OpenFgaWriteClient, type OpenFgaWriteEvent, type WriteContext } from './write-request.js';
 
 /**
@@ -22,6 +23,12 @@ export interface OpenFgaSinkOptions {
    * milliseconds, and a third of the drainer's 30 s deadline leaves room for the rest of the batch.
    */
   readonly timeoutMs?: number;
+  /**
+   * How long OpenFGA may work on a request it received, in ms: its `--request-timeout`. Default
+   * 3000, OpenFGA's default; set it to the server's. With `timeoutMs` it bounds how late a Write
+   * can still be applied (`writeLifetimeMs`), which the drainer's late-write check waits out.
+   */
+  readonly serverRequestTimeoutMs?: number;
   /**
    * Write requests in flight at once in one `deliver` call (they never share a key or a partition).
    * Default 4: hides round trips on a batch of 100 without crowding OpenFGA's datastore.
@@ -71,11 +78,17 @@ export type OpenFgaSinkConfig = OpenFgaSinkClientConfig | OpenFgaSinkConnectionC
 export interface OpenFgaSink extends Sink {
   readonly maxTuplesPerWrite: number;
   readonly timeoutMs: number;
+  readonly serverRequestTimeoutMs: number;
   readonly maxConcurrentRequests: number;
+  /**
+   * `timeoutMs + serverRequestTimeoutMs`: no Write this sink sent is applied later than this after
+   * it was sent, as long as nothing between the sink and OpenFGA holds it longer (docs/agreement.md).
+   */
+  readonly writeLifetimeMs: number;
 }
 
 /** Defaults of {@link OpenFgaSinkOptions}, whose fields give the reasons. */
-export const OPENFGA_SINK_DEFAULTS = { maxTuplesPerWrite: 100, timeoutMs: 10_000, maxConcurrentRequests: 4 } as const;
+export const OPENFGA_SINK_DEFAULTS = { maxTuplesPerWrite: 100, timeoutMs: 10_000, serverRequestTimeoutMs: 3_000, maxConcurrentRequests: 4 } as const;
 
 const CONNECTION_FIELDS = ['apiUrl', 'storeId', 'authorizationModelId', 'credentials'] as const;
 
@@ -171,6 +184,7 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
   }
   const maxTuplesPerWrite = integer('maxTuplesPerWrite', config.maxTuplesPerWrite, OPENFGA_SINK_DEFAULTS.maxTuplesPerWrite, 100_000);
   const timeoutMs = integer('timeoutMs', config.timeoutMs, OPENFGA_SINK_DEFAULTS.timeoutMs, 600_000);
+  const serverRequestTimeoutMs = integer('serverRequestTimeoutMs', config.serverRequestTimeoutMs, OPENFGA_SINK_DEFAULTS.serverRequestTimeoutMs, 600_000);
   const maxConcurrentRequests = integer('maxConcurrentRequests', config.maxConcurrentRequests, OPENFGA_SINK_DEFAULTS.maxConcurrentRequests, 64);
   if (config.onRequest !== undefined && typeof config.onRequest !== 'function') {
     throw new OpenFgaSinkConfigError('onRequest', 'expected a function');
@@ -238,7 +252,9 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
     return orderedOutcomes(intents, state.outcomes);
   }
 
-  return { deliver, maxTuplesPerWrite, timeoutMs, maxConcurrentRequests };
+  // Reading back is what the late-write check needs; a write-only client leaves it off.
+  const read = canReadBack(client) ? { readTuples: readBack(client, timeoutMs, maxConcurrentRequests) } : {};
+  return { deliver, maxTuplesPerWrite, timeoutMs, serverRequestTimeoutMs, maxConcurrentRequests, writeLifetimeMs: timeoutMs + serverRequestTimeoutMs, ...read };
 }
 
 /** In a partition, the first intent not delivered keeps its failure; every later one is `skipped`. */

@@ -57,6 +57,18 @@ export interface SettleOptions {
   readonly markDelivered?: readonly string[];
   /** Per key, an id its next head follows, where the look-up starts. Default: the partition's start. */
   readonly after?: ReadonlyMap<string, string>;
+  /** Which delivered rows to stamp for late-write verification (docs/agreement.md). Default: none. */
+  readonly lateWrites?: LateWriteStamps;
+}
+
+/** What the settle stamps with `verify_after` (see settle v4 in docs/outbox-sql.md). */
+export interface LateWriteStamps {
+  /** When a stamped row is checked, and how recent a previous delivery puts a probed row at risk. */
+  readonly verifyDelayMs: number;
+  /** Rows stamped as they are marked delivered: another row of their partition was delivered in this batch. */
+  readonly stamp: readonly string[];
+  /** Rows stamped only if their partition's previous delivery is younger than `verifyDelayMs`. */
+  readonly probe: readonly string[];
 }
 
 /** The statement of one settle call (see `promoteHeads`), or undefined when there is nothing to settle. */
@@ -70,6 +82,9 @@ export function settleStatement(spec: OutboxSpec, keys: readonly string[], optio
     `p_keys => ${sqlLiteral.textArray(distinct)}`,
     `p_after => ${sqlLiteral.bigintArray(after)}`,
     `p_max_attempts => ${sqlLiteral.integer(spec.maxAttempts)}`,
+    `p_verify_delay_ms => ${options.lateWrites ? sqlLiteral.integer(options.lateWrites.verifyDelayMs) : 'null::integer'}`,
+    `p_stamp => ${sqlLiteral.bigintArray(options.lateWrites?.stamp ?? [])}`,
+    `p_probe => ${sqlLiteral.bigintArray(options.lateWrites?.probe ?? [])}`,
   ];
   return `select partition_key, head_id from ${tableNames(spec).settleFunction}(${args.join(', ')})`;
 }

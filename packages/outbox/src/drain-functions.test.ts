@@ -63,13 +63,30 @@ describe.each([
     const ids = Array.from({ length: 100 }, (_, i) => i + 1);
     const { read, rows } = await readBy(
       spec,
-      `select * from ${tableNames(spec).settleFunction}('{${ids}}'::bigint[], array[${ids.map((i) => `'vpc:${i}'`)}]::text[], '{${ids}}'::bigint[], 10)`,
+      // Each row probed for a previous delivery of its partition, as late-write stamping does (none has one).
+      `select * from ${tableNames(spec).settleFunction}('{${ids}}'::bigint[], array[${ids.map((i) => `'vpc:${i}'`)}]::text[], '{${ids}}'::bigint[], 10, 14000, '{}', '{${ids}}'::bigint[])`,
     );
     expect(rows).toBe(100);
     // One scan of a table this small is a plan the planner may choose (PostgreSQL 15 does, for the
     // update that marks the rows delivered, when the table has no statistics); reading the backlog
     // once per partition, as the look-up on the pending index did (2,010,001 rows), is not.
     expect(read).toBeLessThan(20_000 + 1_000);
+  });
+
+  test('a settle that probes for a previous delivery reads one row of the partition\'s history, and stamps only when it is recent', async () => {
+    const spec = await fresh();
+    const table = tableNames(spec).table;
+    // vpc:hot has 20,000 delivered rows (the last one a second ago), vpc:cold one delivered an hour ago; each a pending row after.
+    await run(`insert into ${table} (resource_id, payload, sent_at) select 'vpc:hot', '{}', now() - interval '1 second' from generate_series(1, 20000) g`);
+    await run(`insert into ${table} (resource_id, payload, sent_at) values ('vpc:cold', '{}', now() - interval '1 hour')`);
+    await run(`insert into ${table} (resource_id, payload, is_head) values ('vpc:hot', '{}', true), ('vpc:cold', '{}', true)`);
+    if (analyzed) await run(`analyze ${table}`);
+    const { read } = await readBy(spec, `select * from ${tableNames(spec).settleFunction}('{20002,20003}'::bigint[], '{vpc:hot,vpc:cold}'::text[], '{20002,20003}'::bigint[], 10, 14000, '{}', '{20002,20003}')`);
+    expect(read).toBeLessThan(100);
+    await run(`select * from ${tableNames(spec).settleFunction}('{20002,20003}'::bigint[], '{vpc:hot,vpc:cold}'::text[], '{20002,20003}'::bigint[], 10, 14000, '{}', '{20002,20003}')`);
+    const stamped = await sql<{ resource_id: string; delay: number }>`
+      select resource_id, round(extract(epoch from verify_after - sent_at))::int as delay from ${sql.raw(table)} where verify_after is not null`.execute(t.db);
+    expect(stamped.rows).toEqual([{ resource_id: 'vpc:hot', delay: 14 }]);
   });
 
   test('a claim of one head\'s run in an interleaved backlog reads the run, not the rows between', async () => {
@@ -103,7 +120,8 @@ describe.each([
       { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, true, true, array['vpc:20000'])` },
       { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 1, 10, true, true, '{}')` },
       { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 4, 10, true, true, '{}')` },
-      { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{1,1001,2001}'::bigint[], '{vpc:1}'::text[], '{2001}'::bigint[], 10)` },
+      { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{1,1001,2001}'::bigint[], '{vpc:1}'::text[], '{2001}'::bigint[], 10, 14000, '{2001}', '{}')` },
+      { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{3001}'::bigint[], '{vpc:1}'::text[], '{3001}'::bigint[], 10, 14000, '{}', '{3001}')` },
     ];
     const reads = await t.db.connection().execute(async (conn) => {
       const found: Array<{ read: number; rows: number }> = [];
@@ -112,7 +130,7 @@ describe.each([
       }
       return found;
     });
-    expect(reads.map((r) => r.rows)).toEqual(Array.from({ length: 20 }, () => [100, 100, 100, 100, 1]).flat());
+    expect(reads.map((r) => r.rows)).toEqual(Array.from({ length: 20 }, () => [100, 100, 100, 100, 1, 1]).flat());
     // Well under one scan of either table (20,000 and 100,000 rows) in every call.
     expect(Math.max(...reads.map((r) => r.read))).toBeLessThan(1_000);
   });
@@ -124,7 +142,7 @@ describe.each([
     await run(`insert into ${table} (resource_id, payload, is_head) values ('vpc:a', '{}', true), ('vpc:b', '{}', true)`);
     if (analyzed) await run(`analyze ${table}`);
     const claim = `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}')`;
-    const settle = `select * from ${tableNames(spec).settleFunction}('{1}'::bigint[], '{vpc:a}'::text[], '{1}'::bigint[], 10)`;
+    const settle = `select * from ${tableNames(spec).settleFunction}('{1}'::bigint[], '{vpc:a}'::text[], '{1}'::bigint[], 10, 14000, '{}', '{1}')`;
     const reads = await t.db.connection().execute(async (conn) => {
       for (let i = 0; i < 8; i += 1) {
         await readOn(conn, spec, claim);

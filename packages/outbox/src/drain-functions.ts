@@ -14,6 +14,7 @@ const TEMPLATES = {
   settle: {
     v2: readFileSync(new URL('./sql/settle.v2.sql', import.meta.url), 'utf8'),
     v3: readFileSync(new URL('./sql/settle.v3.sql', import.meta.url), 'utf8'),
+    v4: readFileSync(new URL('./sql/settle.v4.sql', import.meta.url), 'utf8'),
   },
 } as const;
 
@@ -24,7 +25,7 @@ export interface DrainFunctionVersions {
 }
 
 /** The versions this release creates and `verifyOutboxTable` expects. */
-export const LATEST_DRAIN_FUNCTIONS: DrainFunctionVersions = Object.freeze({ claim: 'v4', settle: 'v3' });
+export const LATEST_DRAIN_FUNCTIONS: DrainFunctionVersions = Object.freeze({ claim: 'v4', settle: 'v4' });
 
 /** Every signature the claim and settle functions have had, for `dropOutboxTable`. */
 export const DRAIN_FUNCTION_SIGNATURES = {
@@ -33,7 +34,7 @@ export const DRAIN_FUNCTION_SIGNATURES = {
     '(integer, integer, integer, boolean, boolean)',
     '(integer, integer, integer, boolean)',
   ],
-  settle: ['(bigint[], text[], bigint[], integer)'],
+  settle: ['(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])', '(bigint[], text[], bigint[], integer)'],
 } as const;
 
 /** The marker in a function's body, by which `verifyOutboxTable` tells another release's or another spec's function. */

@@ -54,9 +54,11 @@ describe('outboxMigration with Kysely’s Migrator', () => {
     expect(await indexNames(spec)).toEqual([
       'fga_register_outbox_claim_idx',
       'fga_register_outbox_partition_head_idx',
+      'fga_register_outbox_partition_idx',
       'fga_register_outbox_pending_idx',
       'fga_register_outbox_pkey',
       'fga_register_outbox_retired_idx',
+      'fga_register_outbox_verify_idx',
     ]);
     for (const fn of ['notify', 'claim', 'settle']) expect(await functionExists('svc', `fga_register_outbox_${fn}`)).toBe(true);
 
@@ -125,9 +127,13 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
 
   test('step names are unique per outbox and sort in step order', () => {
     const other = defineOutbox({ table: 'steps.other_outbox', partitionColumn: 'tuple_key' });
-    expect(Object.keys(outboxMigrations(spec))).toEqual(['steps.fga_register_outbox/0001_outbox_table', 'steps.fga_register_outbox/0002_drain_functions_v4']);
-    expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual(['0002_0001_outbox_table', '0002_0002_drain_functions_v4']);
-    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(4);
+    expect(Object.keys(outboxMigrations(spec))).toEqual([
+      'steps.fga_register_outbox/0001_outbox_table',
+      'steps.fga_register_outbox/0002_drain_functions_v4',
+      'steps.fga_register_outbox/0003_late_write_verification',
+    ]);
+    expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual(['0002_0001_outbox_table', '0002_0002_drain_functions_v4', '0002_0003_late_write_verification']);
+    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(6);
   });
 
   test('migrated step by step, the table is exactly what createOutboxTable makes, and verifies', async () => {
@@ -142,9 +148,16 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
       expect(results?.map((r) => r.migrationName)).toEqual([name]);
     }
     await verifyOutboxTable(t.db, spec);
-    expect(await definitions(spec)).toEqual(latest);
+    // Besides: the previous release's settle overload, which its drainers call during a rolling upgrade.
+    const previousSettle = (d: { kind: string; definition: string | null }) =>
+      d.kind === 'function' && /_settle\(p_delivered bigint\[\], p_keys text\[\], p_after bigint\[\], p_max_attempts integer\)/.test(d.definition ?? '');
+    const migrated = await definitions(spec);
+    expect(migrated.filter(previousSettle)).toHaveLength(1);
+    expect(migrated.filter((d) => !previousSettle(d))).toEqual(latest);
 
-    // Down, step by step: the functions go first, then the table.
+    // Down, step by step: the late-write column and settle, the functions, then the table.
+    expect((await steps.migrateDown()).error).toBeUndefined();
+    expect((await definitions(spec)).filter((d) => d.definition?.includes('verify_after'))).toEqual([]);
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect(await functionExists('steps', 'fga_register_outbox_claim')).toBe(false);
     expect(await relationExists('steps.fga_register_outbox')).toBe(true);

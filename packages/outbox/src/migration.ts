@@ -2,6 +2,7 @@ import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
 import { executeStatements } from './execute-statements.js';
+import { lateWriteVerificationDdl } from './late-write-ddl.js';
 import { outboxTableDdlV1, type OutboxTableOptions } from './outbox-table-ddl.js';
 import { tableNames } from './table-names.js';
 
@@ -11,7 +12,7 @@ import { tableNames } from './table-names.js';
  * await writeFile('0001_vpc_outbox.sql', outboxTableDdl(vpcOutbox).join(';\n\n'));
  */
 export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {}): string[] {
-  return [...outboxTableDdlV1(spec, options), ...drainFunctionsDdl(spec)];
+  return [...outboxTableDdlV1(spec, options), ...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec)];
 }
 
 /**
@@ -70,7 +71,17 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
       down: (db: AnyKysely) =>
         executeStatements(db, [
           `drop function if exists ${n.claimFunction}${DRAIN_FUNCTION_SIGNATURES.claim[0]}`,
-          `drop function if exists ${n.settleFunction}${DRAIN_FUNCTION_SIGNATURES.settle[0]}`,
+          `drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer)`,
+        ]),
+    },
+    // Settle v4 stamps deliveries at risk of a late write; the column and indexes it needs come first.
+    [`${prefix}0003_late_write_verification`]: {
+      up: (db: AnyKysely) => executeStatements(db, [...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec, { claim: 'v4', settle: 'v4' })]),
+      down: (db: AnyKysely) =>
+        executeStatements(db, [
+          `drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`,
+          // Its partial index goes with the column; the btree stays (step 0001 may have made it).
+          `alter table ${n.table} drop column if exists verify_after`,
         ]),
     },
   });

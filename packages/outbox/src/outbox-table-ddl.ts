@@ -5,8 +5,8 @@ import { tableNames } from './table-names.js';
 /** Options of the outbox table's DDL. */
 export interface OutboxTableOptions {
   /**
-   * Also create the plain btree `(partition, id)`. Default false: it costs every insert, and pays
-   * off only for outboxes that grow large and poison routinely (the reconciler's look-up).
+   * Also create the plain btree `(partition, id)` in version 1 of the table. Default false. This
+   * release's table has it either way: late-write verification adds it (`lateWriteVerificationDdl`).
    */
   readonly partitionIndex?: boolean;
 }

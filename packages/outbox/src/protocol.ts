@@ -1,15 +1,17 @@
 // `@outbox/outbox/protocol`: the SQL the drainer, the reconciler and the CLI share with the table.
 // Not for application code, nor under the user API's semver.
-export { claimStatement, settleStatement, type ClaimedRow, type ClaimOptions, type SettleOptions } from './drain-function-calls.js';
+export { claimStatement, settleStatement, type ClaimedRow, type ClaimOptions, type LateWriteStamps, type SettleOptions } from './drain-function-calls.js';
 export { drainFunctionMarker, drainFunctionsDdl, LATEST_DRAIN_FUNCTIONS, type DrainFunctionVersions } from './drain-functions.js';
 export { executeStatements } from './execute-statements.js';
 export { promoteHeads, resetHeads, type PromotedHead } from './heads.js';
 export { compareIds } from './ids.js';
 export { integerInRange } from './integer-in-range.js';
+export { lateWriteVerificationDdl } from './late-write-ddl.js';
 export { assertRecordedMaxAttempts, countedMaxAttemptsSql, maxAttemptsChangedError, recordedMaxAttempts, recordedMaxAttemptsSql } from './max-attempts.js';
 export { OUTBOX_TABLE_ATTRIBUTE, outboxGaugesQuery, resolveMeter } from './outbox-metrics.js';
 export { outboxTableDdlV1 } from './outbox-table-ddl.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
+export { partitionRangeSql } from './partition-range.js';
 export { coveringSuccessor, rowStates, supersededCoverageCondition } from './row-states.js';
 export { SQLSTATE, sqlState } from './sqlstate.js';
 export { sqlLiteral } from './sql-literal.js';

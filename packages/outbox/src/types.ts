@@ -14,6 +14,8 @@ interface OutboxColumns {
   retired_reason: string | null;
   /** The drainer's: the earliest deliverable row of its partition. Never write it by hand. */
   is_head: Generated<boolean>;
+  /** The drainer's: when to check this delivery against a late write (docs/agreement.md). Never write it by hand. */
+  verify_after: Date | null;
 }
 
 /** Kysely table type of a register-outbox, keyed on `resource_id`. */

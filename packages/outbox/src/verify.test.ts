@@ -57,6 +57,7 @@ describe('verifyOutboxTable', () => {
     expect(await missing(wrong)).toEqual([
       "column tuple_key text (the spec's partitionColumn)",
       'partial index (tuple_key, id) where sent_at is null and retired_at is null (partition head)',
+      "index (tuple_key, id) (the settle's probe of a partition's previous delivery)",
       foreignFunction(wrong, 'claim'),
       foreignFunction(wrong, 'settle'),
     ]);
@@ -66,7 +67,8 @@ describe('verifyOutboxTable', () => {
     const spec = await freshOutbox();
     const n = tableNames(spec);
     await run(`drop function ${n.claimFunction}`);
-    await run(`create or replace function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
+    await run(`create or replace function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer,
+      p_verify_delay_ms integer, p_stamp bigint[], p_probe bigint[])
       returns table (partition_key text, head_id bigint) language sql as $$ select null::text, null::bigint where false $$`);
     expect(await missing(spec)).toEqual([
       `function ${spec.table}_claim (the drainer's claim; created by createOutboxTable or createDrainFunctions)`,
@@ -241,9 +243,12 @@ describe('verifyOutboxTable', () => {
     const spec = defineOutbox({ table: 'verify.hand_made', partitionColumn: 'resource_id' });
     expect(await missing(spec)).toEqual([
       'column is_head boolean',
+      'column verify_after timestamp with time zone',
       'partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)',
       'partial index (id) where sent_at is null and retired_at is null (pending)',
       "partial index (next_attempt_at, id) where is_head (the drainer's claim)",
+      'partial index (verify_after) where verify_after is not null (late-write verification)',
+      "index (resource_id, id) (the settle's probe of a partition's previous delivery)",
       "statement-level AFTER INSERT trigger calling pg_notify('verify_hand_made', '')",
       "function verify.hand_made_claim (the drainer's claim; created by createOutboxTable or createDrainFunctions)",
       "function verify.hand_made_settle (the drainer's settle; created by createOutboxTable or createDrainFunctions)",

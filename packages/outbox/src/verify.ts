@@ -19,6 +19,7 @@ function expectedColumns(spec: OutboxSpec): Record<string, string> {
     retired_at: 'timestamp with time zone',
     retired_reason: 'text',
     is_head: 'boolean',
+    verify_after: 'timestamp with time zone',
   };
 }
 
@@ -51,6 +52,8 @@ function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): strin
       return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
     case 'is_head':
       return column.not_null && column.default === 'false' ? undefined : 'not null default false';
+    case 'verify_after':
+      return column.not_null || column.default !== null ? 'nullable without a default: NULL until a delivery is to be checked' : undefined;
     case 'sent_at':
     case 'retired_at':
       return column.not_null || column.default !== null ? 'nullable without a default: NULL until the row is delivered or retired' : undefined;
@@ -123,6 +126,12 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
   if (!hasIndex(['id'], isPending)) missing.push('partial index (id) where sent_at is null and retired_at is null (pending)');
   if (!hasIndex(['next_attempt_at', 'id'], (p) => p === 'is_head')) {
     missing.push('partial index (next_attempt_at, id) where is_head (the drainer\'s claim)');
+  }
+  if (!hasIndex(['verify_after'], (p) => p === 'verify_after is not null')) {
+    missing.push('partial index (verify_after) where verify_after is not null (late-write verification)');
+  }
+  if (!hasIndex([spec.partitionColumn, 'id'], (p) => p === '')) {
+    missing.push(`index (${spec.partitionColumn}, id) (the settle's probe of a partition's previous delivery)`);
   }
 
   // tgtype bits: 1 = row-level, 2 = before, 4 = insert. Statement-level, after, insert; enabled

@@ -1,6 +1,7 @@
 import { iamOutbox } from '@outbox/migrations';
 import { startService, type RunningService, type ServiceDefinition, type ServiceOptions } from '@outbox/service-kit';
 import { grantRoutes } from './grants.js';
+import { iamOwner } from './iam-owner.js';
 import { organizationRoutes } from './organizations.js';
 import { projectRoutes } from './projects.js';
 
@@ -13,6 +14,7 @@ export const iamService: ServiceDefinition<'iam'> = {
   name: 'iam',
   defaultPort: 3000,
   outbox: iamOutbox,
+  owner: iamOwner,
   tables: [
     { table: 'iam.organizations', columns: { id: 'text', name: 'text', created_by: 'text', created_at: 'timestamp with time zone' } },
     { table: 'iam.projects', columns: { id: 'text', organization_id: 'text', name: 'text', created_by: 'text', created_at: 'timestamp with time zone' } },

@@ -7,7 +7,7 @@ import { HttpError, ServiceConfigError } from './errors.js';
 import { ID_FIELD, NAME_FIELD, type FieldSchemas, type FormatCheck } from './field-schemas.js';
 import { findById } from './find-by-id.js';
 // The create path and the audit's owner mapping build the tuples with the same functions.
-import { registrationTuples, resourceObject } from './register-owner.js';
+import { registerServiceOwner, registrationTuples, resourceObject } from './register-owner.js';
 import { ERROR_RESPONSES, TIMESTAMP, writeResponses } from './response-schemas.js';
 import type { ServiceContext, ServiceDefinition } from './service.js';
 import { resourceTableColumns } from './verify-tables.js';
@@ -88,6 +88,7 @@ export function createRegisterService<const N extends string, C extends Readonly
     name: config.name,
     defaultPort: config.defaultPort,
     outbox: spec,
+    owner: registerServiceOwner({ fgaType, resourceTable: table }),
     tables: [resourceTableColumns(table)],
     ...(config.formats ? { formats: config.formats } : {}),
     fgaType,

@@ -33,6 +33,13 @@ export interface ServiceOptions {
   readonly flushTimeoutMs?: number;
   /** Start the drainer's timer and LISTEN. Default true (false leaves delivery to `flush` / another process). */
   readonly runDrainer?: boolean;
+  /**
+   * Milliseconds between incremental audits of OpenFGA against the service's own rows (with the
+   * reconciler's timer, for a service that has an owner mapping). Default 300000: drift someone
+   * made around the outbox shows at WARN within minutes, at one ReadChanges per type when nothing
+   * changed. 0 or false: no audit. Repair stays an operator's decision (`repairOutbox`, the CLI).
+   */
+  readonly auditIntervalMs?: number | false;
   /** Start the reconciler's timer. Default true. */
   readonly runReconciler?: boolean;
   /** How long `stop()` lets requests in flight finish. Default 10000. */
@@ -65,8 +72,8 @@ export interface ServiceOptions {
   readonly logger?: Logger;
 }
 
-/** {@link ServiceOptions} with every default applied (the logger apart: it stays optional). */
-export type ResolvedServiceOptions = Required<Omit<ServiceOptions, 'logger'>>;
+/** {@link ServiceOptions} with every default applied (the logger apart: it stays optional; `auditIntervalMs` 0 when off). */
+export type ResolvedServiceOptions = Required<Omit<ServiceOptions, 'logger' | 'auditIntervalMs'>> & { readonly auditIntervalMs: number };
 
 /** OpenFGA's store and model ids: ULIDs. */
 const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
@@ -152,6 +159,7 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
     flushOnWrite: options.flushOnWrite ?? true,
     flushTimeoutMs: integer('flushTimeoutMs', options.flushTimeoutMs, 5_000, 1, 600_000),
     runDrainer: options.runDrainer ?? true,
+    auditIntervalMs: options.auditIntervalMs === false ? 0 : integer('auditIntervalMs', options.auditIntervalMs, 300_000, 0, 86_400_000),
     runReconciler: options.runReconciler ?? true,
     shutdownTimeoutMs: integer('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 600_000),
     poolSize: integer('poolSize', options.poolSize, 5, 1, 100),
@@ -172,6 +180,7 @@ export const SERVICE_ENV = Object.freeze({
   HOST: 'host (default 127.0.0.1)',
   DRAIN_INTERVAL_MS: 'drainIntervalMs (default 1000)',
   REDRIVE_INTERVAL_MS: 'redriveIntervalMs (default 60000)',
+  AUDIT_INTERVAL_MS: 'auditIntervalMs (default 300000; 0: no audit)',
   FLUSH_ON_WRITE: 'flushOnWrite, true|false (default true)',
   FLUSH_TIMEOUT_MS: 'flushTimeoutMs (default 5000)',
   SHUTDOWN_TIMEOUT_MS: 'shutdownTimeoutMs (default 10000)',
@@ -222,6 +231,7 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     ...(env.HOST ? { host: env.HOST } : {}),
     drainIntervalMs: number('DRAIN_INTERVAL_MS'),
     redriveIntervalMs: number('REDRIVE_INTERVAL_MS'),
+    auditIntervalMs: number('AUDIT_INTERVAL_MS'),
     flushOnWrite: flag('FLUSH_ON_WRITE'),
     flushTimeoutMs: number('FLUSH_TIMEOUT_MS'),
     shutdownTimeoutMs: number('SHUTDOWN_TIMEOUT_MS'),
@@ -248,6 +258,7 @@ const ENV_OF_OPTION: Readonly<Record<string, string>> = {
   port: 'PORT',
   drainIntervalMs: 'DRAIN_INTERVAL_MS',
   redriveIntervalMs: 'REDRIVE_INTERVAL_MS',
+  auditIntervalMs: 'AUDIT_INTERVAL_MS',
   flushTimeoutMs: 'FLUSH_TIMEOUT_MS',
   shutdownTimeoutMs: 'SHUTDOWN_TIMEOUT_MS',
   poolSize: 'DB_POOL_SIZE',

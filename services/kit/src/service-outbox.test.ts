@@ -1,9 +1,11 @@
-import { vpcOutbox } from '@outbox/migrations';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { vpcOutbox, vpcTable } from '@outbox/migrations';
 import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
-import { expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
+import { registerServiceOwner } from './register-owner.js';
 import { recordingLogger } from './testing/index.js';
-import { createServiceOutbox } from './service-outbox.js';
+import { createServiceOutbox, type ServiceOutboxConfig } from './service-outbox.js';
 
 const t = useTestDatabase();
 const fga = useOpenFgaStore();
@@ -36,4 +38,63 @@ test('redrive after a model change revives every poisoned intent, not just one b
   // Each revived intent is its partition's head again: the drainer will claim every one.
   const heads = await sql<{ n: number }>`select count(*)::int as n from vpc.fga_register_outbox where is_head`.execute(t.db);
   expect(heads.rows[0]?.n).toBe(1_200);
+});
+
+describe('the incremental audit on the reconciler\'s timer', () => {
+  const outboxWith = (config: Partial<ServiceOutboxConfig>) =>
+    createServiceOutbox({
+      db: t.db,
+      spec: vpcOutbox,
+      openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
+      drainIntervalMs: 3_600_000,
+      redriveIntervalMs: 3_600_000,
+      flushOnWrite: false,
+      flushTimeoutMs: 1_000,
+      retryBackoff: {},
+      owner: registerServiceOwner({ fgaType: 'vpc', resourceTable: vpcTable }),
+      logger: recordingLogger(),
+      ...config,
+    });
+
+  test('reports drift at WARN, a full audit first and then each change made around the outbox, and repairs nothing', async () => {
+    const ghost = (object: string) => [{ user: 'user:eve', relation: 'owner', object }];
+    const logger = recordingLogger();
+    const drift = () => logger.entries.filter((e) => e.level === 'warn' && e.message.includes('differs from the owner'));
+    const until = async (count: number) => {
+      const deadline = Date.now() + 10_000;
+      while (drift().length < count && Date.now() < deadline) await sleep(50);
+    };
+    const count = async () => (await sql<{ n: number }>`select count(*)::int as n from vpc.fga_register_outbox`.execute(t.db)).rows[0]?.n;
+    const before = await count();
+    // A grant on a vpc no row of the service names, made around the outbox.
+    await fga.client.write({ writes: ghost('vpc:ghost1') });
+    const outbox = outboxWith({ auditIntervalMs: 100, logger });
+    await outbox.reconciler.start();
+    try {
+      await until(1);
+      // Another, after the first audit: the next incremental one reads it from OpenFGA's changelog.
+      await fga.client.write({ writes: ghost('vpc:ghost2') });
+      await until(2);
+    } finally {
+      await outbox.reconciler.stop();
+    }
+    expect(drift().map((e) => e.fields)).toEqual([
+      expect.objectContaining({ outbox: vpcOutbox.table, mode: 'incremental', orphanObjects: 1 }),
+      expect.objectContaining({ outbox: vpcOutbox.table, mode: 'incremental', orphanObjects: 1 }),
+    ]);
+    expect(await count()).toBe(before); // nothing enqueued: repair is an operator's decision
+    await fga.client.write({ deletes: [...ghost('vpc:ghost1'), ...ghost('vpc:ghost2')] });
+  }, 30_000);
+
+  test('auditIntervalMs 0, or no owner: no audit runs on the timer (and without an owner, none at all)', async () => {
+    for (const config of [{ auditIntervalMs: 0 }, { owner: undefined, auditIntervalMs: 50 }]) {
+      const logger = recordingLogger();
+      const outbox = outboxWith({ ...config, logger });
+      await outbox.reconciler.start();
+      await sleep(300);
+      await outbox.reconciler.stop();
+      expect(logger.entries.filter((e) => e.message.startsWith('audit'))).toEqual([]);
+    }
+    expect(await outboxWith({ owner: undefined }).audit()).toBeUndefined();
+  });
 });

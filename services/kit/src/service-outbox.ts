@@ -1,8 +1,8 @@
 import type { MeterProvider } from '@opentelemetry/api';
 import { createDrainer, DrainerStoppedError, type BackoffOptions, FlushPoisonedError, FlushTimeoutError, type Drainer, type DrainResult, type Logger } from '@outbox/drainer';
-import { createOpenFgaSink } from '@outbox/openfga';
+import { createOpenFgaSink, createOpenFgaTupleReader } from '@outbox/openfga';
 import { outboxStats, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
-import { createReconciler, type Reconciler, type RedriveResult } from '@outbox/reconciler';
+import { auditOutboxIncremental, createReconciler, type AuditReport, type OutboxOwner, type Reconciler, type RedriveResult } from '@outbox/reconciler';
 import type { OpenFgaConnection } from './authorizer.js';
 
 /** What became of a write's intent by the time the service answers. */
@@ -14,8 +14,15 @@ export type Delivery =
 /** One service's outbox at run time: its drainer, its reconciler and what a route needs of them. */
 export interface ServiceOutbox {
   readonly spec: OutboxSpec;
+  /** Delivers on its timer and LISTEN; checks deliveries at risk of a late write (docs/agreement.md). */
   readonly drainer: Drainer;
+  /** Redrives on its timer; its `start` and `stop` also run the incremental audit's timer (with an owner). */
   readonly reconciler: Reconciler;
+  /**
+   * One incremental audit now (`auditOutboxIncremental`): drift logged at WARN, never repaired here
+   * (repair is an operator's decision). Undefined without an owner mapping.
+   */
+  audit(): Promise<AuditReport | undefined>;
   /**
    * After a commit that enqueued into `partitionKey`: waits for delivery when flush-on-write is on
    * (read-your-writes), and reports `pending` instead of failing when it does not finish.
@@ -42,9 +49,45 @@ export interface ServiceOutboxConfig {
   readonly flushTimeoutMs: number;
   /** Retry spacing of the drainer (its defaults when empty). */
   readonly retryBackoff: BackoffOptions;
+  /**
+   * What the service's own rows expect in OpenFGA (`registerServiceOwner(definition)`, iam's
+   * `iamOwner`), for the audit. Default none: no audit runs.
+   */
+  readonly owner?: OutboxOwner;
+  /** Milliseconds between incremental audits, with `owner`. Default 300000 (see `ServiceOptions`); 0: none. */
+  readonly auditIntervalMs?: number;
   readonly logger: Logger;
   /** Where the drainer's and the reconciler's instruments go (docs/metrics.md). Default: the global provider. */
   readonly meterProvider?: MeterProvider;
+}
+
+/** Incremental audits every `intervalMs`, one at a time, from `start` to `stop`; a failed one is logged and the next runs on time. */
+function auditTimer(run: () => Promise<unknown>, intervalMs: number, logger: Logger) {
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<unknown> | undefined;
+  let started = false;
+  const tick = () => {
+    timer = setTimeout(() => {
+      running = run()
+        .catch((error: unknown) => logger.warn(`audit failed; the next runs in ${intervalMs} ms`, { error: error instanceof Error ? error.message : String(error) }))
+        .finally(() => {
+          running = undefined;
+          if (started) tick();
+        });
+    }, intervalMs);
+  };
+  return {
+    start() {
+      if (started || intervalMs === 0) return;
+      started = true;
+      tick();
+    },
+    async stop() {
+      started = false;
+      clearTimeout(timer);
+      await running;
+    },
+  };
 }
 
 function pendingNote(error: unknown): string {
@@ -78,11 +121,31 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     logger,
     ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}),
   });
-  const reconciler = createReconciler({ db, spec, logger, interval: config.redriveIntervalMs, ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}) });
+  const redriver = createReconciler({ db, spec, logger, interval: config.redriveIntervalMs, ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}) });
+  const { owner } = config;
+  const reader = createOpenFgaTupleReader({
+    apiUrl: config.openfga.apiUrl,
+    storeId: config.openfga.storeId,
+    ...(config.openfga.credentials ? { credentials: config.openfga.credentials } : {}),
+  });
+  // Drift at WARN (the audit logs it), a clean run at INFO.
+  const audit = owner ? () => auditOutboxIncremental({ db, spec, owner, reader, logger }) : async () => undefined;
+  const audits = auditTimer(audit, owner ? (config.auditIntervalMs ?? 300_000) : 0, logger);
+  const reconciler: Reconciler = {
+    ...redriver,
+    async start() {
+      await redriver.start();
+      audits.start();
+    },
+    async stop() {
+      await Promise.all([redriver.stop(), audits.stop()]);
+    },
+  };
   return {
     spec,
     drainer,
     reconciler,
+    audit,
     async settle(partitionKey) {
       if (!config.flushOnWrite) {
         return { status: 'pending', note: 'flush on write is off: the drainer delivers the intent on its schedule' };

@@ -1,7 +1,7 @@
 import type { Logger } from '@outbox/drainer';
 import { observeOutbox, verifyOutboxTable, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { sqlState } from '@outbox/outbox/protocol';
-import type { RedriveResult } from '@outbox/reconciler';
+import type { OutboxOwner, RedriveResult } from '@outbox/reconciler';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { createAuthorizer, type Authorizer } from './authorizer.js';
 import { isDatabaseUnavailable, ServiceConfigError } from './errors.js';
@@ -38,6 +38,8 @@ export interface ServiceDefinition<N extends string = string> {
   readonly defaultPort: number;
   /** The service's outbox; its drainer and reconciler are started with the service. */
   readonly outbox: OutboxSpec;
+  /** What its rows expect in OpenFGA, for the incremental audit on the reconciler's timer. Default none: no audit. */
+  readonly owner?: OutboxOwner;
   /** The other tables its routes use, checked at start like the outbox (a missing one stops the start). */
   readonly tables?: readonly ExpectedTable[];
   /** The checks behind custom `format`s its schemas use (e.g. vpc's `ipv4-cidr-block`). */
@@ -138,6 +140,8 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     flushOnWrite: resolved.flushOnWrite,
     flushTimeoutMs: resolved.flushTimeoutMs,
     retryBackoff: resolved.retryBackoff,
+    ...(definition.owner ? { owner: definition.owner } : {}),
+    auditIntervalMs: resolved.auditIntervalMs,
     logger,
     meterProvider: metrics.meterProvider,
   });

@@ -1,0 +1,135 @@
+import { enqueueMany, type AnyKysely, type IntentPayload } from '@outbox/outbox';
+import { lockPartitions, partitionRangeSql, rowStates, tableNames } from '@outbox/outbox/protocol';
+import { sql } from 'kysely';
+import { keysAtRisk, lateWriteCorrections, tupleKeyOf, type KeyAtRisk } from './late-write-keys.js';
+import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
+
+/** Partitions one check takes: each may cost a read of the target while its due rows are locked. */
+const PARTITIONS_PER_CHECK = 20;
+/** A partition's newest rows read for its window: far more than one resource sees in seconds. */
+const WINDOW_ROWS = 1_000;
+
+/** What one late-write check did. */
+export interface LateWriteCheck {
+  /** Partitions checked, their due rows cleared. */
+  readonly checked: number;
+  /** Partitions whose keys at risk were read from the target. */
+  readonly read: number;
+  /** Partitions put off by a pending intent (or a delivery while they were read): checked again later. */
+  readonly postponed: number;
+  /** The corrections enqueued, per partition the target disagreed on. */
+  readonly corrected: ReadonlyArray<{ readonly partitionKey: string; readonly ids: readonly string[] }>;
+  /** More partitions were due than one check takes. */
+  readonly more: boolean;
+}
+
+/**
+ * One step of the late-write check (docs/agreement.md, "Late writes"), in one READ COMMITTED
+ * transaction: locks the due rows of up to {@link PARTITIONS_PER_CHECK} partitions (`SKIP LOCKED`);
+ * for each without a pending intent, takes the keys its deliveries since the earliest due row's
+ * window opened both wrote and deleted, reads them through the sink, and where the target differs
+ * enqueues the correction — under the partition's enqueue lock, and only if nothing was delivered
+ * or enqueued since the first look. A partition with a pending intent is checked again later.
+ */
+export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelayMs: number, signal: AbortSignal): Promise<LateWriteCheck> {
+  const { db, spec, sink } = config;
+  if (!sink.readTuples) throw new Error('the sink cannot read its target back (no readTuples)');
+  const readTuples = sink.readTuples.bind(sink);
+  const n = tableNames(spec);
+  const table = sql.raw(n.table);
+  const key = sql.raw(n.partition);
+  const range = (alias: string, k: string) => sql.raw(partitionRangeSql(alias, n.partition, k));
+  const delay = sql`${verifyDelayMs} * interval '1 millisecond'`;
+
+  /** Per key: whether an intent is pending, and the newest delivered row (a probe each on the partition's indexes). */
+  async function partitionStates(trx: AnyKysely, keys: readonly string[]) {
+    const result = await sql<{ partition_key: string; pending: boolean; last_delivered: string | null }>`
+      select u.k as partition_key,
+        exists (select 1 from ${table} p where ${range('p', 'u.k')} and ${rowStates('p').pending}) as pending,
+        (select x.id::text from ${table} x where ${range('x', 'u.k')} and ${rowStates('x').delivered}
+         order by x.${key} desc, x.id desc limit 1) as last_delivered
+      from unnest(${[...keys]}::text[]) as u(k)`.execute(trx);
+    return new Map(result.rows.map((r) => [r.partition_key, r]));
+  }
+
+  return db
+    .transaction()
+    .setIsolationLevel('read committed')
+    .execute(async (trx) => {
+      const due = await sql<{ id: string; partition_key: string; window_from: Date; candidates: number }>`
+        with candidates as (
+          select t.${key} as k, min(t.verify_after) as first_due from ${table} t where t.verify_after <= now()
+          group by t.${key} order by first_due limit ${PARTITIONS_PER_CHECK + 1}
+        )
+        select t.id::text as id, t.${key} as partition_key, t.sent_at - ${delay} as window_from,
+          (select count(*) from candidates)::int as candidates
+        from ${table} t
+        where t.verify_after <= now() and t.${key} in (select c.k from candidates c order by c.first_due limit ${PARTITIONS_PER_CHECK})
+        for update of t skip locked`.execute(trx);
+      const partitions = new Map<string, { ids: string[]; from: Date }>();
+      for (const row of due.rows) {
+        const entry = partitions.get(row.partition_key) ?? { ids: [], from: row.window_from };
+        entry.ids.push(row.id);
+        if (row.window_from < entry.from) entry.from = row.window_from;
+        partitions.set(row.partition_key, entry);
+      }
+      const more = (due.rows[0]?.candidates ?? 0) > PARTITIONS_PER_CHECK;
+      if (partitions.size === 0) return { checked: 0, read: 0, postponed: 0, corrected: [], more };
+      const keys = [...partitions.keys()];
+
+      const first = await partitionStates(trx, keys);
+      const windows = await sql<{ partition_key: string; payload: IntentPayload }>`
+        select u.k as partition_key, w.payload
+        from unnest(${keys}::text[], ${keys.map((k) => partitions.get(k)?.from.toISOString())}::timestamptz[]) as u(k, from_at)
+        cross join lateral (
+          select x.payload, x.sent_at from ${table} x where ${range('x', 'u.k')}
+          order by x.${key} desc, x.id desc limit ${WINDOW_ROWS}
+        ) w
+        where w.sent_at >= u.from_at`.execute(trx);
+      const newestFirst = new Map<string, IntentPayload[]>();
+      for (const row of windows.rows) newestFirst.set(row.partition_key, [...(newestFirst.get(row.partition_key) ?? []), row.payload]);
+
+      const postponed = new Set<string>();
+      const cleared = new Set<string>();
+      const atRisk = new Map<string, KeyAtRisk[]>();
+      for (const k of keys) {
+        const risks = keysAtRisk(newestFirst.get(k) ?? []);
+        if (first.get(k)?.pending) postponed.add(k);
+        else if (risks.length === 0) cleared.add(k);
+        else atRisk.set(k, risks);
+      }
+
+      const corrected: Array<{ partitionKey: string; ids: string[] }> = [];
+      if (atRisk.size > 0) {
+        const stored = await readTuples([...atRisk.values()].flat().map((risk) => risk.tuple), { signal });
+        const live = new Set(stored.map(tupleKeyOf));
+        const differing = new Map<string, ReturnType<typeof lateWriteCorrections>>();
+        for (const [k, risks] of atRisk) {
+          const intents = lateWriteCorrections(k, risks, live);
+          if (intents.length === 0) cleared.add(k);
+          else differing.set(k, intents);
+        }
+        if (differing.size > 0) {
+          // Under the enqueue locks, in a later statement: what was read stands unless this
+          // partition delivered or enqueued since the first look (no other intent commits meanwhile).
+          await lockPartitions(spec, [...differing.keys()]).execute(trx);
+          const now = await partitionStates(trx, [...differing.keys()]);
+          for (const [k, intents] of differing) {
+            const state = now.get(k);
+            if (!state || state.pending || state.last_delivered !== first.get(k)?.last_delivered) {
+              postponed.add(k);
+              continue;
+            }
+            corrected.push({ partitionKey: k, ids: await enqueueMany(trx, spec, intents) });
+            cleared.add(k);
+          }
+        }
+      }
+
+      const idsOf = (set: ReadonlySet<string>) => [...set].flatMap((k) => partitions.get(k)?.ids ?? []);
+      await sql`
+        update ${table} t set verify_after = case when t.id = any(${idsOf(postponed)}::bigint[]) then now() + ${delay} end
+        where t.id = any(${[...idsOf(postponed), ...idsOf(cleared)]}::bigint[])`.execute(trx);
+      return { checked: cleared.size, read: atRisk.size, postponed: postponed.size, corrected, more };
+    });
+}
