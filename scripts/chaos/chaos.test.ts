@@ -62,11 +62,9 @@ test('every drifted object is one a provoked late write named: no drift the prov
   expect(run().checks.drift.objectsDriftedUnexplained, output).toEqual([]);
 });
 
-// Fails on today's code: a late write (docs/design.md §9) lands after its partition's reversal and
-// nothing re-asserts the partition. Missing: the horizon H after which a partition's keys are
-// verified against its last delivered intent and re-asserted through the outbox. Make this a plain
-// `test` when that mechanism lands.
-test.fails('after the settle period OpenFGA equals the owner table (no drift)', () => {
+// The late-write check (docs/agreement.md, "Late writes") re-asserts every partition a late write
+// touched within H; the short run's settle period is longer than its verify delay.
+test('after the settle period OpenFGA equals the owner table (no drift)', () => {
   const { drift } = run().checks;
   expect(drift.objectsDrifted, JSON.stringify(drift.samples, null, 2)).toBe(0);
 });

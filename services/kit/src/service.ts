@@ -179,8 +179,8 @@ export async function startService<N extends string>(definition: ServiceDefiniti
           const { ready, checks, error } = await readiness.check();
           return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', service: definition.name, ...(error ? { error } : {}), checks });
         });
-        // Prometheus: every instrument of the process (docs/metrics.md); the exporter writes the answer itself.
-        app.get('/metrics', { config: { probe: true }, schema: { summary: 'Prometheus metrics of the outboxes in this process', tags: ['operations'] } }, (request, reply) => {
+        // Prometheus text, not the JSON API (kept out of /openapi.json): every instrument of the process (docs/metrics.md).
+        app.get('/metrics', { config: { probe: true }, schema: { hide: true } }, (request, reply) => {
           reply.hijack();
           metrics.exporter.getMetricsRequestHandler(request.raw, reply.raw);
         });
