@@ -57,6 +57,12 @@ async function oldClaim(db: Kysely<unknown>, spec: OutboxSpec, version: string, 
     $$`).execute(db);
 }
 
+/** A build before 0009_ledger_life: no ledger columns, no delivered-rows index. */
+async function withoutLedger(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
+  await sql.raw(`drop index "${spec.schema}"."${spec.tableName}_delivered_idx"`).execute(db);
+  await sql.raw(`alter table "${spec.schema}"."${spec.tableName}" drop column poison_cause, drop column poison_code, drop column revival_count, drop column revive_after, drop column closed_as`).execute(db);
+}
+
 const claimParams = {
   v2: 'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',
   v3: 'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[]',
@@ -70,8 +76,9 @@ test.each([
       await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[])`).execute(db);
       await oldClaim(db, spec, 'v2', claimParams.v2);
       await oldSettle(db, spec, 'v1');
+      await withoutLedger(db, spec);
     },
-    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4'],
+    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0009_ledger_life'],
   },
   {
     build: 'before claim v4',
@@ -79,14 +86,15 @@ test.each([
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
       await oldClaim(db, spec, 'v3', claimParams.v3);
       await oldSettle(db, spec, 'v2');
+      await withoutLedger(db, spec);
     },
-    pending: ['0008_drain_functions_v4'],
+    pending: ['0008_drain_functions_v4', '0009_ledger_life'],
   },
-])('a database migrated by the build $build: the next migrate brings every outbox\'s functions up to date', async ({ leave, pending }) => {
+])('a database migrated by the build $build: the next migrate brings every outbox\'s functions and columns up to date', async ({ leave, pending }) => {
   const db = open();
   for (const spec of specs) {
     await leave(db, spec);
-    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates/);
+    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates[^]*column poison_cause|column poison_cause[^]*is not the one this release creates/);
   }
   await sql`delete from public.kysely_migration where name = any(${pending})`.execute(db);
   expect(await migrateToLatest(db)).toEqual(pending);

@@ -1,5 +1,5 @@
 import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { drainFunctionsDdl, executeStatements, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
+import { drainFunctionsDdl, executeStatements, ledgerLifeDdlV1, outboxTableDdlV1, tableNames, type DrainFunctionVersions } from '@outbox/outbox/protocol';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
 import { createResourceTable, dropResourceTable, type ResourceTable } from './resource-table.js';
@@ -61,6 +61,24 @@ export function drainFunctionsMigration(specs: readonly OutboxSpec[], versions: 
     },
     async down() {
       // nothing to undo: see above
+    },
+  };
+}
+
+/** The ledger's columns and delivered-rows index on every outbox of `specs` (docs/ledger.md). */
+export function ledgerLifeMigration(specs: readonly OutboxSpec[]): Migration {
+  return {
+    async up(db) {
+      for (const spec of specs) await executeStatements(db, ledgerLifeDdlV1(spec));
+    },
+    async down(db) {
+      for (const spec of specs) {
+        const n = tableNames(spec);
+        await executeStatements(db, [
+          `drop index if exists "${spec.schema}"."${n.deliveredIndex}"`,
+          `alter table ${n.table} drop column poison_cause, drop column poison_code, drop column revival_count, drop column revive_after, drop column closed_as`,
+        ]);
+      }
     },
   };
 }

@@ -2,6 +2,7 @@ import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
 import { executeStatements } from './execute-statements.js';
+import { ledgerLifeDdlV1 } from './ledger-life-ddl.js';
 import { outboxTableDdlV1, type OutboxTableOptions } from './outbox-table-ddl.js';
 import { tableNames } from './table-names.js';
 
@@ -11,7 +12,7 @@ import { tableNames } from './table-names.js';
  * await writeFile('0001_vpc_outbox.sql', outboxTableDdl(vpcOutbox).join(';\n\n'));
  */
 export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {}): string[] {
-  return [...outboxTableDdlV1(spec, options), ...drainFunctionsDdl(spec)];
+  return [...outboxTableDdlV1(spec, options), ...ledgerLifeDdlV1(spec), ...drainFunctionsDdl(spec)];
 }
 
 /**
@@ -71,6 +72,14 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
         executeStatements(db, [
           `drop function if exists ${n.claimFunction}${DRAIN_FUNCTION_SIGNATURES.claim[0]}`,
           `drop function if exists ${n.settleFunction}${DRAIN_FUNCTION_SIGNATURES.settle[0]}`,
+        ]),
+    },
+    [`${prefix}0003_ledger_life`]: {
+      up: (db: AnyKysely) => executeStatements(db, ledgerLifeDdlV1(spec)),
+      down: (db: AnyKysely) =>
+        executeStatements(db, [
+          `drop index if exists "${spec.schema}"."${n.deliveredIndex}"`,
+          `alter table ${n.table} drop column if exists poison_cause, drop column if exists poison_code, drop column if exists revival_count, drop column if exists revive_after, drop column if exists closed_as`,
         ]),
     },
   });

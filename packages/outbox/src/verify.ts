@@ -19,6 +19,11 @@ function expectedColumns(spec: OutboxSpec): Record<string, string> {
     retired_at: 'timestamp with time zone',
     retired_reason: 'text',
     is_head: 'boolean',
+    poison_cause: 'text',
+    poison_code: 'text',
+    revival_count: 'integer',
+    revive_after: 'timestamp with time zone',
+    closed_as: 'text',
   };
 }
 
@@ -51,6 +56,8 @@ function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): strin
       return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
     case 'is_head':
       return column.not_null && column.default === 'false' ? undefined : 'not null default false';
+    case 'revival_count':
+      return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
     case 'sent_at':
     case 'retired_at':
       return column.not_null || column.default !== null ? 'nullable without a default: NULL until the row is delivered or retired' : undefined;
@@ -123,6 +130,9 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
   if (!hasIndex(['id'], isPending)) missing.push('partial index (id) where sent_at is null and retired_at is null (pending)');
   if (!hasIndex(['next_attempt_at', 'id'], (p) => p === 'is_head')) {
     missing.push('partial index (next_attempt_at, id) where is_head (the drainer\'s claim)');
+  }
+  if (!hasIndex([spec.partitionColumn, 'id'], (p) => p === 'sent_at is not null')) {
+    missing.push(`partial index (${spec.partitionColumn}, id) where sent_at is not null (delivered rows: compaction, the reconciler's successor look-up)`);
   }
 
   // tgtype bits: 1 = row-level, 2 = before, 4 = insert. Statement-level, after, insert; enabled

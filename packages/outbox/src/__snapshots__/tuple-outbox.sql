@@ -618,3 +618,20 @@ begin
 end
 $fn$
 ;
+
+-- ==== ledgerLifeDdlV1
+
+alter table "iam"."fga_outbox"
+      add column poison_cause  text,
+      add column poison_code   text,
+      add column revival_count integer not null default 0,
+      add column revive_after  timestamptz,
+      add column closed_as     text,
+      add constraint "fga_outbox_poison_cause_check" check (poison_cause in ('exhausted', 'refused')) not valid,
+      add constraint "fga_outbox_closed_as_check" check (closed_as in ('retired', 'discarded')) not valid;
+
+comment on column "iam"."fga_outbox".poison_cause is 'why the row is poisoned: exhausted (transient failures) or refused (permanently, code in poison_code); NULL on rows poisoned before it existed, read as exhausted';
+
+comment on column "iam"."fga_outbox".closed_as is 'how retired_at was set: retired (superseded) or discarded (not superseded, its tuples never written); NULL read as retired';
+
+create index if not exists "fga_outbox_delivered_idx" on "iam"."fga_outbox" ("tuple_key", id) where sent_at is not null;
