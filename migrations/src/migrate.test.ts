@@ -1,4 +1,5 @@
 import { outboxStats, verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
+import { dropLedgerLifeDdlV1, executeStatements } from '@outbox/outbox/protocol';
 import { sql, type Kysely } from 'kysely';
 import { Migrator, NO_MIGRATIONS } from 'kysely/migration';
 import { beforeAll, expect, inject, test } from 'vitest';
@@ -58,10 +59,7 @@ async function oldClaim(db: Kysely<unknown>, spec: OutboxSpec, version: string, 
 }
 
 /** A build before 0009_ledger_life: no ledger columns, no delivered-rows index. */
-async function withoutLedger(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
-  await sql.raw(`drop index "${spec.schema}"."${spec.tableName}_delivered_idx"`).execute(db);
-  await sql.raw(`alter table "${spec.schema}"."${spec.tableName}" drop column poison_cause, drop column poison_code, drop column revival_count, drop column revive_after, drop column closed_as`).execute(db);
-}
+const withoutLedger = (db: Kysely<unknown>, spec: OutboxSpec) => executeStatements(db, dropLedgerLifeDdlV1(spec));
 
 const claimParams = {
   v2: 'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',

@@ -1,5 +1,5 @@
 import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { drainFunctionsDdl, executeStatements, ledgerLifeDdlV1, outboxTableDdlV1, tableNames, type DrainFunctionVersions } from '@outbox/outbox/protocol';
+import { drainFunctionsDdl, dropLedgerLifeDdlV1, executeStatements, ledgerLifeDdlV1, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
 import { createResourceTable, dropResourceTable, type ResourceTable } from './resource-table.js';
@@ -72,13 +72,7 @@ export function ledgerLifeMigration(specs: readonly OutboxSpec[]): Migration {
       for (const spec of specs) await executeStatements(db, ledgerLifeDdlV1(spec));
     },
     async down(db) {
-      for (const spec of specs) {
-        const n = tableNames(spec);
-        await executeStatements(db, [
-          `drop index if exists "${spec.schema}"."${n.deliveredIndex}"`,
-          `alter table ${n.table} drop column poison_cause, drop column poison_code, drop column revival_count, drop column revive_after, drop column closed_as`,
-        ]);
-      }
+      for (const spec of specs) await executeStatements(db, dropLedgerLifeDdlV1(spec));
     },
   };
 }

@@ -2,7 +2,7 @@ import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
 import { executeStatements } from './execute-statements.js';
-import { ledgerLifeDdlV1 } from './ledger-life-ddl.js';
+import { dropLedgerLifeDdlV1, ledgerLifeDdlV1 } from './ledger-life-ddl.js';
 import { outboxTableDdlV1, type OutboxTableOptions } from './outbox-table-ddl.js';
 import { tableNames } from './table-names.js';
 
@@ -76,11 +76,7 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
     },
     [`${prefix}0003_ledger_life`]: {
       up: (db: AnyKysely) => executeStatements(db, ledgerLifeDdlV1(spec)),
-      down: (db: AnyKysely) =>
-        executeStatements(db, [
-          `drop index if exists "${spec.schema}"."${n.deliveredIndex}"`,
-          `alter table ${n.table} drop column if exists poison_cause, drop column if exists poison_code, drop column if exists revival_count, drop column if exists revive_after, drop column if exists closed_as`,
-        ]),
+      down: (db: AnyKysely) => executeStatements(db, dropLedgerLifeDdlV1(spec)),
     },
   });
 }

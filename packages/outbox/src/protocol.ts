@@ -7,7 +7,7 @@ export { promoteHeads, resetHeads, type PromotedHead } from './heads.js';
 export { compareIds } from './ids.js';
 export { integerInRange } from './integer-in-range.js';
 export { assertRecordedMaxAttempts, maxAttemptsChangedError, recordedMaxAttempts, recordedMaxAttemptsSql } from './max-attempts.js';
-export { ledgerLifeDdlV1, LEDGER_COLUMNS, type ClosedAs, type PoisonCause } from './ledger-life-ddl.js';
+export { dropLedgerLifeDdlV1, ledgerLifeDdlV1, LEDGER_COLUMNS, type ClosedAs, type PoisonCause } from './ledger-life-ddl.js';
 export { outboxTableDdlV1 } from './outbox-table-ddl.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
 export { coveringSuccessor, rowStates, supersededCoverageCondition } from './row-states.js';

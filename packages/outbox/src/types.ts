@@ -22,6 +22,8 @@ interface OutboxColumns {
   revival_count: Generated<number>;
   /** Before this, a refused row is not revived again. */
   revive_after: Date | null;
+  /** A refused row that a model change or an operator asked to retry (once `revive_after` passed). */
+  revive_requested: Generated<boolean>;
   /** How a closed row (`retired_at` set) was closed; NULL reads as `retired`. */
   closed_as: 'retired' | 'discarded' | null;
 }

@@ -103,7 +103,7 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
       created_at timestamptz not null default now(), next_attempt_at timestamptz not null default now(),
       attempt_count integer not null default 0, last_error text, sent_at timestamptz,
       retired_at timestamptz, retired_reason text, is_head boolean not null default false,
-      poison_cause text, poison_code text, revival_count integer not null default 0, revive_after timestamptz, closed_as text,
+      poison_cause text, poison_code text, revival_count integer not null default 0, revive_after timestamptz, revive_requested boolean not null default false, closed_as text,
       primary key (id, created_at)
     ) partition by range (created_at)`);
     await run(`create table edges.partitioned_2020 partition of edges.partitioned for values from ('2020-01-01') to ('2021-01-01')`);

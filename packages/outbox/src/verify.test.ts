@@ -246,6 +246,7 @@ describe('verifyOutboxTable', () => {
       'column poison_code text',
       'column revival_count integer',
       'column revive_after timestamp with time zone',
+      'column revive_requested boolean',
       'column closed_as text',
       'partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)',
       'partial index (id) where sent_at is null and retired_at is null (pending)',

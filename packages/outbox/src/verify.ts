@@ -23,6 +23,7 @@ function expectedColumns(spec: OutboxSpec): Record<string, string> {
     poison_code: 'text',
     revival_count: 'integer',
     revive_after: 'timestamp with time zone',
+    revive_requested: 'boolean',
     closed_as: 'text',
   };
 }
@@ -58,6 +59,8 @@ function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): strin
       return column.not_null && column.default === 'false' ? undefined : 'not null default false';
     case 'revival_count':
       return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
+    case 'revive_requested':
+      return column.not_null && column.default === 'false' ? undefined : 'not null default false, as enqueue leaves it to the default';
     case 'sent_at':
     case 'retired_at':
       return column.not_null || column.default !== null ? 'nullable without a default: NULL until the row is delivered or retired' : undefined;

@@ -626,11 +626,14 @@ alter table "iam"."fga_outbox"
       add column poison_code   text,
       add column revival_count integer not null default 0,
       add column revive_after  timestamptz,
+      add column revive_requested boolean not null default false,
       add column closed_as     text,
       add constraint "fga_outbox_poison_cause_check" check (poison_cause in ('exhausted', 'refused')) not valid,
       add constraint "fga_outbox_closed_as_check" check (closed_as in ('retired', 'discarded')) not valid;
 
 comment on column "iam"."fga_outbox".poison_cause is 'why the row is poisoned: exhausted (transient failures) or refused (permanently, code in poison_code); NULL on rows poisoned before it existed, read as exhausted';
+
+comment on column "iam"."fga_outbox".revive_requested is 'a refused row a model change or an operator asked to retry: revived once revive_after (the growing spacing between its revivals) has passed';
 
 comment on column "iam"."fga_outbox".closed_as is 'how retired_at was set: retired (superseded) or discarded (not superseded, its tuples never written); NULL read as retired';
 
