@@ -17,7 +17,7 @@ import {
   poison,
   readRow,
   recordingLogger,
-} from './outbox-fixture.js';
+} from './testing/outbox-fixture.js';
 
 const t = useTestDatabase();
 const ids = (rows: readonly { id: string }[]) => rows.map((r) => r.id);
@@ -90,10 +90,11 @@ describe('the batch cut', () => {
     expect(await readRow(t.db, spec, first)).toMatchObject({ attempt_count: 3 });
     expect(await readRow(t.db, spec, second)).toMatchObject({ attempt_count: 3 });
 
-    // Fixed. The reconciler's batch holds one row (think: 500 of an outage's 10,000 poisoned rows).
+    // Fixed (the model deployed: refused rows are asked to retry). The reconciler's batch holds one
+    // row (think: 500 of an outage's 10,000 poisoned rows).
     down = false;
     const reconciler = createReconciler({ db: t.db, spec, batchSize: 1, logger: recordingLogger() });
-    const pass1 = await reconciler.redrivePoisoned();
+    const pass1 = await reconciler.redrivePoisoned({ refused: true, reason: 'model-change' });
     await drainer.drainOnce();
     const pass2 = await reconciler.redrivePoisoned();
     await drainer.drainOnce();

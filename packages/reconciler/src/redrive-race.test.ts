@@ -22,7 +22,7 @@ import {
   register,
   settlesWithin,
   waitForLockWaiters,
-} from './outbox-fixture.js';
+} from './testing/outbox-fixture.js';
 
 const t = useTestDatabase();
 const ids = (rows: readonly { id: string }[]) => rows.map((r) => r.id);

@@ -19,7 +19,7 @@ import {
   recordingLogger,
   register,
   waitForLockWaiters,
-} from './outbox-fixture.js';
+} from './testing/outbox-fixture.js';
 
 const t = useTestDatabase();
 
