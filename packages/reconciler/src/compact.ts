@@ -4,30 +4,18 @@ import { rowStates, tableNames } from '@outbox/outbox/protocol';
 import type { Logger } from './logger.js';
 
 const DAY_MS = 86_400_000;
-/** Most a retention can be: a century, well inside what an interval and a float carry. */
+/** A century: well inside what an interval carries. */
 const MAX_RETENTION_MS = 36_500 * DAY_MS;
 
-/**
- * What {@link compactOutbox} takes.
- *
- * @example
- * const options: CompactOptions = { db, spec: vpcOutbox, retentionMs: 7 * 86_400_000, dryRun: true };
- */
+/** What {@link compactOutbox} takes. */
 export interface CompactOptions {
   readonly db: AnyKysely;
   readonly spec: OutboxSpec;
-  /**
-   * How long a delivered row is kept after its delivery. Default 30 days: long enough to answer
-   * "was this tuple written, and when?" about the last month; rows a decision still reads are kept
-   * whatever their age (docs/ledger.md).
-   */
+  /** How long a delivered row is kept. Default 30 days: "was it written, and when?" for the last month; rows a decision reads stay whatever their age. */
   readonly retentionMs?: number;
   /** How long a retired or discarded row is kept after it was closed. Default: `retentionMs`. */
   readonly closedRetentionMs?: number;
-  /**
-   * Rows looked at per statement, each its own short transaction. Default 1000 (at most 10000):
-   * a batch deletes in a few milliseconds, and autovacuum keeps up between batches.
-   */
+  /** Rows looked at per transaction. Default 1000 (at most 10000): a batch takes milliseconds. */
   readonly batchSize?: number;
   /** Count what would be deleted, delete nothing. Default false. */
   readonly dryRun?: boolean;
@@ -37,18 +25,11 @@ export interface CompactOptions {
   readonly signal?: AbortSignal;
 }
 
-/**
- * What one compaction run did (a dry run: would do).
- *
- * @example
- * const { deleted, skipped } = await compactOutbox({ db, spec: vpcOutbox });
- */
+/** What one compaction run did (a dry run: would do). */
 export interface CompactionResult {
-  /** Rows deleted: `delivered + closed`. */
+  /** `delivered + closed`: delivered rows, and retired or discarded ones. */
   readonly deleted: number;
-  /** Delivered rows deleted. */
   readonly delivered: number;
-  /** Retired and discarded rows deleted. */
   readonly closed: number;
   /** Rows looked at. */
   readonly scanned: number;
@@ -88,12 +69,10 @@ export interface BatchOptions {
 }
 
 /**
- * One batch (docs/ledger.md, "What compaction keeps"): the next `batchSize` rows by id after
- * `after`, under the table's compaction try-lock. A delivered row goes when it is older than the
- * retention and lies before its partition's last delivered row and before its first pending row;
- * a closed row when it is older than its own retention. One probe per partition for each bound,
- * as ranges of `(partition, id)` in index order (docs/outbox-sql.md). `young`: the batch reached
- * rows created within the shorter retention, past which nothing can be old enough.
+ * One batch, under the table's compaction try-lock (docs/ledger.md, "What compaction keeps"): of
+ * the next rows by id, a delivered one older than the retention, before its partition's last
+ * delivered row and its first pending one; a closed one older than its own retention. `young`: the
+ * batch reached rows created within the retention, past which nothing is old enough.
  */
 export function compactBatch(spec: OutboxSpec, after: string, options: BatchOptions) {
   const n = tableNames(spec);
@@ -105,7 +84,7 @@ export function compactBatch(spec: OutboxSpec, after: string, options: BatchOpti
     select b.id, b.sent_at is not null as delivered from batch b left join bounds d on d.key = b.key
     where (b.sent_at < ${ago(options.retentionMs)} and b.id < d.last_delivered and b.id < coalesce(d.first_pending, 9223372036854775807))
        or b.retired_at < ${ago(options.closedRetentionMs)}`;
-  // The DELETE re-checks what a concurrent update could change (EvalPlanQual sees the new version).
+  // Re-checked on the row's latest version, should an update race the batch.
   const gone = options.dryRun
     ? sql`select delivered from doomed`
     : sql`delete from ${table} t using doomed d where t.id = d.id and (${rowStates('t').delivered} or ${rowStates('t').retired})${marked} returning d.delivered`;
@@ -137,11 +116,8 @@ function columnPresent(spec: OutboxSpec, column: string) {
 }
 
 /**
- * Deletes old delivered rows, and old retired and discarded ones, but never a row a decision still
- * reads: the redrive's and the audit's answers are the same before and after (docs/ledger.md). It
- * walks the table by id in small batches, each its own transaction; it takes no lock a drainer,
- * an enqueue or a redrive waits for (only a try-lock so that two runs do not duplicate work), and
- * it decides nothing an enqueue in flight could change (docs/ledger.md, "Why no partition lock").
+ * Deletes old delivered, retired and discarded rows, never one a decision still reads (docs/ledger.md):
+ * in small batches by id, each its own transaction, taking no lock a drainer, an enqueue or a redrive waits for.
  *
  * @example
  * const result = await compactOutbox({ db, spec: vpcOutbox, retentionMs: 30 * 86_400_000 });
@@ -155,7 +131,6 @@ export async function compactOutbox(options: CompactOptions): Promise<Compaction
   const batchSize = options.batchSize ?? 1_000;
   if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) throw new OutboxConfigError('batchSize', `expected an integer from 1 to 10000, got ${String(options.batchSize)}`);
   const dryRun = options.dryRun === true;
-  // A column another feature keeps rows by (the late-write verifier's): its rows stay.
   const verifyAfter = (await columnPresent(spec, 'verify_after').execute(db)).rows[0]?.present === true;
 
   const totals = { deleted: 0, delivered: 0, closed: 0, scanned: 0, batches: 0, skipped: false, dryRun };
@@ -167,7 +142,7 @@ export async function compactOutbox(options: CompactOptions): Promise<Compaction
         .transaction()
         .setIsolationLevel('read committed')
         .execute(async (trx) => {
-          // Every read here has an index in the order it wants: never a scan of the table, nor a sort of it.
+          // Every read here has an index in its order: never a scan or a sort of the table.
           await sql`select set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)`.execute(trx);
           return statement.execute(trx);
         })

@@ -5,12 +5,7 @@ import { consoleLogger, type Logger } from './logger.js';
 import { redrivePoisoned, type PassContext, type RedriveOptions, type RedriveResult, type RedrivenIntent } from './redrive.js';
 import { verifyCoverageSql } from './verify-coverage.js';
 
-/**
- * The spacing between revivals of one refused row: `baseMs · 2^n` after its n-th, at most `maxMs`.
- *
- * @example
- * const revivalBackoff: RevivalBackoff = { baseMs: 60_000, maxMs: 86_400_000 };
- */
+/** The spacing between revivals of one refused row: `baseMs · 2^n` after its n-th, at most `maxMs`. */
 export interface RevivalBackoff {
   /** Default 60000: a model fixed in two tries within a minute still gets its second try a minute later. */
   readonly baseMs?: number;
@@ -18,95 +13,51 @@ export interface RevivalBackoff {
   readonly maxMs?: number;
 }
 
-/**
- * Compaction on the reconciler's own timer (see {@link compactOutbox}).
- *
- * @example
- * createReconciler({ db, spec, compaction: { intervalMs: 3_600_000, retentionMs: 30 * 86_400_000 } });
- */
+/** {@link compactOutbox} on the reconciler's timer, e.g. `{ intervalMs: 3_600_000, retentionMs: 30 * 86_400_000 }`. */
 export interface CompactionSchedule extends Pick<CompactOptions, 'retentionMs' | 'closedRetentionMs' | 'batchSize'> {
   /** Milliseconds between runs. Default 3600000: the ledger grows by the hour, not by the second. */
   readonly intervalMs?: number;
 }
 
-/**
- * What `createReconciler` takes.
- *
- * @example
- * const config: ReconcilerConfig = { db, spec: iamOutbox, interval: 60_000, batchSize: 200 };
- */
+/** What `createReconciler` takes, e.g. `{ db, spec: iamOutbox, interval: 60_000 }`. */
 export interface ReconcilerConfig {
   readonly db: AnyKysely;
-  /** The outbox spec shared with the writer and the drainer: one partition column for both halves of the ordering rule. */
+  /** The spec shared with the writer and the drainer: one partition column for both halves of the ordering rule. */
   readonly spec: OutboxSpec;
   /** Where the reconciler logs. Default: console, warnings (superseded intents) and errors only. */
   readonly logger?: Logger;
-  /**
-   * Milliseconds between scheduled passes (`start()`). Default 300000 (5 min), at most 2147483647
-   * (Node's timer limit: a longer delay silently becomes 1 ms). An intent poisoned by an outage is
-   * retried within minutes of it ending; one refused for good is not retried until asked.
-   */
+  /** Milliseconds between scheduled passes. Default 300000: an outage's rows come back within minutes of it ending. */
   readonly interval?: number;
-  /**
-   * Most poisoned rows one pass revives (and, separately, reports superseded or waiting). Default
-   * 500, at most 1000: a pass holds an advisory lock per partition, in a lock table (~6.4k slots by
-   * default) shared with every enqueue.
-   */
+  /** Most rows a pass revives (and reports per list). Default 500, at most 1000: one advisory lock per partition, in a shared lock table. */
   readonly batchSize?: number;
-  /**
-   * How long a pass waits for the locks drainers and enqueues hold on its candidates' partitions.
-   * Default 5000 ms; past it the pass defers what it could not lock, so a stuck drainer delays only
-   * its own partition.
-   */
+  /** How long a pass waits for drainers' and enqueues' locks. Default 5000 ms; past it, only the held partitions are deferred. */
   readonly lockTimeoutMs?: number;
   /** The spacing between revivals of one refused row. Default `{ baseMs: 60000, maxMs: 86400000 }`. */
   readonly revivalBackoff?: RevivalBackoff;
-  /**
-   * The authorization model in force, asked before each scheduled pass: when it differs from the
-   * last answer, refused rows are asked to retry (`model-change`). Default none: call
-   * `redrivePoisoned({ refused: true, reason })` yourself. A change while no reconciler runs is not seen.
-   */
+  /** The model in force, asked before each scheduled pass; a change asks refused rows to retry. Default none (call `redrivePoisoned({ refused })`). */
   readonly modelId?: () => string | undefined | Promise<string | undefined>;
-  /** Run {@link compactOutbox} on a timer (started by `start()`). Default off: deleting history is the owner's choice. */
+  /** Compaction on a timer. Default off: deleting history is the owner's choice. */
   readonly compaction?: CompactionSchedule | false;
 }
 
-/**
- * The reconciler of one outbox table.
- *
- * @example
- * const reconciler: Reconciler = createReconciler({ db, spec: vpcOutbox });
- * await reconciler.start();
- */
+/** The reconciler of one outbox table (see {@link createReconciler}). */
 export interface Reconciler {
-  /**
-   * One pass: revives poisoned intents that no delivered successor supersedes (refused ones only
-   * when asked), reports the superseded and waiting ones. Passes of this process run one after
-   * another; a pass in another process makes this one return `skipped: true`.
-   */
+  /** One pass (one at a time per process; `skipped` when another process's runs): revives, reports superseded and waiting rows. */
   redrivePoisoned(options?: RedriveOptions): Promise<RedriveResult>;
-  /**
-   * Closes superseded intents with a reason (`retired_at`, `retired_reason`), all or nothing.
-   * Throws a {@link RetireRefusedError} naming every id that is not superseded (and an
-   * `OutboxConfigError` naming `reason` or `ids` when those are missing). Returns the rows retired.
-   */
+  /** Closes superseded intents with a reason, all or nothing; a {@link RetireRefusedError} names every id refused. */
   retire(ids: readonly (string | number | bigint)[], reason: string): Promise<readonly RedrivenIntent[]>;
-  /**
-   * Closes poisoned intents that are NOT superseded, with a reason: the decision that their tuples
-   * will never be written (an under-grant), logged at WARN and kept as evidence. All or nothing; a
-   * {@link DiscardRefusedError} names every id refused (superseded ones go to `retire`).
-   */
+  /** Closes poisoned intents NOT superseded, with a reason: their tuples are never written (logged at WARN). {@link DiscardRefusedError} names refusals. */
   discardPoisoned(options: { readonly ids: readonly (string | number | bigint)[]; readonly reason: string }): Promise<readonly RedrivenIntent[]>;
   /** One compaction run now, with the schedule's settings unless overridden. */
   compact(options?: Omit<CompactOptions, 'db' | 'spec'>): Promise<CompactionResult>;
-  /** Verifies the table and the coverage SQL, then runs a pass every `interval` (and compaction, when scheduled). */
+  /** Verifies the table and the coverage SQL, then starts the timers. */
   start(): Promise<void>;
   /** Stops the timers and waits for a pass or compaction in flight. */
   stop(): Promise<void>;
 }
 
 const MAX_BATCH_SIZE = 1_000;
-/** Node's timers take at most 2^31 - 1 ms: a longer delay is silently replaced by 1 ms. */
+/** Node replaces a longer delay by 1 ms. */
 const MAX_TIMER_MS = 2_147_483_647;
 
 function positiveInteger(field: string, value: number | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -147,18 +98,14 @@ function repeating(intervalMs: number, work: () => Promise<unknown>) {
 }
 
 /**
- * Creates the reconciler of one outbox table (docs/design.md §6, §10): it revives poisoned intents
- * — never one a later, delivered intent of its partition supersedes — closes them on request, and
- * can compact the ledger. On a timer for every outbox; on demand after a model change.
+ * The reconciler of one outbox (docs/design.md §6, §10): revives poisoned intents, never past a
+ * delivered successor; retires, discards and compacts on request.
  *
  * @example
  * const reconciler = createReconciler({ db, spec: vpcOutbox, logger });
- * await reconciler.start(); // verifies the table, then a pass every 5 minutes
- * // on an authorization-model change:
+ * await reconciler.start();
  * await reconciler.redrivePoisoned({ refused: true, reason: 'model-change' });
- * // a human, after reviewing the WARN:
  * await reconciler.retire(superseded.map((s) => s.id), 'deregistered before the outage ended');
- * await reconciler.stop();
  */
 export function createReconciler(config: ReconcilerConfig): Reconciler {
   if (!config || typeof config !== 'object') throw new OutboxConfigError('config', 'expected { db, spec }');
@@ -195,7 +142,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
       throw error;
     }));
 
-  // Passes, retire and discard of this process run one at a time: each waits for the previous one.
+  // Passes, retire and discard of this process run one after another.
   let queue: Promise<unknown> = Promise.resolve();
   const enqueuePass = <T>(work: () => Promise<T>): Promise<T> => {
     const next = queue.then(async () => {
@@ -206,7 +153,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     return next;
   };
 
-  // The model id last seen, and whether a change still has to reach the table (a pass that failed or skipped).
+  // The model last seen, and whether its change still has to reach the table (a pass failed or skipped).
   let model: { id: string | undefined; changed: boolean } | undefined;
   const readModel = async () => {
     if (!config.modelId) return;

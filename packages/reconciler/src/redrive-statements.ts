@@ -38,10 +38,7 @@ export function tryLockReconciler(spec: OutboxSpec) {
   return sql<{ granted: boolean }>`select pg_try_advisory_xact_lock(${reconcilerLockKey(spec)}) as granted`;
 }
 
-/**
- * A request to retry every refused row (a model change, an operator): each is revived once its
- * spacing (`revive_after`) has passed, by this pass or a later one in any process.
- */
+/** Asks to retry every refused row: revived once its spacing has passed, by this pass or a later one. */
 export function requestRefusedRevivals(spec: OutboxSpec) {
   return sql<{ id: string }>`
     update ${sql.raw(tableNames(spec).table)} t set revive_requested = true
@@ -50,11 +47,9 @@ export function requestRefusedRevivals(spec: OutboxSpec) {
 }
 
 /**
- * Step 2: per class, the first `batchSize` poisoned rows — first meaning the partitions least
- * recently attempted (by their earliest row's `next_attempt_at`, so a row refused again goes to the
- * back), each partition's rows in id order (a cut never revives a later row without the earlier
- * ones, which it would supersede for good). A refused row is a candidate only when asked for
- * (`requested`, or `refused` for a dry run) and past its spacing; the others wait.
+ * Step 2: per class, the first `batchSize` poisoned rows, least recently attempted partitions first,
+ * each partition's rows in id order (docs/design.md §6). A refused row is a candidate only when
+ * asked for and past its spacing.
  */
 export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: SuccessorCheck, refused = false) {
   const n = tableNames(spec);
@@ -79,11 +74,7 @@ export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: Succe
     select id, key, last_error, poison_cause, poison_code, revive_after, revive_requested, class from ranked where rank <= ${batchSize} order by id`;
 }
 
-/**
- * Step 3 (waiting) and 5a (`skipLocked`): row-lock every pending row of these partitions, in id
- * order. Waiting lets every delivery in flight commit first; every pending row, so a drainer holding
- * a deliverable predecessor cannot promote a successor over the revived row.
- */
+/** Steps 3 (waiting) and 5a (`skipLocked`): row-lock every pending row of these partitions, in id order. */
 export function lockPendingRows(spec: OutboxSpec, keys: readonly string[], options: { skipLocked?: boolean } = {}) {
   const n = tableNames(spec);
   return sql<{ id: string }>`
@@ -100,10 +91,7 @@ export function tryLockPartitions(spec: OutboxSpec, keys: readonly string[]) {
     from unnest(${[...keys]}::text[]) as k`;
 }
 
-/**
- * Step 5b, a snapshot taken after every lock: per candidate, still poisoned? superseded meanwhile?
- * `contended`: its partition has a pending row the pass could not lock (a drainer may deliver it).
- */
+/** Step 5b, after every lock: still poisoned? superseded meanwhile? `contended`: a pending row of its partition is not ours. */
 export function decideCandidates(spec: OutboxSpec, candidates: readonly { id: string; key: string }[], lockedIds: readonly string[], check: SuccessorCheck) {
   const n = tableNames(spec);
   const table = sql.raw(n.table);
@@ -132,10 +120,7 @@ export interface RevivalSpacing {
   readonly maxMs: number;
 }
 
-/**
- * Step 6: claimable again; a refused row counts a revival and may not be revived again before its
- * spacing has passed. Their heads are then reset with `resetHeads`.
- */
+/** Step 6: claimable again; a refused row counts a revival and sets its next spacing. Heads are reset after. */
 export function reviveRows(spec: OutboxSpec, ids: readonly string[], spacing: RevivalSpacing) {
   const n = tableNames(spec);
   const refused = sql`poison_cause is not distinct from 'refused'`;

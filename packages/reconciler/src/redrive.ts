@@ -15,19 +15,14 @@ import {
 } from './redrive-statements.js';
 import { successorCheck } from './successor.js';
 
-/**
- * One poisoned intent a pass (or `retire`, or `discardPoisoned`) looked at.
- *
- * @example
- * for (const { id, partitionKey, lastError, poisonCode } of result.superseded) console.warn(id, partitionKey, poisonCode ?? lastError);
- */
+/** One poisoned intent a pass (or `retire`, or `discardPoisoned`) looked at. */
 export interface RedrivenIntent {
   /** The outbox row id (a bigint, as a string). */
   readonly id: string;
   readonly partitionKey: string;
-  /** `last_error` as the pass found it (a revived row's is cleared in the table). */
+  /** `last_error` as found (a revived row's is cleared). */
   readonly lastError: string | null;
-  /** Why it was poisoned, when the row records it; absent on rows poisoned before causes were recorded (read as `exhausted`). */
+  /** Why it was poisoned; absent on rows from before causes were recorded (read as `exhausted`). */
   readonly poisonCause?: PoisonCause;
   /** The sink's code of a refusal, e.g. OpenFGA's `validation_error`. */
   readonly poisonCode?: string;
@@ -42,26 +37,25 @@ export interface WaitingIntent extends RedrivenIntent {
 }
 
 /**
- * What one `redrivePoisoned()` pass did (or, on a dry run, would do).
+ * What one pass did (a dry run: would do).
  *
  * @example
- * const { revived, superseded, waiting = [], skipped } = await reconciler.redrivePoisoned();
- * if (!skipped && superseded.length > 0) alertOps(superseded); // a human decides, then retire()
+ * const { revived, superseded, waiting = [] } = await reconciler.redrivePoisoned();
  */
 export interface RedriveResult {
-  /** Reset to claimable (`attempt_count = 0`); each is its partition's head if it is the earliest deliverable row. */
+  /** Reset to claimable; each is its partition's head if it is the earliest deliverable row. */
   readonly revived: readonly RedrivenIntent[];
   /** Left poisoned: a later row of the partition was delivered (and covers it). Retire these. */
   readonly superseded: readonly RedrivenIntent[];
-  /** Left poisoned for now: a drainer held a pending row of the partition while the pass decided. The next pass retries. */
+  /** Left for the next pass: a drainer held a pending row of the partition. */
   readonly deferred: readonly RedrivenIntent[];
-  /** Another pass (any process) held the reconciler lock of this table; this one did nothing. */
+  /** Another pass (any process) held the table's reconciler lock: nothing done. */
   readonly skipped: boolean;
   /** The candidates filled the batch: more revivable rows may wait for the next pass. */
   readonly more: boolean;
-  /** The superseded list filled its batch (apart from `more`: retiring is a human's step, a loop on `more` must not spin on it). */
+  /** The superseded list filled its batch (apart from `more`, which a loop must not spin on). */
   readonly moreSuperseded: boolean;
-  /** Rows OpenFGA refused for good that this pass left poisoned; present when there are any. */
+  /** Refused rows left poisoned; present when there are any. */
   readonly waiting?: readonly WaitingIntent[];
   /** With `waiting`: the list filled its batch. */
   readonly moreWaiting?: boolean;
@@ -69,23 +63,13 @@ export interface RedriveResult {
   readonly dryRun?: true;
 }
 
-/**
- * What one pass is asked to do.
- *
- * @example
- * await reconciler.redrivePoisoned({ refused: true, reason: 'model-change' }); // after a new authorization model
- * const preview = await reconciler.redrivePoisoned({ dryRun: true });
- */
+/** What one pass is asked, e.g. `{ refused: true, reason: 'model-change' }` or `{ dryRun: true }`. */
 export interface RedriveOptions {
-  /**
-   * Also retry the rows OpenFGA refused for good, each once its spacing has passed. Default false:
-   * a refused row fails the same way until something changed (a model, the data), so the timer
-   * pass leaves it; ask after a model change or as an operator.
-   */
+  /** Also retry rows refused for good, each once its spacing passed. Default false: nothing changed since the refusal. */
   readonly refused?: boolean;
   /** Why refused rows are retried (`model-change`, `operator`, …), for the log. Required with `refused`. */
   readonly reason?: string;
-  /** Report what the pass would revive and leave superseded, from one snapshot, changing nothing and locking nothing. Default false. */
+  /** Report from one snapshot, changing and locking nothing. Default false. */
   readonly dryRun?: boolean;
 }
 

@@ -17,10 +17,8 @@ export async function successorCheck(db: AnyKysely, spec: OutboxSpec): Promise<S
 }
 
 /**
- * `exists` a delivered row `s` after `t` in its partition that covers it (docs/design.md §6), for
- * a WHERE clause only (in a select list it is a subplan per row). With an index, a probe per row;
- * without, a row comparison no index serves, so one hashed scan instead of a primary-key walk per
- * row (docs/ledger.md, "The successor check").
+ * `exists` a delivered `s` after `t` in its partition that covers it, for a WHERE clause only. With
+ * an index a probe per row; without, one hashed scan, never a primary-key walk per row (packages/reconciler/README.md).
  */
 export function deliveredSuccessor(spec: OutboxSpec, check: SuccessorCheck): RawBuilder<boolean> {
   const n = tableNames(spec);
