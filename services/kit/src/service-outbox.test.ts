@@ -3,10 +3,26 @@ import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { expect, test } from 'vitest';
 import { recordingLogger } from './testing/index.js';
-import { createServiceOutbox } from './service-outbox.js';
+import { createServiceOutbox, type ServiceOutboxConfig } from './service-outbox.js';
+import type { OutboxSpec } from '@outbox/outbox';
 
 const t = useTestDatabase();
 const fga = useOpenFgaStore();
+
+/** A service outbox whose timers stay out of the way (an hour), without flush on write. */
+const quietOutbox = (spec: OutboxSpec, extra: Partial<ServiceOutboxConfig> = {}) =>
+  createServiceOutbox({
+    db: t.db,
+    spec,
+    openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
+    drainIntervalMs: 3_600_000,
+    redriveIntervalMs: 3_600_000,
+    flushOnWrite: false,
+    flushTimeoutMs: 1_000,
+    retryBackoff: {},
+    logger: recordingLogger(),
+    ...extra,
+  });
 
 test('redrive after a model change revives every poisoned intent, not just one batch', async () => {
   // 1,200 poisoned register intents, more than one reconciler batch (500), each its own resource.
@@ -16,17 +32,7 @@ test('redrive after a model change revives every poisoned intent, not just one b
              'user', 'project:p1', 'relation', 'project', 'object', 'vpc:v' || g))),
            ${vpcOutbox.maxAttempts}, 'validation_error: type vpc not found (old model)', false
     from generate_series(1, 1200) g`.execute(t.db);
-  const outbox = createServiceOutbox({
-    db: t.db,
-    spec: vpcOutbox,
-    openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
-    drainIntervalMs: 3_600_000,
-    redriveIntervalMs: 3_600_000,
-    flushOnWrite: false,
-    flushTimeoutMs: 1_000,
-    retryBackoff: {},
-    logger: recordingLogger(),
-  });
+  const outbox = quietOutbox(vpcOutbox);
   // Keep the drainer out of it (redrive kicks it): this test is about what redrive leaves behind.
   await outbox.drainer.stop();
   const result = await outbox.redrive();
@@ -49,18 +55,7 @@ test('redrive retries intents OpenFGA refused for good (it is what a model chang
     from generate_series(1, 3) g`.execute(t.db);
   // Two deliveries of one object: the earlier is compacted, its last word stays.
   await sql`update nlb.fga_register_outbox set resource_id = 'load_balancer:lb2' where resource_id = 'load_balancer:lb1'`.execute(t.db);
-  const outbox = createServiceOutbox({
-    db: t.db,
-    spec: nlbOutbox,
-    openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
-    drainIntervalMs: 3_600_000,
-    redriveIntervalMs: 3_600_000,
-    compaction: { intervalMs: 20, retentionMs: 0 },
-    flushOnWrite: false,
-    flushTimeoutMs: 1_000,
-    retryBackoff: {},
-    logger: recordingLogger(),
-  });
+  const outbox = quietOutbox(nlbOutbox, { compaction: { intervalMs: 20, retentionMs: 0 } });
   await outbox.drainer.stop();
   const result = await outbox.redrive();
   expect(result.revived.map((r) => r.poisonCode)).toEqual(['validation_error']);
