@@ -1,7 +1,7 @@
 import { cpus } from 'node:os';
 
 /**
- * `pnpm bench [drain|openfga|reconciler|latency]…`: runs the benchmarks against a fresh stock (fsync on)
+ * `pnpm bench [drain|openfga|reconciler|latency|compaction]…`: runs the benchmarks against a fresh stock (fsync on)
  * Postgres and a real OpenFGA, and prints markdown for docs/BENCHMARKS.md.
  */
 const sections: Record<string, () => Promise<string>> = {
@@ -9,6 +9,7 @@ const sections: Record<string, () => Promise<string>> = {
   openfga: async () => (await import('./openfga.js')).benchOpenFga(),
   reconciler: async () => (await import('./reconciler.js')).benchReconciler(),
   latency: async () => (await import('./latency.js')).benchLatency(),
+  compaction: async () => (await import('./compaction.js')).benchCompaction(),
 };
 
 async function main(): Promise<void> {

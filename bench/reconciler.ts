@@ -4,7 +4,7 @@ import { createDatabase, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { createReconciler, type RedriveResult } from '@outbox/reconciler';
-import { selectPoisoned } from '../packages/reconciler/src/redrive.js';
+import { selectPoisoned } from '../packages/reconciler/src/redrive-statements.js';
 
 const PARTITIONS = 1_000;
 const ROWS_PER_PARTITION = 1_000; // 1M rows

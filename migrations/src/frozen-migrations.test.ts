@@ -81,7 +81,8 @@ test('each migration sends the SQL it shipped with: a change to a shipped migrat
       "0006_registry": "99dcda0058499559",
       "0007_drain_functions_v3": "637cc7011e98f077",
       "0008_drain_functions_v4": "51cccfe77dc1835f",
-      "0010_late_write_verification": "6ebfe860a982ef94",
+      "0009_ledger_life": "bad48d77bb1a2033",
+      "0010_late_write_verification": "692ca41a2215ec6c",
     }
   `);
 });

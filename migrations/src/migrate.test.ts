@@ -1,4 +1,5 @@
 import { outboxStats, verifyOutboxTable, type OutboxSpec } from '@outbox/outbox';
+import { dropLedgerLifeDdlV1, executeStatements } from '@outbox/outbox/protocol';
 import { sql, type Kysely } from 'kysely';
 import { Migrator, NO_MIGRATIONS } from 'kysely/migration';
 import { beforeAll, expect, inject, test } from 'vitest';
@@ -62,6 +63,8 @@ async function beforeLateWriteVerification(db: Kysely<unknown>, spec: OutboxSpec
   await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_settle"(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`).execute(db);
   await sql.raw(`alter table "${spec.schema}"."${spec.tableName}" drop column verify_after`).execute(db);
 }
+/** A build before 0009_ledger_life: no ledger columns, no delivered-rows index. */
+const withoutLedger = (db: Kysely<unknown>, spec: OutboxSpec) => executeStatements(db, dropLedgerLifeDdlV1(spec));
 
 const claimParams = {
   v2: 'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',
@@ -77,8 +80,9 @@ test.each([
       await oldClaim(db, spec, 'v2', claimParams.v2);
       await oldSettle(db, spec, 'v1');
       await beforeLateWriteVerification(db, spec);
+      await withoutLedger(db, spec);
     },
-    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0010_late_write_verification'],
+    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification'],
   },
   {
     build: 'before claim v4',
@@ -87,19 +91,20 @@ test.each([
       await oldClaim(db, spec, 'v3', claimParams.v3);
       await oldSettle(db, spec, 'v2');
       await beforeLateWriteVerification(db, spec);
+      await withoutLedger(db, spec);
     },
-    pending: ['0008_drain_functions_v4', '0010_late_write_verification'],
+    pending: ['0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification'],
   },
   {
     build: 'before late-write verification',
     leave: beforeLateWriteVerification,
     pending: ['0010_late_write_verification'],
   },
-])('a database migrated by the build $build: the next migrate brings every outbox\'s functions up to date', async ({ leave, pending }) => {
+])('a database migrated by the build $build: the next migrate brings every outbox\'s functions and columns up to date', async ({ leave, pending }) => {
   const db = open();
   for (const spec of specs) {
     await leave(db, spec);
-    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates|column verify_after/);
+    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates|column verify_after|column poison_cause/);
   }
   await sql`drop table public.outbox_audit_cursor`.execute(db);
   await sql`delete from public.kysely_migration where name = any(${pending})`.execute(db);

@@ -1,6 +1,6 @@
 import type { AnyKysely } from '@outbox/outbox';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
-import { drainFunctionsMigration, iamMigration, lateWriteVerificationMigration, registerServiceMigration } from './service-migrations.js';
+import { drainFunctionsMigration, iamMigration, lateWriteVerificationMigration, ledgerLifeMigration, registerServiceMigration } from './service-migrations.js';
 import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
 import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
@@ -22,6 +22,8 @@ export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0007_drain_functions_v3': drainFunctionsMigration(OUTBOXES, { claim: 'v3', settle: 'v2' }),
   // claim v4 and settle v3 (generic plans: planned once per connection instead of on every call).
   '0008_drain_functions_v4': drainFunctionsMigration(OUTBOXES, { claim: 'v4', settle: 'v3' }),
+  // why a row is poisoned, revivals, discard, and the delivered-rows index compaction reads.
+  '0009_ledger_life': ledgerLifeMigration(OUTBOXES),
   // settle v4 (stamps deliveries at risk of a late write), its column and indexes; the audit's cursor table.
   '0010_late_write_verification': lateWriteVerificationMigration(OUTBOXES),
 });

@@ -1,5 +1,5 @@
 import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { drainFunctionsDdl, executeStatements, lateWriteVerificationDdl, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
+import { drainFunctionsDdl, dropLedgerLifeDdlV1, executeStatements, lateWriteVerificationDdl, ledgerLifeDdlV1, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
 import { AUDIT_CURSOR_TABLE, auditCursorTableDdl } from '@outbox/reconciler';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
@@ -66,11 +66,23 @@ export function drainFunctionsMigration(specs: readonly OutboxSpec[], versions: 
   };
 }
 
+/** The ledger's columns and delivered-rows index on every outbox of `specs` (docs/ledger.md). */
+export function ledgerLifeMigration(specs: readonly OutboxSpec[]): Migration {
+  return {
+    async up(db) {
+      for (const spec of specs) await executeStatements(db, ledgerLifeDdlV1(spec));
+    },
+    async down(db) {
+      for (const spec of specs) await executeStatements(db, dropLedgerLifeDdlV1(spec));
+    },
+  };
+}
+
 /**
- * Late-write verification on every outbox of `specs` (the `verify_after` column, its index, the
- * `(partition, id)` btree, settle v4), and the incremental audit's cursor table. Building the btree
- * blocks writes to a table while it runs (docs/migrations.md). `down` drops the column and the
- * cursor table; the btree and the functions stay, as in {@link drainFunctionsMigration}.
+ * Late-write verification on every outbox of `specs` (the `verify_after` column and its index,
+ * settle v4, whose probe reads 0009's delivered-rows index), and the incremental audit's cursor
+ * table. `down` drops the column and the cursor table; the functions stay, as in
+ * {@link drainFunctionsMigration}.
  */
 export function lateWriteVerificationMigration(specs: readonly OutboxSpec[]): Migration {
   return {

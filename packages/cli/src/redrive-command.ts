@@ -5,7 +5,6 @@ import { addTargetOptions, onTargets, printJson, type CommandContext, type Targe
 import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { RedriveOutput } from './output-schemas.js';
-import { redrivePlanner } from './redrive-dry-run.js';
 import type { Target } from './targets.js';
 import { cut } from './text-table.js';
 
@@ -25,7 +24,8 @@ const silent = { info: () => undefined, warn: () => undefined, error: () => unde
 async function redriveTarget(target: Target, options: RedriveOptions): Promise<Outcome> {
   // The CLI prints what the pass found: the reconciler's own WARN lines would say it twice.
   const reconciler = createReconciler({ db: target.db, spec: target.spec, logger: silent });
-  const pass = options.dryRun ? redrivePlanner(reconciler).planRedrive : () => reconciler.redrivePoisoned();
+  // A dry run reads one snapshot, takes no lock and changes nothing (the reconciler's dryRun).
+  const pass = () => reconciler.redrivePoisoned(options.dryRun ? { dryRun: true } : {});
   const outcome = { name: target.name, table: target.spec.table, revived: [] as RedrivenIntent[], superseded: [] as RedrivenIntent[], deferred: [] as RedrivenIntent[], skipped: false, more: false, moreSuperseded: false };
   const seen = new Set<string>();
   for (let passes = 1; ; passes += 1) {

@@ -56,13 +56,13 @@ describe('redrive', () => {
     );
   });
 
-  test('--dry-run needs a reconciler dry-run mode: without one it says so, exit 2, and changes nothing', async () => {
+  test('--dry-run says what a pass would revive and leave superseded, and changes nothing', async () => {
     const b = await scriptedBacklog(t.db);
-    const run = await runCli(['redrive', '--dry-run', ...flags(b.spec.table)]);
-    expect(run.code).toBe(2);
-    expect(run.stderr).toBe(
-      'outbox: redrive --dry-run needs a dry-run mode the installed @outbox/reconciler does not have (planRedrive) (run `redrive` without --dry-run, or upgrade @outbox/reconciler)\n',
-    );
+    const run = await runCli(['redrive', '--dry-run', '--json', ...flags(b.spec.table)]);
+    expect(run.code, run.stderr).toBe(0);
+    const outbox = (jsonOf(run) as { outboxes: Array<{ revived: Array<{ id: string }>; superseded: Array<{ id: string }> }> }).outboxes[0];
+    expect(outbox?.revived.map((i) => i.id)).toEqual([b.poisoned]);
+    expect(outbox?.superseded.map((i) => i.id)).toEqual([b.superseded]);
     const rows = await sql<{ attempt_count: number }>`select attempt_count from ${sql.raw(tableNames(b.spec).table)} where id = ${b.poisoned}`.execute(t.db);
     expect(rows.rows[0]?.attempt_count).toBe(3);
   });

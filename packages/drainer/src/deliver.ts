@@ -5,9 +5,14 @@ import { sanitizeLastError } from './last-error.js';
 export interface BatchOutcomes {
   readonly delivered: readonly Intent[];
   readonly transient: ReadonlyArray<{ intent: Intent; error: string }>;
-  readonly permanent: ReadonlyArray<{ intent: Intent; error: string }>;
+  readonly permanent: ReadonlyArray<{ intent: Intent; error: string; code: string | null }>;
   /** Not attempted, or after a failure in their partition: released untouched. */
   readonly released: readonly Intent[];
+}
+
+/** A sink's refusal code as `poison_code` stores it: a short identifier, else none (it is a label, not a message). */
+function refusalCode(code: unknown): string | null {
+  return typeof code === 'string' && /^[A-Za-z0-9_.:-]{1,100}$/.test(code) ? code : null;
 }
 
 /** How long a sink whose signal was aborted at the deadline may still take to answer. */
@@ -57,7 +62,7 @@ export async function deliverBatch(sink: Sink, intents: readonly Intent[], deadl
 export function applyOrdering(intents: readonly Intent[], outcomes: readonly Outcome[]): BatchOutcomes {
   const delivered: Intent[] = [];
   const transient: Array<{ intent: Intent; error: string }> = [];
-  const permanent: Array<{ intent: Intent; error: string }> = [];
+  const permanent: Array<{ intent: Intent; error: string; code: string | null }> = [];
   const released: Intent[] = [];
   const stopped = new Set<string>();
   intents.forEach((intent, index) => {
@@ -72,7 +77,7 @@ export function applyOrdering(intents: readonly Intent[], outcomes: readonly Out
     }
     stopped.add(intent.partitionKey);
     if (outcome.kind === 'transient') transient.push({ intent, error: sanitizeLastError(outcome.error) });
-    else if (outcome.kind === 'permanent') permanent.push({ intent, error: sanitizeLastError(outcome.error) });
+    else if (outcome.kind === 'permanent') permanent.push({ intent, error: sanitizeLastError(outcome.error), code: refusalCode(outcome.code) });
     else released.push(intent);
   });
   return { delivered, transient, permanent, released };

@@ -47,6 +47,7 @@ export async function recordOutcomes(
 
   const retried: Array<{ intent: Intent; error: string }> = [];
   const poisoned: Array<{ intent: Intent; error: string }> = [...outcomes.permanent];
+  // Each poisoning records its cause (docs/ledger.md): out of transient attempts, or refused with the sink's code.
   if (outcomes.transient.length > 0) {
     const rows = outcomes.transient;
     const result = await sql<{ id: string; exhausted: boolean }>`
@@ -54,7 +55,9 @@ export async function recordOutcomes(
         attempt_count = t.attempt_count + 1,
         last_error = x.error,
         next_attempt_at = now() + x.delay_ms * interval '1 millisecond',
-        is_head = t.is_head and t.attempt_count + 1 < ${spec.maxAttempts}
+        is_head = t.is_head and t.attempt_count + 1 < ${spec.maxAttempts},
+        poison_cause = case when t.attempt_count + 1 >= ${spec.maxAttempts} then 'exhausted' end,
+        poison_code = null
       from unnest(${rows.map((r) => r.intent.id)}::bigint[], ${rows.map((r) => r.error)}::text[],
                   ${rows.map((r) => delayMs(r.intent))}::float8[]) as x(id, error, delay_ms)
       where t.id = x.id
@@ -68,8 +71,9 @@ export async function recordOutcomes(
   if (outcomes.permanent.length > 0) {
     const rows = outcomes.permanent;
     await sql`
-      update ${table} t set attempt_count = greatest(t.attempt_count, ${spec.maxAttempts}), last_error = x.error, is_head = false
-      from unnest(${rows.map((r) => r.intent.id)}::bigint[], ${rows.map((r) => r.error)}::text[]) as x(id, error)
+      update ${table} t set attempt_count = greatest(t.attempt_count, ${spec.maxAttempts}), last_error = x.error, is_head = false,
+        poison_cause = 'refused', poison_code = x.code
+      from unnest(${rows.map((r) => r.intent.id)}::bigint[], ${rows.map((r) => r.error)}::text[], ${rows.map((r) => r.code)}::text[]) as x(id, error, code)
       where t.id = x.id`.execute(trx);
   }
   for (const { intent } of poisoned) moved.add(intent.partitionKey);

@@ -15,12 +15,13 @@ export interface Intent {
  * may succeed later (network, 5xx, throttling, a conflict race), retried with backoff; `permanent`,
  * never as written (validation, model mismatch), poisoned at once; `skipped`, not attempted after an
  * earlier intent of its partition failed, released untouched. `error` goes to `last_error`
- * (truncated, credentials scrubbed).
+ * (truncated, credentials scrubbed); a permanent outcome's `code` (the target's own, e.g. OpenFGA's
+ * `validation_error`) goes to `poison_code`, and the row's `poison_cause` is `refused`.
  */
 export type Outcome =
   | { readonly kind: 'delivered' }
   | { readonly kind: 'transient'; readonly error: string }
-  | { readonly kind: 'permanent'; readonly error: string }
+  | { readonly kind: 'permanent'; readonly error: string; readonly code?: string }
   | { readonly kind: 'skipped' };
 
 /** What the drainer passes to every delivery. */

@@ -19,6 +19,7 @@ describe('one bad intent fails alone', () => {
     expect(outcomes[31]).toEqual({
       kind: 'permanent',
       error: "OpenFGA 400 validation_error: Invalid tuple 'nosuchtype:bad31#owner@user:gil'. Reason: type 'nosuchtype' not found",
+      code: 'validation_error',
     });
     expect(outcomes.filter((o, i) => i !== 31 && o.kind === 'delivered')).toHaveLength(49);
     for (let i = 0; i < 50; i += 1) {
@@ -42,6 +43,7 @@ describe('one bad intent fails alone', () => {
       kind: 'permanent',
       error:
         "OpenFGA 409 Aborted: transactional write failed due to conflict: attempted to write a tuple which already exists with a different condition: user: 'user:hal', relation: 'viewer', object: 'project:cond'",
+      code: 'Aborted',
     });
     expect(outcomes[1]).toEqual({ kind: 'delivered' });
   });
@@ -53,14 +55,14 @@ describe('one bad intent fails alone', () => {
       [intent('vpc:edit', { writes: [{ user: 'user:ida', relation: 'owner' }] } as never), intent('vpc:edit', writes('user:ida owner vpc:edit'))],
       noDeadline(),
     );
-    expect(outcomes[0]).toMatchObject({ kind: 'permanent', error: expect.stringMatching(/^invalid intent payload, not sent: payload\.writes\[0\]\.object/) });
+    expect(outcomes[0]).toMatchObject({ kind: 'permanent', error: expect.stringMatching(/^invalid intent payload, not sent: payload\.writes\[0\]\.object/), code: 'invalid_intent' });
     expect(outcomes[1]).toEqual({ kind: 'skipped' });
     expect(events).toEqual([]);
   });
 });
 
 describe('through the real drainer', () => {
-  test("one bad intent among 50 poisons only its row, with OpenFGA's message in last_error; the others are sent", async () => {
+  test("one bad intent among 50 poisons only its row, refused with OpenFGA's code and its message in last_error; the others are sent", async () => {
     const spec = await outbox.fresh();
     await outbox.enqueue(
       spec,
@@ -76,6 +78,8 @@ describe('through the real drainer', () => {
       sent: false,
       attempt_count: 10,
       last_error: "OpenFGA 400 validation_error: Invalid tuple 'nosuchtype:e2ebad17#owner@user:cy'. Reason: type 'nosuchtype' not found",
+      poison_cause: 'refused',
+      poison_code: 'validation_error',
     });
     expect(all.filter((row) => row.sent)).toHaveLength(49);
     expect(await stored(fga.client, tupleKey('user:cy owner vpc:e2ebad16'))).toBe(true);

@@ -12,12 +12,18 @@ export interface DeliveryState {
   readonly deletedLater: ReadonlyMap<number, ReadonlySet<string>>;
 }
 
-/** Records a failure for every intent in `items`. */
-export function fail(state: DeliveryState, items: readonly PreparedIntent[], kind: 'transient' | 'permanent', error: string): void {
+/** Records a failure for every intent in `items`; a permanent one carries its refusal `code`. */
+export function fail(state: DeliveryState, items: readonly PreparedIntent[], kind: 'transient' | 'permanent', error: string, code?: string): void {
   for (const item of items) {
-    state.outcomes[item.index] = { kind, error };
+    state.outcomes[item.index] = kind === 'permanent' && code !== undefined ? { kind, error, code } : { kind, error };
     state.stopped.add(item.partitionKey);
   }
+}
+
+/** What a refusal is recorded as (`poison_code`): OpenFGA's own code, else the HTTP status, else the rule. */
+export function refusalCode(failure: Classification): string {
+  const { code, status } = failure.error;
+  return code ?? (status !== undefined ? `http_${status}` : failure.rule);
 }
 
 /** What `deliver` throws on a halt, saying what to fix. */
@@ -67,7 +73,7 @@ export async function deliverBisecting(
     }
   }
   if (failure.verdict === 'transient' || failure.scope === 'request' || live.length === 1) {
-    fail(state, live, failure.verdict === 'transient' ? 'transient' : 'permanent', failure.message);
+    fail(state, live, failure.verdict === 'transient' ? 'transient' : 'permanent', failure.message, refusalCode(failure));
     return;
   }
   const middle = Math.ceil(live.length / 2);

@@ -240,7 +240,7 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
       for (const segment of round.taken) queues.get(segment.partitionKey)?.shift();
       for (const segment of round.refused) {
         const item = segment.items[0] as PreparedIntent;
-        fail(state, [item], 'permanent', item.invalid as string);
+        fail(state, [item], 'permanent', item.invalid as string, 'invalid_intent');
       }
       // A halt aborts the requests in flight, waits for them, and propagates.
       await runBounded(

@@ -3,10 +3,9 @@ import { tableNames } from './table-names.js';
 
 /**
  * What late-write verification adds to a version-1 table (docs/agreement.md, "Late writes"), one
- * statement per element: the `verify_after` column the settle stamps, its partial index (the
- * verifier's due rows), and the plain `(partition, id)` btree — the settle's probe of a partition's
- * previous delivery, and the reconciler's delivered-successor look-up — unless the table has it by
- * its name already (`partitionIndex: true`). Frozen: a migration that ran it keeps its meaning.
+ * statement per element: the `verify_after` column the settle stamps, and its partial index (the
+ * verifier's due rows). The settle's probe of a partition's previous delivery reads the ledger's
+ * delivered-rows index (`ledgerLifeDdlV1`, migrated before this). Frozen: a migration that ran it keeps its meaning.
  */
 export function lateWriteVerificationDdl(spec: OutboxSpec): string[] {
   const n = tableNames(spec);
@@ -14,6 +13,5 @@ export function lateWriteVerificationDdl(spec: OutboxSpec): string[] {
     `alter table ${n.table} add column verify_after timestamptz`,
     `comment on column ${n.table}.verify_after is 'drainer: when to check that no late write undid this delivery; null: nothing to check'`,
     `create index "${n.verifyIndex}" on ${n.table} (verify_after) where verify_after is not null`,
-    `create index if not exists "${n.partitionIndex}" on ${n.table} (${n.partition}, id)`,
   ];
 }

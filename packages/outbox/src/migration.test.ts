@@ -8,7 +8,11 @@ import { enqueue } from './enqueue.js';
 import { promoteHeads } from './heads.js';
 import { OutboxTableError } from './errors.js';
 import { createOutboxTable, dropOutboxTable, outboxMigration, outboxMigrations, outboxTableDdl } from './migration.js';
+import { executeStatements } from './execute-statements.js';
+import { ledgerLifeDdlV1 } from './ledger-life-ddl.js';
+import { outboxTableDdlV1 } from './outbox-table-ddl.js';
 import { outboxStats } from './stats.js';
+import { tableNames } from './table-names.js';
 import { verifyOutboxTable } from './verify.js';
 
 const t = useTestDatabase();
@@ -53,8 +57,8 @@ describe('outboxMigration with Kysely’s Migrator', () => {
     await expect(verifyOutboxTable(t.db, spec)).resolves.toBeUndefined();
     expect(await indexNames(spec)).toEqual([
       'fga_register_outbox_claim_idx',
+      'fga_register_outbox_delivered_idx',
       'fga_register_outbox_partition_head_idx',
-      'fga_register_outbox_partition_idx',
       'fga_register_outbox_pending_idx',
       'fga_register_outbox_pkey',
       'fga_register_outbox_retired_idx',
@@ -130,10 +134,11 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
     expect(Object.keys(outboxMigrations(spec))).toEqual([
       'steps.fga_register_outbox/0001_outbox_table',
       'steps.fga_register_outbox/0002_drain_functions_v4',
-      'steps.fga_register_outbox/0003_late_write_verification',
+      'steps.fga_register_outbox/0003_ledger_life',
+      'steps.fga_register_outbox/0004_late_write_verification',
     ]);
-    expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual(['0002_0001_outbox_table', '0002_0002_drain_functions_v4', '0002_0003_late_write_verification']);
-    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(6);
+    expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual(['0002_0001_outbox_table', '0002_0002_drain_functions_v4', '0002_0003_ledger_life', '0002_0004_late_write_verification']);
+    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(8);
   });
 
   test('migrated step by step, the table is exactly what createOutboxTable makes, and verifies', async () => {
@@ -155,15 +160,36 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
     expect(migrated.filter(previousSettle)).toHaveLength(1);
     expect(migrated.filter((d) => !previousSettle(d))).toEqual(latest);
 
-    // Down, step by step: the late-write column and settle, the functions, then the table.
+    // Down, step by step: the late-write column and settle, the ledger columns, the functions, then the table.
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect((await definitions(spec)).filter((d) => d.definition?.includes('verify_after'))).toEqual([]);
+    expect((await steps.migrateDown()).error).toBeUndefined();
+    expect(await definitions(spec)).not.toContainEqual(expect.objectContaining({ definition: expect.stringContaining('poison_cause') }));
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect(await functionExists('steps', 'fga_register_outbox_claim')).toBe(false);
     expect(await relationExists('steps.fga_register_outbox')).toBe(true);
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect(await relationExists('steps.fga_register_outbox')).toBe(false);
   });
+});
+
+test('the ledger step rewrites nothing and validates nothing: a filled table keeps its storage, the checks hold for new rows', async () => {
+  const spec = defineOutbox({ table: 'ledger.filled_outbox', partitionColumn: 'resource_id' });
+  const n = tableNames(spec);
+  await executeStatements(t.db, outboxTableDdlV1(spec));
+  await sql.raw(`insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || i, '{}', now() from generate_series(1, 1000) i`).execute(t.db);
+  const storage = () => sql<{ node: number }>`select relfilenode as node from pg_class where oid = ${n.table}::regclass`.execute(t.db).then((r) => r.rows[0]?.node);
+  const before = await storage();
+  await executeStatements(t.db, ledgerLifeDdlV1(spec));
+  expect(await storage()).toBe(before);
+  const checks = await sql<{ name: string; validated: boolean }>`
+    select conname as name, convalidated as validated from pg_constraint where conrelid = ${n.table}::regclass and contype = 'c' order by 1`.execute(t.db);
+  expect(checks.rows).toEqual([
+    { name: 'filled_outbox_closed_as_check', validated: false },
+    { name: 'filled_outbox_poison_cause_check', validated: false },
+  ]);
+  await expect(sql.raw(`update ${n.table} set poison_cause = 'tired' where id = 1`).execute(t.db)).rejects.toThrow(/poison_cause_check/);
+  await dropOutboxTable(t.db, spec);
 });
 
 describe('createOutboxTable', () => {

@@ -3,6 +3,7 @@ import type { OutboxSpec } from './define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
 import { executeStatements } from './execute-statements.js';
 import { lateWriteVerificationDdl } from './late-write-ddl.js';
+import { dropLedgerLifeDdlV1, ledgerLifeDdlV1 } from './ledger-life-ddl.js';
 import { outboxTableDdlV1, type OutboxTableOptions } from './outbox-table-ddl.js';
 import { tableNames } from './table-names.js';
 
@@ -12,7 +13,7 @@ import { tableNames } from './table-names.js';
  * await writeFile('0001_vpc_outbox.sql', outboxTableDdl(vpcOutbox).join(';\n\n'));
  */
 export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {}): string[] {
-  return [...outboxTableDdlV1(spec, options), ...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec)];
+  return [...outboxTableDdlV1(spec, options), ...ledgerLifeDdlV1(spec), ...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec)];
 }
 
 /**
@@ -74,13 +75,17 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
           `drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer)`,
         ]),
     },
-    // Settle v4 stamps deliveries at risk of a late write; the column and indexes it needs come first.
-    [`${prefix}0003_late_write_verification`]: {
+    [`${prefix}0003_ledger_life`]: {
+      up: (db: AnyKysely) => executeStatements(db, ledgerLifeDdlV1(spec)),
+      down: (db: AnyKysely) => executeStatements(db, dropLedgerLifeDdlV1(spec)),
+    },
+    // Settle v4 stamps deliveries at risk of a late write; its column and index come first; its probe reads step 0003's delivered-rows index.
+    [`${prefix}0004_late_write_verification`]: {
       up: (db: AnyKysely) => executeStatements(db, [...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec, { claim: 'v4', settle: 'v4' })]),
       down: (db: AnyKysely) =>
         executeStatements(db, [
           `drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`,
-          // Its partial index goes with the column; the btree stays (step 0001 may have made it).
+          // Its partial index goes with the column.
           `alter table ${n.table} drop column if exists verify_after`,
         ]),
     },

@@ -1,6 +1,7 @@
 import { describe, expect, test } from 'vitest';
 import { defineOutbox } from './define-outbox.js';
 import { drainFunctionsDdl, type DrainFunctionVersions } from './drain-functions.js';
+import { ledgerLifeDdlV1 } from './ledger-life-ddl.js';
 import { lateWriteVerificationDdl } from './late-write-ddl.js';
 import { outboxTableDdlV1 } from './outbox-table-ddl.js';
 import { tableNames } from './table-names.js';
@@ -30,6 +31,7 @@ describe.each(Object.entries(specs))('the released DDL of a %s', (name, spec) =>
       section('outboxTableDdlV1', outboxTableDdlV1(spec)),
       section('outboxTableDdlV1 with partitionIndex: the statement it adds', outboxTableDdlV1(spec, { partitionIndex: true }).filter((s) => s.includes(tableNames(spec).partitionIndex))),
       ...RELEASED.map((versions) => section(`drainFunctionsDdl claim ${versions.claim}, settle ${versions.settle}`, drainFunctionsDdl(spec, versions))),
+      section('ledgerLifeDdlV1', ledgerLifeDdlV1(spec)),
       section('lateWriteVerificationDdl', lateWriteVerificationDdl(spec)),
     ].join('\n');
     await expect(text).toMatchFileSnapshot(`./__snapshots__/${name}.sql`);

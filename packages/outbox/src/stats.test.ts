@@ -18,6 +18,8 @@ interface Seed {
   readonly state: State;
   readonly relations?: readonly string[];
   readonly ageSeconds?: number;
+  readonly cause?: 'exhausted' | 'refused';
+  readonly closedAs?: 'retired' | 'discarded';
 }
 
 /** Inserts `seeds` in order (so ids follow the array) and sets each one's state. */
@@ -31,14 +33,15 @@ async function seed(spec: OutboxSpec, seeds: readonly Seed[]): Promise<void> {
     });
     const max = spec.maxAttempts;
     await sql`
-      insert into ${table} (${column}, payload, created_at, attempt_count, next_attempt_at, sent_at, retired_at, retired_reason)
+      insert into ${table} (${column}, payload, created_at, attempt_count, next_attempt_at, sent_at, retired_at, retired_reason, poison_cause, closed_as)
       values (
         ${row.key}, ${payload}::jsonb, now() - make_interval(secs => ${row.ageSeconds ?? 0}),
         ${row.state === 'poisoned' || row.state === 'retired' ? max : row.state === 'backing-off' ? 2 : 0},
         now() + ${row.state === 'backing-off' ? sql`interval '1 hour'` : sql`interval '0'`},
         ${row.state === 'delivered' ? sql`now()` : null},
         ${row.state === 'retired' ? sql`now()` : null},
-        ${row.state === 'retired' ? 'superseded by a later delivery' : null}
+        ${row.state === 'retired' ? 'superseded by a later delivery' : null},
+        ${row.cause ?? null}, ${row.closedAs ?? null}
       )`.execute(t.db);
   }
 }
@@ -51,8 +54,10 @@ describe('outboxStats', () => {
       pending: 0,
       deliverable: 0,
       poisoned: 0,
+      poisonedByCause: { exhausted: 0, refused: 0 },
       superseded: 0,
       retired: 0,
+      discarded: 0,
       oldestPendingAgeSeconds: null,
     });
   });
@@ -90,13 +95,29 @@ describe('outboxStats', () => {
       pending: 7, // a, b, c, e, f, g×2
       deliverable: 3, // e, f, g's second row
       poisoned: 4, // a, b, c, g's first row
+      poisonedByCause: { exhausted: 4, refused: 0 }, // no cause recorded: read as exhausted
       superseded: 1, // a
       retired: 1, // d
+      discarded: 0,
       oldestPendingAgeSeconds: expect.any(Number),
     });
     // The oldest pending row is a's (300 s); d's (3600 s) is retired and h's (7200 s) delivered.
     expect(stats.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(300);
     expect(stats.oldestPendingAgeSeconds).toBeLessThan(330);
+  });
+
+  test('poisoned rows by cause (none recorded: exhausted), and discarded rows apart from retired ones', async () => {
+    const spec = defineOutbox({ table: 'stats.cause_outbox', partitionColumn: 'resource_id' });
+    await createOutboxTable(t.db, spec);
+    await seed(spec, [
+      { key: 'vpc:a', state: 'poisoned', cause: 'refused' },
+      { key: 'vpc:b', state: 'poisoned', cause: 'exhausted' },
+      { key: 'vpc:c', state: 'poisoned' },
+      { key: 'vpc:d', state: 'retired', closedAs: 'discarded', cause: 'refused' },
+      { key: 'vpc:e', state: 'retired', closedAs: 'retired' },
+      { key: 'vpc:f', state: 'retired' },
+    ]);
+    expect(await outboxStats(t.db, spec)).toMatchObject({ poisoned: 3, poisonedByCause: { exhausted: 2, refused: 1 }, retired: 2, discarded: 1 });
   });
 
   test('counts with the maxAttempts the table records (its drainers\' value), whatever the caller\'s spec says; with none recorded, the spec\'s', async () => {

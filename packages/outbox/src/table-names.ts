@@ -16,6 +16,7 @@ export function tableNames(spec: OutboxSpec) {
     claimIndex: `${t}_claim_idx`,
     retiredIndex: `${t}_retired_idx`,
     partitionIndex: `${t}_partition_idx`,
+    deliveredIndex: `${t}_delivered_idx`,
     verifyIndex: `${t}_verify_idx`,
     claimFunction: `${quote(spec.schema)}.${quote(`${t}_claim`)}`,
     settleFunction: `${quote(spec.schema)}.${quote(`${t}_settle`)}`,

@@ -14,6 +14,18 @@ interface OutboxColumns {
   retired_reason: string | null;
   /** The drainer's: the earliest deliverable row of its partition. Never write it by hand. */
   is_head: Generated<boolean>;
+  /** Why a poisoned row is poisoned (docs/ledger.md); NULL while it is not, or from before it was recorded. */
+  poison_cause: 'exhausted' | 'refused' | null;
+  /** OpenFGA's code of a refusal, e.g. `validation_error`. */
+  poison_code: string | null;
+  /** Times the reconciler revived the row. */
+  revival_count: Generated<number>;
+  /** Before this, a refused row is not revived again. */
+  revive_after: Date | null;
+  /** A refused row that a model change or an operator asked to retry (once `revive_after` passed). */
+  revive_requested: Generated<boolean>;
+  /** How a closed row (`retired_at` set) was closed; NULL reads as `retired`. */
+  closed_as: 'retired' | 'discarded' | null;
   /** The drainer's: when to check this delivery against a late write (docs/agreement.md). Never write it by hand. */
   verify_after: Date | null;
 }

@@ -102,7 +102,9 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
       id bigint generated always as identity, resource_id text not null, payload jsonb not null,
       created_at timestamptz not null default now(), next_attempt_at timestamptz not null default now(),
       attempt_count integer not null default 0, last_error text, sent_at timestamptz,
-      retired_at timestamptz, retired_reason text, is_head boolean not null default false, verify_after timestamptz,
+      retired_at timestamptz, retired_reason text, is_head boolean not null default false,
+      poison_cause text, poison_code text, revival_count integer not null default 0, revive_after timestamptz, revive_requested boolean not null default false, closed_as text,
+      verify_after timestamptz,
       primary key (id, created_at)
     ) partition by range (created_at)`);
     await run(`create table edges.partitioned_2020 partition of edges.partitioned for values from ('2020-01-01') to ('2021-01-01')`);
@@ -110,8 +112,8 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
     await run(`create index partitioned_partition_head_idx on edges.partitioned (resource_id, id) where ${pending}`);
     await run(`create index partitioned_pending_idx on edges.partitioned (id) where ${pending}`);
     await run(`create index partitioned_claim_idx on edges.partitioned (next_attempt_at, id) where is_head`);
+    await run(`create index partitioned_delivered_idx on edges.partitioned (resource_id, id) where sent_at is not null`);
     await run(`create index partitioned_verify_idx on edges.partitioned (verify_after) where verify_after is not null`);
-    await run(`create index partitioned_partition_idx on edges.partitioned (resource_id, id)`);
     await run(`create function edges.partitioned_notify() returns trigger language plpgsql as $$ begin perform pg_notify('${spec.channel}', ''); return null; end $$`);
     await run(`create trigger partitioned_notify after insert on edges.partitioned for each statement execute function edges.partitioned_notify()`);
     await createDrainFunctions(t.db, spec);

@@ -57,7 +57,7 @@ describe('verifyOutboxTable', () => {
     expect(await missing(wrong)).toEqual([
       "column tuple_key text (the spec's partitionColumn)",
       'partial index (tuple_key, id) where sent_at is null and retired_at is null (partition head)',
-      "index (tuple_key, id) (the settle's probe of a partition's previous delivery)",
+      "partial index (tuple_key, id) where sent_at is not null (delivered rows: compaction, the reconciler's successor look-up)",
       foreignFunction(wrong, 'claim'),
       foreignFunction(wrong, 'settle'),
     ]);
@@ -243,12 +243,18 @@ describe('verifyOutboxTable', () => {
     const spec = defineOutbox({ table: 'verify.hand_made', partitionColumn: 'resource_id' });
     expect(await missing(spec)).toEqual([
       'column is_head boolean',
+      'column poison_cause text',
+      'column poison_code text',
+      'column revival_count integer',
+      'column revive_after timestamp with time zone',
+      'column revive_requested boolean',
+      'column closed_as text',
       'column verify_after timestamp with time zone',
       'partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)',
       'partial index (id) where sent_at is null and retired_at is null (pending)',
       "partial index (next_attempt_at, id) where is_head (the drainer's claim)",
       'partial index (verify_after) where verify_after is not null (late-write verification)',
-      "index (resource_id, id) (the settle's probe of a partition's previous delivery)",
+      "partial index (resource_id, id) where sent_at is not null (delivered rows: compaction, the reconciler's successor look-up)",
       "statement-level AFTER INSERT trigger calling pg_notify('verify_hand_made', '')",
       "function verify.hand_made_claim (the drainer's claim; created by createOutboxTable or createDrainFunctions)",
       "function verify.hand_made_settle (the drainer's settle; created by createOutboxTable or createDrainFunctions)",

@@ -19,6 +19,12 @@ function expectedColumns(spec: OutboxSpec): Record<string, string> {
     retired_at: 'timestamp with time zone',
     retired_reason: 'text',
     is_head: 'boolean',
+    poison_cause: 'text',
+    poison_code: 'text',
+    revival_count: 'integer',
+    revive_after: 'timestamp with time zone',
+    revive_requested: 'boolean',
+    closed_as: 'text',
     verify_after: 'timestamp with time zone',
   };
 }
@@ -52,6 +58,10 @@ function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): strin
       return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
     case 'is_head':
       return column.not_null && column.default === 'false' ? undefined : 'not null default false';
+    case 'revival_count':
+      return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
+    case 'revive_requested':
+      return column.not_null && column.default === 'false' ? undefined : 'not null default false, as enqueue leaves it to the default';
     case 'verify_after':
       return column.not_null || column.default !== null ? 'nullable without a default: NULL until a delivery is to be checked' : undefined;
     case 'sent_at':
@@ -130,8 +140,8 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
   if (!hasIndex(['verify_after'], (p) => p === 'verify_after is not null')) {
     missing.push('partial index (verify_after) where verify_after is not null (late-write verification)');
   }
-  if (!hasIndex([spec.partitionColumn, 'id'], (p) => p === '')) {
-    missing.push(`index (${spec.partitionColumn}, id) (the settle's probe of a partition's previous delivery)`);
+  if (!hasIndex([spec.partitionColumn, 'id'], (p) => p === 'sent_at is not null')) {
+    missing.push(`partial index (${spec.partitionColumn}, id) where sent_at is not null (delivered rows: compaction, the reconciler's successor look-up)`);
   }
 
   // tgtype bits: 1 = row-level, 2 = before, 4 = insert. Statement-level, after, insert; enabled

@@ -28,16 +28,9 @@ function sameOwned(a: OwnedPartition | undefined, b: OwnedPartition | undefined)
 }
 
 /**
- * Confirms candidate partitions against the current state, so that only what is still drifted is
- * reported: a partition that differed at first look may have had an intent pending, or one
- * committed (and delivered) after the first look's snapshot.
- *
- * For each round of keys: a snapshot of the owner and the pending intents; a re-read of each
- * partition without a pending intent; a second snapshot. A partition is drifted only when it had no
- * pending intent in either snapshot and the owner's state did not change between them: every
- * intent is written in the transaction that changes the owner's rows, so an intent that committed
- * and was delivered around the re-read shows as an owner change (or is still pending), never as
- * drift. Takes no lock.
+ * Confirms candidates so only what is still drifted is reported: per round, a snapshot, a re-read,
+ * a second snapshot; drifted only with no intent pending in either and the owner unchanged between
+ * them (an intent commits with its owner change). Takes no lock (docs/agreement.md).
  */
 export async function confirmPartitions(ctx: AuditContext, keys: Iterable<string>): Promise<Confirmation> {
   const all = [...new Set(keys)];

@@ -31,15 +31,9 @@ export interface AuditTarget {
   readonly spec: OutboxSpec;
   readonly owner: OutboxOwner;
   readonly reader: TupleReader;
-  /**
-   * Owner partitions read per statement of the full audit. Default 500: a page is one short
-   * query, and the snapshot's transaction stays open only while the pages are read.
-   */
+  /** Owner partitions per statement of the full audit. Default 500: short queries in a short snapshot. */
   readonly pageSize?: number;
-  /**
-   * Partition re-reads in flight at once. Default 4: enough to hide round trips, few enough not to
-   * crowd OpenFGA's datastore connections (as the sink's writes).
-   */
+  /** Partition re-reads in flight. Default 4: hides round trips without crowding OpenFGA's datastore. */
   readonly concurrency?: number;
 }
 
@@ -76,10 +70,7 @@ export function objectType(object: string): string {
   return colon < 0 ? object : object.slice(0, colon);
 }
 
-/**
- * Checks what the owner returned for one partition: every expected tuple must map back to the
- * partition (else repair would enqueue it under another key, out of that key's order).
- */
+/** Every expected tuple must map back to its partition (else repair would enqueue it out of another key's order). */
 export function checkOwned(ctx: AuditContext, partition: OwnedPartition): OwnedPartition {
   if (!partition.objectKnown && partition.tuples.length > 0) {
     throw new OutboxConfigError('owner', `expects tuples in partition ${JSON.stringify(partition.partitionKey)} but says its object has no owner row`);

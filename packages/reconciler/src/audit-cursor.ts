@@ -15,10 +15,8 @@ export function auditCursorTableName(table: string): string {
 }
 
 /**
- * The DDL of the incremental audit's cursor table: one row per outbox and object type, holding
- * OpenFGA's ReadChanges continuation token (a token is bound to one type: OpenFGA refuses it for
- * another), or, before the first change is seen, the time to start reading from. Frozen: a migration
- * runs this text as it is; a later change is a new migration, not an edit here.
+ * The DDL of the incremental audit's cursor table: per outbox and object type, OpenFGA's
+ * ReadChanges token (bound to one type), or the time to start from. Frozen (docs/migrations.md).
  *
  * @example
  * // in a migration

@@ -5,11 +5,7 @@ import { sql } from 'kysely';
 /** Keys per statement: one array parameter, bounded so a large candidate set stays many small statements. */
 const KEYS_PER_STATEMENT = 1_000;
 
-/**
- * Which of `keys` have a pending intent (`sent_at IS NULL AND retired_at IS NULL`: deliverable or
- * poisoned), as the transaction `trx` sees the outbox. Such a partition is not drift (yet): what
- * OpenFGA lacks may be on its way. One probe of the partition-head index per key.
- */
+/** Which of `keys` have a pending intent, as `trx` sees it: not drift (yet). One partition-head probe per key. */
 export async function pendingPartitions(trx: AnyKysely, spec: OutboxSpec, keys: Iterable<string>): Promise<Set<string>> {
   const n = tableNames(spec);
   const all = [...new Set(keys)];

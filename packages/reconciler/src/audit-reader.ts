@@ -18,17 +18,13 @@ export interface TupleChange {
 /** One page of the changelog of one object type. */
 export interface ChangePage {
   readonly changes: readonly TupleChange[];
-  /**
-   * Where the next read starts. OpenFGA returns the same token when nothing changed since, and
-   * none (undefined) when the type has no change at all after the start time.
-   */
+  /** Where the next read starts: the same token when nothing changed, none when the type has no change after the start time. */
   readonly continuationToken: string | undefined;
 }
 
 /**
- * What the audit reads from OpenFGA, structurally (no SDK types): `createOpenFgaTupleReader` in
- * @outbox/openfga implements it on `@openfga/sdk`; a test or a tracer can wrap one. Each call is
- * one request (the audit counts them to report its cost).
+ * What the audit reads from OpenFGA, structurally: `createOpenFgaTupleReader` (@outbox/openfga)
+ * implements it. Each call is one request (the audit counts them).
  *
  * @example
  * const counted: TupleReader = { ...reader, readTuples: (f, t) => (calls++, reader.readTuples(f, t)) };

@@ -31,22 +31,17 @@ export interface DriftKind<Sample> {
 }
 
 /**
- * What an audit found, for one outbox. Clean when `drifted` is 0. Counts are of partitions and
- * tuples confirmed drifted after the live read (see docs/agreement.md).
+ * What an audit found for one outbox; clean when `drifted` is 0 (docs/agreement.md).
  *
  * @example
- * const report = await auditOutbox({ db, spec: vpcOutbox, owner, reader });
- * if (report.drifted > 0) logger.warn('drift', { missing: report.missing.tuples, orphans: report.orphans.objects });
+ * if (report.drifted > 0) logger.warn('drift', { missing: report.missing.tuples });
  */
 export interface AuditReport {
   /** The outbox table, e.g. `vpc.fga_register_outbox`. */
   readonly outbox: string;
   readonly mode: 'full' | 'incremental';
   readonly objectTypes: readonly string[];
-  /**
-   * Partitions compared: for a full audit, every partition the owner expects tuples in or OpenFGA
-   * holds tuples in; for an incremental one, the partitions whose tuples changed since its token.
-   */
+  /** Partitions compared: full, every one the owner or OpenFGA has tuples in; incremental, those changed since its token. */
   readonly partitionsCompared: number;
   /** Live tuples the full scan read on the owner's types (0 for an incremental audit without a scan). */
   readonly liveTuplesRead: number;

@@ -16,12 +16,8 @@ export interface ScanResult {
 }
 
 /**
- * The full audit's first look. OpenFGA first: every live tuple on the owner's object types, page by
- * page, held in memory by partition (about 150 bytes a tuple). Then one REPEATABLE READ snapshot of
- * the owner and the outbox: the owner's expected partitions page by page, each compared with its
- * live tuples, and the pending intents of the partitions that differ. The snapshot's transaction
- * opens only after the slow scan, so it is short (a long transaction holds back vacuum of the
- * outbox's delivered rows), and it takes no lock.
+ * The full audit's first look: OpenFGA's live tuples first (held by partition), then one short
+ * snapshot of the owner and the outbox, opened after the slow scan (a long one holds back vacuum).
  */
 export async function scanPartitions(ctx: AuditContext): Promise<ScanResult> {
   const types = new Set(ctx.owner.objectTypes);

@@ -2,7 +2,7 @@ import { OutboxConfigError } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { auditWorld, resourceTuples, type AuditWorld } from './audit-fixture.js';
+import { auditWorld, resourceTuples, type AuditWorld } from './testing/audit-fixture.js';
 import { auditCursorTableDdl, auditOutbox, auditOutboxIncremental, type TupleReader } from './index.js';
 
 const t = useTestDatabase();

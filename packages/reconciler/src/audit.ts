@@ -7,10 +7,7 @@ import type { Logger } from './logger.js';
 
 /** What {@link auditOutbox} takes. */
 export interface AuditOptions extends AuditTarget {
-  /**
-   * Partitions (and tuples per partition) listed in each kind's sample. Default 20: enough to see
-   * the pattern of a drift; the counts are always complete.
-   */
+  /** Partitions (and tuples each) in each kind's sample. Default 20: the pattern of a drift; counts are complete. */
   readonly sampleSize?: number;
   /** Told the outcome: drift at WARN (a human decides on repair), a clean audit at INFO. Default: silent. */
   readonly logger?: Logger;
@@ -18,18 +15,11 @@ export interface AuditOptions extends AuditTarget {
 
 /** What {@link auditOutboxIncremental} takes. */
 export interface IncrementalAuditOptions extends AuditOptions {
-  /**
-   * The table of stored changelog positions (created by {@link auditCursorTableDdl}). Default
-   * `public.outbox_audit_cursor`.
-   */
+  /** The stored changelog positions ({@link auditCursorTableDdl}). Default `public.outbox_audit_cursor`. */
   readonly cursorTable?: string;
 }
 
-/**
- * How far before its start a first incremental audit reads the changelog from: OpenFGA stamps
- * changes with its own clock, which may run behind this host's. Re-reading a minute costs a few
- * confirmations; missing a change would cost a drift nobody sees until the next full audit.
- */
+/** A first incremental audit reads the changelog from a minute before it started: OpenFGA's clock may lag this host's. */
 const START_TIME_MARGIN_MS = 60_000;
 
 /** The drift of the whole outbox: scan, then confirm the candidates. */
@@ -73,21 +63,12 @@ function logOutcome(logger: Logger | undefined, report: AuditReport): void {
 }
 
 /**
- * Compares what the owner's rows expect in OpenFGA with what OpenFGA holds, for every object of
- * the owner's types, and reports the drift: tuples missing, tuples unexpected on objects the owner
- * knows, and orphan objects (tuples on objects no owner row names), with counts and a bounded
- * sample. Read-only: it takes no lock (the owner's snapshot is a REPEATABLE READ read), changes
- * nothing, and reports as drift only what is still drifted when re-checked after the live read —
- * a partition with an intent pending, or committed meanwhile, is counted in `skippedPending`.
- *
- * Cost: the live tuples of the owner's types are read page by page (100 tuples a request; see
- * `createOpenFgaTupleReader` for what a page covers), then one re-read per candidate partition.
- * See docs/agreement.md.
+ * Compares what the owner's rows expect in OpenFGA with what it holds, for every object of the
+ * owner's types: tuples missing, unexpected, and on orphan objects. Read-only and lock-free; a
+ * partition with an intent pending is not drift (`skippedPending`). Cost: docs/agreement.md.
  *
  * @example
- * const reader = createOpenFgaTupleReader({ apiUrl, storeId }); // @outbox/openfga
  * const report = await auditOutbox({ db, spec: vpcOutbox, owner: registerServiceOwner(vpcService), reader });
- * console.log(report.drifted, report.missing.sample, report.orphans.sample);
  */
 export async function auditOutbox(options: AuditOptions): Promise<AuditReport> {
   const startedAt = new Date();
@@ -118,23 +99,12 @@ async function changedPartitions(ctx: AuditContext, type: string, cursor: AuditC
 }
 
 /**
- * An audit of what changed in OpenFGA since the last one: reads the owner types' changelog from
- * the stored continuation tokens, confirms each partition a change touched (as {@link auditOutbox}
- * confirms its candidates: pending is not drift), and stores the new tokens once done. A change is
- * anything written to OpenFGA, the drainer's deliveries included: they are re-checked and, being
- * what the owner expects, not reported.
- *
- * The first run for a type (no stored cursor) is a full audit, then reads the changes made since
- * it began, and stores a token from there. What does not pass through OpenFGA's changelog — an
- * owner row changed by hand without an intent — is found only by a full audit: run one now and then.
- *
- * Runs with the cursor table created (see {@link auditCursorTableDdl}); two runs at once are safe
- * (each confirms what it read; the last to finish stores its tokens).
+ * An audit of what changed in OpenFGA since the last one (the owner types' changelog from stored
+ * tokens); the first run per type is a full audit. An owner row changed without an intent is
+ * found only by a full audit: run one now and then (docs/agreement.md).
  *
  * @example
- * // every few minutes
  * const report = await auditOutboxIncremental({ db, spec: vpcOutbox, owner, reader });
- * if (report.drifted > 0) await repairOutbox({ db, spec: vpcOutbox, owner, reader, dryRun: true });
  */
 export async function auditOutboxIncremental(options: IncrementalAuditOptions): Promise<AuditReport> {
   const startedAt = new Date();

@@ -15,7 +15,7 @@ import {
   register,
   settlesWithin,
   waitForLockWaiters,
-} from './outbox-fixture.js';
+} from './testing/outbox-fixture.js';
 
 const t = useTestDatabase();
 

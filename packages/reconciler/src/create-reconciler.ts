@@ -1,73 +1,64 @@
 import { OutboxConfigError, verifyOutboxTable, type OutboxSpec, type AnyKysely, type MeterOptions } from '@outbox/outbox';
+import { closePoisoned } from './close-poisoned.js';
+import { compactOutbox, type CompactOptions, type CompactionResult } from './compact.js';
 import { consoleLogger, type Logger } from './logger.js';
 import { redriveMetrics } from './reconciler-metrics.js';
-import { redrivePoisoned, type RedriveResult, type RedrivenIntent } from './redrive.js';
-import { retireSuperseded } from './retire.js';
+import { redrivePoisoned, type PassContext, type RedriveOptions, type RedriveResult, type RedrivenIntent } from './redrive.js';
 import { verifyCoverageSql } from './verify-coverage.js';
 
-/**
- * What `createReconciler` takes; `meter` or `meterProvider` for its metrics (docs/metrics.md).
- *
- * @example
- * const config: ReconcilerConfig = { db, spec: iamOutbox, interval: 60_000, batchSize: 200 };
- */
+/** The spacing between revivals of one refused row: `baseMs · 2^n` after its n-th, at most `maxMs`. */
+export interface RevivalBackoff {
+  /** Default 60000: a model fixed in two tries within a minute still gets its second try a minute later. */
+  readonly baseMs?: number;
+  /** Default 86400000 (a day): a row that keeps being refused costs at most one write a day, whatever asks. */
+  readonly maxMs?: number;
+}
+
+/** {@link compactOutbox} on the reconciler's timer, e.g. `{ intervalMs: 3_600_000, retentionMs: 30 * 86_400_000 }`. */
+export interface CompactionSchedule extends Pick<CompactOptions, 'retentionMs' | 'closedRetentionMs' | 'batchSize'> {
+  /** Milliseconds between runs. Default 3600000: the ledger grows by the hour, not by the second. */
+  readonly intervalMs?: number;
+}
+
+/** What `createReconciler` takes, e.g. `{ db, spec: iamOutbox, interval: 60_000 }`; `meter` or `meterProvider` for its metrics (docs/metrics.md). */
 export interface ReconcilerConfig extends MeterOptions {
   readonly db: AnyKysely;
-  /** The outbox spec shared with the writer and the drainer: one partition column for both halves of the ordering rule. */
+  /** The spec shared with the writer and the drainer: one partition column for both halves of the ordering rule. */
   readonly spec: OutboxSpec;
   /** Where the reconciler logs. Default: console, warnings (superseded intents) and errors only. */
   readonly logger?: Logger;
-  /**
-   * Milliseconds between scheduled passes (`start()`). Default 300000 (5 min), at most 2147483647
-   * (Node's timer limit: a longer delay would silently become 1 ms). Poisoned rows are
-   * rare, so a pass mostly finds nothing; an intent poisoned by an outage is retried within minutes
-   * of the outage ending, while one poisoned for good costs one delivery attempt per interval.
-   */
+  /** Milliseconds between scheduled passes. Default 300000: an outage's rows come back within minutes of it ending. */
   readonly interval?: number;
-  /**
-   * Most poisoned rows one pass revives (and, separately, most superseded rows it reports).
-   * Default 500, at most 1000: a pass holds one advisory lock per partition it revives, and the
-   * Postgres lock table is shared (~6.4k slots by default) with every enqueue.
-   */
+  /** Most rows a pass revives (and reports per list). Default 500, at most 1000: one advisory lock per partition, in a shared lock table. */
   readonly batchSize?: number;
-  /**
-   * How long a pass waits for the row and partition locks of its candidates' partitions (held by a
-   * drainer delivering them, or an enqueue). Default 5000 ms. Waiting is what lets the pass see every
-   * delivery in flight; past this, the pass rolls back and defers its candidates to the next one,
-   * so a stuck drainer cannot freeze the pass — nor, through the rows it had locked, other
-   * partitions — for as long as its delivery deadline.
-   */
+  /** How long a pass waits for drainers' and enqueues' locks. Default 5000 ms; past it, only the held partitions are deferred. */
   readonly lockTimeoutMs?: number;
+  /** The spacing between revivals of one refused row. Default `{ baseMs: 60000, maxMs: 86400000 }`. */
+  readonly revivalBackoff?: RevivalBackoff;
+  /** The model in force, asked before each scheduled pass; a change asks refused rows to retry. Default none (call `redrivePoisoned({ refused })`). */
+  readonly modelId?: () => string | undefined | Promise<string | undefined>;
+  /** Compaction on a timer. Default off: deleting history is the owner's choice. */
+  readonly compaction?: CompactionSchedule | false;
 }
 
-/**
- * The reconciler of one outbox table.
- *
- * @example
- * const reconciler: Reconciler = createReconciler({ db, spec: vpcOutbox });
- * await reconciler.start();
- */
+/** The reconciler of one outbox table (see {@link createReconciler}). */
 export interface Reconciler {
-  /**
-   * One pass: revives poisoned intents that no delivered successor supersedes, reports the
-   * superseded ones. Passes of this process run one after another; a pass in another process makes
-   * this one return `skipped: true`.
-   */
-  redrivePoisoned(): Promise<RedriveResult>;
-  /**
-   * Closes superseded intents with a reason (`retired_at`, `retired_reason`), all or nothing.
-   * Throws a {@link RetireRefusedError} naming every id that is not superseded (and an
-   * `OutboxConfigError` naming `reason` or `ids` when those are missing). Returns the rows retired.
-   */
+  /** One pass (one at a time per process; `skipped` when another process's runs): revives, reports superseded and waiting rows. */
+  redrivePoisoned(options?: RedriveOptions): Promise<RedriveResult>;
+  /** Closes superseded intents with a reason, all or nothing; a {@link RetireRefusedError} names every id refused. */
   retire(ids: readonly (string | number | bigint)[], reason: string): Promise<readonly RedrivenIntent[]>;
-  /** Verifies the table and the coverage SQL, then runs a pass every `interval`. */
+  /** Closes poisoned intents NOT superseded, with a reason: their tuples are never written (logged at WARN). {@link DiscardRefusedError} names refusals. */
+  discardPoisoned(options: { readonly ids: readonly (string | number | bigint)[]; readonly reason: string }): Promise<readonly RedrivenIntent[]>;
+  /** One compaction run now, with the schedule's settings unless overridden. */
+  compact(options?: Omit<CompactOptions, 'db' | 'spec'>): Promise<CompactionResult>;
+  /** Verifies the table and the coverage SQL, then starts the timers. */
   start(): Promise<void>;
-  /** Stops the timer and waits for a pass in flight. */
+  /** Stops the timers and waits for a pass or compaction in flight. */
   stop(): Promise<void>;
 }
 
 const MAX_BATCH_SIZE = 1_000;
-/** Node's timers take at most 2^31 - 1 ms: a longer delay is silently replaced by 1 ms. */
+/** Node replaces a longer delay by 1 ms. */
 const MAX_TIMER_MS = 2_147_483_647;
 
 function positiveInteger(field: string, value: number | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -78,20 +69,44 @@ function positiveInteger(field: string, value: number | undefined, fallback: num
   return result;
 }
 
+/** A timer that runs `work` every `intervalMs`, never two at once; `stop` waits for the run in flight. */
+function repeating(intervalMs: number, work: () => Promise<unknown>) {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let generation = 0; // bumped by stop(): a tick of an earlier start must not reschedule
+  let running: Promise<unknown> = Promise.resolve();
+  const schedule = (own: number) => {
+    timer = setTimeout(() => {
+      timer = undefined;
+      running = work().finally(() => {
+        if (own === generation) schedule(own);
+      });
+    }, intervalMs);
+    timer.unref(); // the reconciler alone must not keep a process alive
+  };
+  return {
+    start() {
+      if (timer !== undefined) return;
+      generation += 1;
+      schedule(generation);
+    },
+    async stop() {
+      generation += 1;
+      if (timer !== undefined) clearTimeout(timer);
+      timer = undefined;
+      await running;
+    },
+  };
+}
+
 /**
- * Creates the reconciler of one outbox table (DESIGN §6): it resets poisoned intents to claimable,
- * but never one that a later, delivered intent of its partition supersedes (replaying an old
- * "register" over a delivered "deregister" would resurrect revoked access). Run it on a timer for a
- * register-outbox, or call `redrivePoisoned()` when something changes (iam: a new authorization model).
+ * The reconciler of one outbox (docs/design.md §6, §10): revives poisoned intents, never past a
+ * delivered successor; retires, discards and compacts on request.
  *
  * @example
  * const reconciler = createReconciler({ db, spec: vpcOutbox, logger });
- * await reconciler.start(); // verifies the table, then a pass every 5 minutes
- * // iam, on an authorization-model change:
- * const { revived, superseded } = await reconciler.redrivePoisoned();
- * // a human, after reviewing the WARN:
+ * await reconciler.start();
+ * await reconciler.redrivePoisoned({ refused: true, reason: 'model-change' });
  * await reconciler.retire(superseded.map((s) => s.id), 'deregistered before the outage ended');
- * await reconciler.stop();
  */
 export function createReconciler(config: ReconcilerConfig): Reconciler {
   if (!config || typeof config !== 'object') throw new OutboxConfigError('config', 'expected { db, spec }');
@@ -99,12 +114,24 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   if (!config.spec || typeof config.spec.partitionColumn !== 'string') {
     throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
   }
+  if (config.modelId !== undefined && typeof config.modelId !== 'function') throw new OutboxConfigError('modelId', 'expected a function');
   const { db, spec } = config;
   const interval = positiveInteger('interval', config.interval, 300_000, MAX_TIMER_MS);
-  const batchSize = positiveInteger('batchSize', config.batchSize, 500, MAX_BATCH_SIZE);
-  const lockTimeoutMs = positiveInteger('lockTimeoutMs', config.lockTimeoutMs, 5_000, MAX_TIMER_MS);
   const logger = config.logger ?? consoleLogger;
-  const metrics = redriveMetrics(config);
+  const spacing = {
+    baseMs: positiveInteger('revivalBackoff.baseMs', config.revivalBackoff?.baseMs, 60_000),
+    maxMs: positiveInteger('revivalBackoff.maxMs', config.revivalBackoff?.maxMs, 86_400_000),
+  };
+  const ctx: PassContext = {
+    db,
+    spec,
+    batchSize: positiveInteger('batchSize', config.batchSize, 500, MAX_BATCH_SIZE),
+    lockTimeoutMs: positiveInteger('lockTimeoutMs', config.lockTimeoutMs, 5_000, MAX_TIMER_MS),
+    spacing,
+    logger,
+  };
+  const compaction = config.compaction || undefined;
+  const compactEvery = compaction ? positiveInteger('compaction.intervalMs', compaction.intervalMs, 3_600_000, MAX_TIMER_MS) : undefined;
 
   let verified: Promise<void> | undefined;
   const verify = () =>
@@ -116,8 +143,9 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
       throw error;
     }));
 
-  // Passes of this process run one at a time: each waits for the previous one.
+  // Passes, retire and discard of this process run one after another.
   let queue: Promise<unknown> = Promise.resolve();
+  const metrics = redriveMetrics(config);
   const enqueuePass = <T>(work: () => Promise<T>): Promise<T> => {
     const next = queue.then(async () => {
       await verify();
@@ -126,36 +154,56 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     queue = next.catch(() => undefined);
     return next;
   };
-  const redrive = () => metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(db, spec, batchSize, logger, lockTimeoutMs)));
 
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let generation = 0; // bumped by stop(): a tick of an earlier start() must not reschedule
-
-  const schedule = (own: number) => {
-    timer = setTimeout(() => {
-      timer = undefined;
-      void redrive()
-        .catch((error: unknown) => logger.error('redrive pass failed; retrying at the next interval', { table: spec.table, error }))
-        .finally(() => {
-          if (own === generation) schedule(own);
-        });
-    }, interval);
-    timer.unref(); // the reconciler alone must not keep a process alive
+  // The model last seen, and whether its change still has to reach the table (a pass failed or skipped).
+  let model: { id: string | undefined; changed: boolean } | undefined;
+  const readModel = async () => {
+    if (!config.modelId) return;
+    try {
+      const id = await config.modelId();
+      if (id === undefined) return;
+      if (model !== undefined && model.id !== id) logger.info('authorization model changed: refused intents will be retried', { table: spec.table, from: model.id, to: id });
+      model = { id, changed: model?.changed === true || (model !== undefined && model.id !== id) };
+    } catch (error) {
+      logger.warn('could not read the authorization model id; refused intents wait for the next pass that can', { table: spec.table, error });
+    }
   };
+  const scheduledPass = async () => {
+    await readModel();
+    const changed = model?.changed === true;
+    const result = await metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(ctx, changed ? { refused: true, reason: 'model-change' } : {})));
+    if (changed && !result.skipped && model) model.changed = false;
+  };
+  const passes = repeating(interval, () =>
+    scheduledPass().catch((error: unknown) => logger.error('redrive pass failed; retrying at the next interval', { table: spec.table, error })),
+  );
+
+  const compact = (options: Omit<CompactOptions, 'db' | 'spec'> = {}) => verify().then(() => compactOutbox({ ...compaction, logger, ...options, db, spec }));
+  let stopping = new AbortController(); // ends a scheduled compaction between two batches
+  const compactions =
+    compactEvery === undefined
+      ? undefined
+      : repeating(compactEvery, () =>
+          compact({ signal: stopping.signal }).catch((error: unknown) => logger.error('compaction failed; retrying at the next interval', { table: spec.table, error })),
+        );
 
   return {
-    redrivePoisoned: redrive,
-    retire: (ids, reason) => enqueuePass(() => retireSuperseded(db, spec, ids, reason)),
+    // A dry run changes nothing, so it counts as no pass.
+    redrivePoisoned: (options) =>
+      options?.dryRun ? enqueuePass(() => redrivePoisoned(ctx, options)) : metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(ctx, options))),
+    retire: (ids, reason) => enqueuePass(() => closePoisoned(db, spec, 'retired', ids, reason, logger)),
+    discardPoisoned: (options) => enqueuePass(() => closePoisoned(db, spec, 'discarded', options?.ids, options?.reason, logger)),
+    compact,
     async start() {
       await verify();
-      if (timer !== undefined) return;
-      generation += 1;
-      schedule(generation);
+      if (stopping.signal.aborted) stopping = new AbortController();
+      await readModel();
+      passes.start();
+      compactions?.start();
     },
     async stop() {
-      generation += 1;
-      if (timer !== undefined) clearTimeout(timer);
-      timer = undefined;
+      stopping.abort();
+      await Promise.all([passes.stop(), compactions?.stop()]);
       await queue;
     },
   };

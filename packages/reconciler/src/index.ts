@@ -1,8 +1,22 @@
-export { createReconciler, type Reconciler, type ReconcilerConfig } from './create-reconciler.js';
+export {
+  createReconciler,
+  type CompactionSchedule,
+  type Reconciler,
+  type ReconcilerConfig,
+  type RevivalBackoff,
+} from './create-reconciler.js';
+export type { RedriveOptions, RedriveResult, RedrivenIntent, WaitingIntent } from './redrive.js';
+export { MAX_RETIRE_IDS } from './close-poisoned.js';
+export { compactOutbox, type CompactionResult, type CompactOptions } from './compact.js';
+export {
+  DiscardRefusedError,
+  RetireRefusedError,
+  type DiscardRefusal,
+  type RefusedDiscard,
+  type RefusedRetirement,
+  type RetireRefusal,
+} from './errors.js';
 export { createReconcilerMetrics, type ReconcilerMetrics } from './reconciler-metrics.js';
-export type { RedriveResult, RedrivenIntent } from './redrive.js';
-export { MAX_RETIRE_IDS } from './retire.js';
-export { RetireRefusedError, type RefusedRetirement, type RetireRefusal } from './errors.js';
 export type { Logger } from './logger.js';
 export type { OutboxOwner, OwnedPage, OwnedPartition, PartitionFilter } from './owner.js';
 export type { ChangePage, TupleChange, TupleReader, TuplePage } from './audit-reader.js';

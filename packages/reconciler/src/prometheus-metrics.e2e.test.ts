@@ -15,9 +15,9 @@ import { freePort, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import manifest from '../package.json' with { type: 'json' };
-import { auditWorld } from './audit-fixture.js';
+import { auditWorld } from './testing/audit-fixture.js';
 import { auditOutbox, createReconciler, createReconcilerMetrics, repairOutbox } from './index.js';
-import { recordingLogger } from './outbox-fixture.js';
+import { recordingLogger } from './testing/outbox-fixture.js';
 
 const t = useTestDatabase();
 

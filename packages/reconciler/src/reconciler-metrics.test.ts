@@ -4,10 +4,10 @@ import { pointsOf, pointValue, testMeterProvider } from '@outbox/test-observabil
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { auditWorld } from './audit-fixture.js';
+import { auditWorld } from './testing/audit-fixture.js';
 import { auditOutbox, createReconciler, createReconcilerMetrics, repairOutbox } from './index.js';
-import { createTestOutbox, deliver, enqueueIntent, openTransaction, poison, recordingLogger, register } from './outbox-fixture.js';
-import { reconcilerLockKey } from './redrive.js';
+import { createTestOutbox, deliver, enqueueIntent, openTransaction, poison, recordingLogger, register } from './testing/outbox-fixture.js';
+import { reconcilerLockKey } from './redrive-statements.js';
 
 const t = useTestDatabase();
 const sdk = testMeterProvider();

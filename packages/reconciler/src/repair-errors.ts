@@ -1,16 +1,9 @@
 /**
- * `repairOutbox` refused: its corrections would delete more tuples than `maxDeletes`. Found while
- * planning, nothing was enqueued (`enqueued` is empty); found while enqueuing (a change since the
- * plan added deletions), the batch over the budget was rolled back and `enqueued` lists the intents
- * already committed (they are ordinary intents: the drainer delivers them).
+ * `repairOutbox` refused: its corrections would delete more than `maxDeletes` tuples. `enqueued`
+ * lists intents committed before (a change since the plan added deletions); empty at planning.
  *
  * @example
- * try {
- *   await repairOutbox({ db, spec, owner, reader, dryRun: false });
- * } catch (error) {
- *   if (error instanceof RepairBudgetError) console.error(error.deletes, error.maxDeletes);
- *   else throw error;
- * }
+ * if (error instanceof RepairBudgetError) console.error(error.deletes, error.maxDeletes);
  */
 export class RepairBudgetError extends Error {
   override readonly name = 'RepairBudgetError';

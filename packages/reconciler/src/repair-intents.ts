@@ -5,11 +5,9 @@ import { tupleKeyId } from './audit-tuples.js';
 export const REPAIR_SOURCE = 'repair';
 
 /**
- * The intents that take one partition from `live` to `expected`: `writes` (expected − live) and
- * `deletes` (live − expected), at most {@link MAX_TUPLES_PER_INTENT} operations each, deletes first.
- * A tuple key stored with another condition than expected is both deleted and written: OpenFGA
- * refuses one key twice in a request, so its write goes to a later intent than its delete (the
- * drainer delivers a partition's intents in id order). Deletes name the key only, as the sink sends them.
+ * The intents that take a partition from `live` to `expected`, deletes first, at most
+ * {@link MAX_TUPLES_PER_INTENT} operations each; a key stored with another condition is deleted,
+ * then written in a later intent (OpenFGA refuses one key twice in a request).
  */
 export function correctionIntents(partitionKey: string, writes: readonly TupleKey[], deletes: readonly TupleKey[]): EnqueueInput[] {
   const intents: EnqueueInput[] = [];

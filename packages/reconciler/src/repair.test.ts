@@ -2,9 +2,9 @@ import { enqueue, type TupleKey } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { auditWorld, resourceTuples, type AuditWorld } from './audit-fixture.js';
+import { auditWorld, resourceTuples, type AuditWorld } from './testing/audit-fixture.js';
 import { auditOutbox, RepairBudgetError, repairOutbox } from './index.js';
-import { openTransaction, waitForLockWaiters } from './outbox-fixture.js';
+import { openTransaction, waitForLockWaiters } from './testing/outbox-fixture.js';
 import { correctionIntents } from './repair-intents.js';
 
 const t = useTestDatabase();

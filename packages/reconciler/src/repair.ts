@@ -12,22 +12,11 @@ import { correctionIntents } from './repair-intents.js';
 export interface RepairOptions extends AuditTarget {
   /** Repair only these partitions (e.g. an audit's sample). Default: audit the whole outbox first and repair every drifted partition. */
   readonly partitionKeys?: readonly string[];
-  /**
-   * Default true: plan and report, enqueue nothing. Pass `false` to enqueue the corrections.
-   */
+  /** Default true: plan and report, enqueue nothing. */
   readonly dryRun?: boolean;
-  /**
-   * Most tuples one run may delete. Default 100: deleting revokes access, and mass "unexpected"
-   * drift is more often a mistake — an audit against the wrong store, an owner database restored
-   * from an old backup, an owner mapping that misses a relation — than real out-of-band grants;
-   * a run past the budget is refused before it enqueues anything, and the error says how to raise it.
-   */
+  /** Most tuples one run may delete. Default 100: mass "unexpected" drift is more often a mistake (wrong store, old backup) than real grants. */
   readonly maxDeletes?: number;
-  /**
-   * Partitions corrected per transaction. Default 50: each holds its partition's advisory lock
-   * while its live tuples are re-read (enqueues and settles of those partitions wait), so a batch
-   * stays short; and one transaction never nears Postgres' ~6.4k lock slots.
-   */
+  /** Partitions corrected per transaction. Default 50: each holds its partition's lock while OpenFGA is re-read. */
   readonly batchSize?: number;
   /** Corrections listed in the result's sample. Default 20. */
   readonly sampleSize?: number;
@@ -97,9 +86,7 @@ async function repairBatch(
     .transaction()
     .setIsolationLevel('read committed')
     .execute(async (trx) => {
-      // The lock enqueue takes: every intent of these partitions committed before it is visible to
-      // the next statements, and none can commit until this transaction ends, so what is read below
-      // is the state the corrections are ordered after.
+      // Enqueue's lock: what is read below is the state the corrections are ordered after (docs/agreement.md).
       await lockPartitions(ctx.spec, keys).execute(trx);
       const pending = await pendingPartitions(trx, ctx.spec, keys);
       const free = keys.filter((key) => !pending.has(key));
@@ -132,25 +119,14 @@ async function repairBatch(
 }
 
 /**
- * Repairs drift through the outbox: for each drifted partition, enqueues into the owning outbox the
- * intents `{ writes: expected − live, deletes: live − expected }` (at most 100 operations each), as
- * ordinary intents — ordered with everything else in their partition, kept as evidence, delivered
- * by the drainer. Never writes to OpenFGA itself.
- *
- * Each batch of partitions runs in one transaction that first takes the partitions' enqueue locks,
- * then skips those with a pending intent, then reads the owner's rows and re-reads OpenFGA, and
- * enqueues what differs then: never what the audit saw earlier (a user's delete committed since
- * would be undone by a stale re-grant).
- *
- * Dry run by default. Refuses, with a {@link RepairBudgetError} and before enqueuing anything, a
- * run whose corrections delete more than `maxDeletes` tuples. Idempotent: once the drainer has
- * delivered the corrections, the next audit finds nothing and the next repair enqueues nothing.
+ * Repairs drift through the outbox, never writing to OpenFGA itself: per drifted partition, the
+ * intents `{ writes: expected − live, deletes: live − expected }`, decided under the partitions'
+ * enqueue locks from what is read then (docs/agreement.md). Dry run by default; a run deleting
+ * more than `maxDeletes` is refused with a {@link RepairBudgetError} before enqueuing anything.
  *
  * @example
  * const plan = await repairOutbox({ db, spec: vpcOutbox, owner, reader }); // dry run
- * console.log(plan.writes, plan.deletes, plan.sample);
  * const done = await repairOutbox({ db, spec: vpcOutbox, owner, reader, dryRun: false });
- * await drainer.flush({ partitionKey: done.sample[0].partitionKey, timeoutMs: 5_000 });
  */
 export async function repairOutbox(options: RepairOptions): Promise<RepairResult> {
   const ctx = auditContext(options);

@@ -12,7 +12,7 @@ import { freePort, stackInfo, useOpenFgaStore, useTestDatabase } from '@outbox/t
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { createReconciler } from './index.js';
-import { createTestOutbox, enqueueIntent, readRow, recordingLogger } from './outbox-fixture.js';
+import { createTestOutbox, enqueueIntent, readRow, recordingLogger } from './testing/outbox-fixture.js';
 
 const t = useTestDatabase();
 const fga = useOpenFgaStore();

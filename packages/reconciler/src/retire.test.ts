@@ -13,7 +13,7 @@ import {
   readRows,
   recordingLogger,
   register,
-} from './outbox-fixture.js';
+} from './testing/outbox-fixture.js';
 
 const t = useTestDatabase();
 

@@ -21,12 +21,7 @@ function balanced(fragment: string): boolean {
   return depth === 0 && quote === undefined;
 }
 
-/**
- * Checks the spec's `supersededCoverageSql` once against the live table: it is planned (never run:
- * `where false`) as a boolean over `s` and `t`, two rows of the table. A wrong column, a type
- * error or a non-boolean then fails at start as an {@link OutboxConfigError}, not silently at the
- * first poisoned row.
- */
+/** Plans (never runs) the spec's coverage fragment over two rows of the live table: a wrong one fails at start, as an {@link OutboxConfigError}. */
 export async function verifyCoverageSql(db: AnyKysely, spec: OutboxSpec): Promise<void> {
   const fragment = spec.supersededCoverageSql;
   if (fragment === undefined) return;

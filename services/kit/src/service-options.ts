@@ -42,6 +42,10 @@ export interface ServiceOptions {
   readonly auditIntervalMs?: number | false;
   /** Start the reconciler's timer. Default true. */
   readonly runReconciler?: boolean;
+  /** Milliseconds between compactions of the outbox (docs/ledger.md), on the reconciler's timer. Default 3600000; 0 turns compaction off. */
+  readonly compactIntervalMs?: number;
+  /** How long delivered, retired and discarded intents are kept. Default 2592000000 (30 days); rows a decision reads stay whatever their age. */
+  readonly retentionMs?: number;
   /** How long `stop()` lets requests in flight finish. Default 10000. */
   readonly shutdownTimeoutMs?: number;
   /**
@@ -161,6 +165,8 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
     runDrainer: options.runDrainer ?? true,
     auditIntervalMs: options.auditIntervalMs === false ? 0 : integer('auditIntervalMs', options.auditIntervalMs, 300_000, 0, 86_400_000),
     runReconciler: options.runReconciler ?? true,
+    compactIntervalMs: integer('compactIntervalMs', options.compactIntervalMs, 3_600_000, 0, 86_400_000),
+    retentionMs: integer('retentionMs', options.retentionMs, 30 * 86_400_000, 0, 36_500 * 86_400_000),
     shutdownTimeoutMs: integer('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 600_000),
     poolSize: integer('poolSize', options.poolSize, 5, 1, 100),
     retryBackoff: options.retryBackoff ?? {},
@@ -181,6 +187,8 @@ export const SERVICE_ENV = Object.freeze({
   DRAIN_INTERVAL_MS: 'drainIntervalMs (default 1000)',
   REDRIVE_INTERVAL_MS: 'redriveIntervalMs (default 60000)',
   AUDIT_INTERVAL_MS: 'auditIntervalMs (default 300000; 0: no audit)',
+  COMPACT_INTERVAL_MS: 'compactIntervalMs (default 3600000; 0: no compaction)',
+  RETENTION_MS: 'retentionMs (default 2592000000, 30 days)',
   FLUSH_ON_WRITE: 'flushOnWrite, true|false (default true)',
   FLUSH_TIMEOUT_MS: 'flushTimeoutMs (default 5000)',
   SHUTDOWN_TIMEOUT_MS: 'shutdownTimeoutMs (default 10000)',
@@ -232,6 +240,8 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     drainIntervalMs: number('DRAIN_INTERVAL_MS'),
     redriveIntervalMs: number('REDRIVE_INTERVAL_MS'),
     auditIntervalMs: number('AUDIT_INTERVAL_MS'),
+    compactIntervalMs: number('COMPACT_INTERVAL_MS'),
+    retentionMs: number('RETENTION_MS'),
     flushOnWrite: flag('FLUSH_ON_WRITE'),
     flushTimeoutMs: number('FLUSH_TIMEOUT_MS'),
     shutdownTimeoutMs: number('SHUTDOWN_TIMEOUT_MS'),
@@ -259,6 +269,8 @@ const ENV_OF_OPTION: Readonly<Record<string, string>> = {
   drainIntervalMs: 'DRAIN_INTERVAL_MS',
   redriveIntervalMs: 'REDRIVE_INTERVAL_MS',
   auditIntervalMs: 'AUDIT_INTERVAL_MS',
+  compactIntervalMs: 'COMPACT_INTERVAL_MS',
+  retentionMs: 'RETENTION_MS',
   flushTimeoutMs: 'FLUSH_TIMEOUT_MS',
   shutdownTimeoutMs: 'SHUTDOWN_TIMEOUT_MS',
   poolSize: 'DB_POOL_SIZE',

@@ -1,14 +1,30 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { vpcOutbox, vpcTable } from '@outbox/migrations';
+import { nlbOutbox, vpcOutbox, vpcTable } from '@outbox/migrations';
 import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { registerServiceOwner } from './register-owner.js';
 import { recordingLogger } from './testing/index.js';
 import { createServiceOutbox, type ServiceOutboxConfig } from './service-outbox.js';
+import type { OutboxSpec } from '@outbox/outbox';
 
 const t = useTestDatabase();
 const fga = useOpenFgaStore();
+
+/** A service outbox whose timers stay out of the way (an hour), without flush on write. */
+const quietOutbox = (spec: OutboxSpec, extra: Partial<ServiceOutboxConfig> = {}) =>
+  createServiceOutbox({
+    db: t.db,
+    spec,
+    openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
+    drainIntervalMs: 3_600_000,
+    redriveIntervalMs: 3_600_000,
+    flushOnWrite: false,
+    flushTimeoutMs: 1_000,
+    retryBackoff: {},
+    logger: recordingLogger(),
+    ...extra,
+  });
 
 test('redrive after a model change revives every poisoned intent, not just one batch', async () => {
   // 1,200 poisoned register intents, more than one reconciler batch (500), each its own resource.
@@ -18,17 +34,7 @@ test('redrive after a model change revives every poisoned intent, not just one b
              'user', 'project:p1', 'relation', 'project', 'object', 'vpc:v' || g))),
            ${vpcOutbox.maxAttempts}, 'validation_error: type vpc not found (old model)', false
     from generate_series(1, 1200) g`.execute(t.db);
-  const outbox = createServiceOutbox({
-    db: t.db,
-    spec: vpcOutbox,
-    openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
-    drainIntervalMs: 3_600_000,
-    redriveIntervalMs: 3_600_000,
-    flushOnWrite: false,
-    flushTimeoutMs: 1_000,
-    retryBackoff: {},
-    logger: recordingLogger(),
-  });
+  const outbox = quietOutbox(vpcOutbox);
   // Keep the drainer out of it (redrive kicks it): this test is about what redrive leaves behind.
   await outbox.drainer.stop();
   const result = await outbox.redrive();
@@ -97,4 +103,31 @@ describe('the incremental audit on the reconciler\'s timer', () => {
     }
     expect(await outboxWith({ owner: undefined }).audit()).toBeUndefined();
   });
+});
+
+test('redrive retries intents OpenFGA refused for good (it is what a model change asks); compaction runs on the reconciler\'s timer', async () => {
+  await sql`
+    insert into nlb.fga_register_outbox (resource_id, payload, attempt_count, last_error, poison_cause, poison_code, is_head, sent_at)
+    select 'load_balancer:lb' || g, jsonb_build_object('writes', jsonb_build_array(jsonb_build_object(
+             'user', 'project:p1', 'relation', 'project', 'object', 'load_balancer:lb' || g))),
+           case when g = 3 then ${nlbOutbox.maxAttempts} else 0 end, case when g = 3 then 'OpenFGA 400 validation_error' end,
+           case when g = 3 then 'refused' end, case when g = 3 then 'validation_error' end, false,
+           case when g < 3 then now() end
+    from generate_series(1, 3) g`.execute(t.db);
+  // Two deliveries of one object: the earlier is compacted, its last word stays.
+  await sql`update nlb.fga_register_outbox set resource_id = 'load_balancer:lb2' where resource_id = 'load_balancer:lb1'`.execute(t.db);
+  const outbox = quietOutbox(nlbOutbox, { compaction: { intervalMs: 20, retentionMs: 0 } });
+  await outbox.drainer.stop();
+  const result = await outbox.redrive();
+  expect(result.revived.map((r) => r.poisonCode)).toEqual(['validation_error']);
+  await outbox.reconciler.start();
+  try {
+    for (const deadline = Date.now() + 10_000; ; await new Promise((r) => setTimeout(r, 20))) {
+      const rows = await sql<{ n: number }>`select count(*)::int as n from nlb.fga_register_outbox where resource_id = 'load_balancer:lb2'`.execute(t.db);
+      if (rows.rows[0]?.n === 1) break;
+      if (Date.now() > deadline) throw new Error('not compacted');
+    }
+  } finally {
+    await outbox.reconciler.stop();
+  }
 });

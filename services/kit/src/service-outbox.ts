@@ -3,7 +3,7 @@ import { createDrainer, DrainerStoppedError, type BackoffOptions, FlushPoisonedE
 import { createOpenFgaSink, createOpenFgaTupleReader } from '@outbox/openfga';
 import { outboxStats, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
 import { auditOutboxIncremental, createReconciler, type AuditReport, type OutboxOwner, type Reconciler, type RedriveResult } from '@outbox/reconciler';
-import type { OpenFgaConnection } from './authorizer.js';
+import { openFgaClient, type OpenFgaConnection } from './authorizer.js';
 
 /** What became of a write's intent by the time the service answers. */
 export type Delivery =
@@ -30,7 +30,7 @@ export interface ServiceOutbox {
   settle(partitionKey: string): Promise<Delivery>;
   /** Counts of the outbox by state (pending, deliverable, poisoned, superseded, retired). */
   stats(): Promise<OutboxStats>;
-  /** Redrive now (as many passes as keep reviving), then a drain pass for what was revived. */
+  /** Redrive now, refused intents included (after a model change, or an operator's request), as many passes as keep reviving; then a drain pass. */
   redrive(): Promise<RedriveResult>;
   /** One drain pass now. */
   drainOnce(): Promise<DrainResult>;
@@ -45,6 +45,8 @@ export interface ServiceOutboxConfig {
   readonly listenUrl?: string;
   readonly drainIntervalMs: number;
   readonly redriveIntervalMs: number;
+  /** Compaction on the reconciler's timer (docs/ledger.md). Default hourly, 30 days kept; 0 ms: off. */
+  readonly compaction?: { readonly intervalMs: number; readonly retentionMs: number };
   readonly flushOnWrite: boolean;
   readonly flushTimeoutMs: number;
   /** Retry spacing of the drainer (its defaults when empty). */
@@ -121,7 +123,18 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     logger,
     ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}),
   });
-  const redriver = createReconciler({ db, spec, logger, interval: config.redriveIntervalMs, ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}) });
+  const compaction = config.compaction ?? { intervalMs: 3_600_000, retentionMs: 30 * 86_400_000 };
+  // Without a pinned model the store's latest is in force: a new one asks refused intents to retry.
+  const fga = config.openfga.authorizationModelId ? undefined : openFgaClient(config.openfga);
+  const redriver = createReconciler({
+    db,
+    spec,
+    logger,
+    interval: config.redriveIntervalMs,
+    ...(fga ? { modelId: async () => (await fga.readLatestAuthorizationModel()).authorization_model?.id } : {}),
+    compaction: compaction.intervalMs > 0 && { intervalMs: compaction.intervalMs, retentionMs: compaction.retentionMs },
+    ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}),
+  });
   const { owner } = config;
   const reader = createOpenFgaTupleReader({
     apiUrl: config.openfga.apiUrl,
@@ -163,7 +176,7 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
       // A pass handles one batch of poisoned rows; after a model change every one of them should be
       // tried, so go on while passes still revive something and report more revivable rows (a
       // deferred partition also says `more`: the revive guard keeps that from spinning).
-      let result = await reconciler.redrivePoisoned();
+      let result = await reconciler.redrivePoisoned({ refused: true, reason: 'model-change' });
       const revived = [...result.revived];
       for (let pass = 1; pass < 100 && result.more && result.revived.length > 0; pass += 1) {
         result = await reconciler.redrivePoisoned();

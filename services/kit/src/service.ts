@@ -137,6 +137,7 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     listenUrl: resolved.databaseUrl,
     drainIntervalMs: resolved.drainIntervalMs,
     redriveIntervalMs: resolved.redriveIntervalMs,
+    compaction: { intervalMs: resolved.compactIntervalMs, retentionMs: resolved.retentionMs },
     flushOnWrite: resolved.flushOnWrite,
     flushTimeoutMs: resolved.flushTimeoutMs,
     retryBackoff: resolved.retryBackoff,

@@ -68,8 +68,8 @@ export function outboxTables(t: TestDatabase) {
       return t.db.transaction().execute((trx) => enqueueMany(trx, spec, intents));
     },
     async rows(spec: OutboxSpec) {
-      const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null }>`
-        select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error
+      const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null; poison_cause: string | null; poison_code: string | null }>`
+        select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error, poison_cause, poison_code
         from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} t order by t.id`.execute(t.db);
       return result.rows;
     },

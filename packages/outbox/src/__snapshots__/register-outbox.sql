@@ -930,6 +930,26 @@ end
 $fn$
 ;
 
+-- ==== ledgerLifeDdlV1
+
+alter table "vpc"."fga_register_outbox"
+      add column poison_cause  text,
+      add column poison_code   text,
+      add column revival_count integer not null default 0,
+      add column revive_after  timestamptz,
+      add column revive_requested boolean not null default false,
+      add column closed_as     text,
+      add constraint "fga_register_outbox_poison_cause_check" check (poison_cause in ('exhausted', 'refused')) not valid,
+      add constraint "fga_register_outbox_closed_as_check" check (closed_as in ('retired', 'discarded')) not valid;
+
+comment on column "vpc"."fga_register_outbox".poison_cause is 'why the row is poisoned: exhausted (transient failures) or refused (permanently, code in poison_code); NULL on rows poisoned before it existed, read as exhausted';
+
+comment on column "vpc"."fga_register_outbox".revive_requested is 'a refused row a model change or an operator asked to retry: revived once revive_after (the growing spacing between its revivals) has passed';
+
+comment on column "vpc"."fga_register_outbox".closed_as is 'how retired_at was set: retired (superseded) or discarded (not superseded, its tuples never written); NULL read as retired';
+
+create index if not exists "fga_register_outbox_delivered_idx" on "vpc"."fga_register_outbox" ("resource_id", id) where sent_at is not null;
+
 -- ==== lateWriteVerificationDdl
 
 alter table "vpc"."fga_register_outbox" add column verify_after timestamptz;
@@ -937,5 +957,3 @@ alter table "vpc"."fga_register_outbox" add column verify_after timestamptz;
 comment on column "vpc"."fga_register_outbox".verify_after is 'drainer: when to check that no late write undid this delivery; null: nothing to check';
 
 create index "fga_register_outbox_verify_idx" on "vpc"."fga_register_outbox" (verify_after) where verify_after is not null;
-
-create index if not exists "fga_register_outbox_partition_idx" on "vpc"."fga_register_outbox" ("resource_id", id);

@@ -61,9 +61,13 @@ async function outcome(db: Db, spec: OutboxSpec, id: string, set: RawBuilder<unk
 /** What the drainer does when OpenFGA accepted the intent. */
 export const deliver = (db: Db, spec: OutboxSpec, id: string) => outcome(db, spec, id, sql`sent_at = now()`);
 
-/** What the drainer does when the intent used up its attempts. */
+/** What the drainer did, before causes were recorded, when the intent used up its attempts (`poison_cause` NULL: read as exhausted). */
 export const poison = (db: Db, spec: OutboxSpec, id: string, error = 'OpenFGA unreachable') =>
   outcome(db, spec, id, sql`attempt_count = ${spec.maxAttempts}, last_error = ${error}`);
+
+/** What the drainer does when the sink refuses the intent for good. */
+export const refuse = (db: Db, spec: OutboxSpec, id: string, code = 'validation_error') =>
+  outcome(db, spec, id, sql`attempt_count = ${spec.maxAttempts}, last_error = ${`OpenFGA 400 ${code}: refused`}, poison_cause = 'refused', poison_code = ${code}`);
 
 export interface RowState {
   id: string;
@@ -75,6 +79,12 @@ export interface RowState {
   retired: boolean;
   retired_reason: string | null;
   due: boolean;
+  poison_cause: string | null;
+  poison_code: string | null;
+  revival_count: number;
+  revive_after: Date | null;
+  revive_requested: boolean;
+  closed_as: string | null;
 }
 
 export async function readRows(db: Db, spec: OutboxSpec): Promise<RowState[]> {
@@ -82,7 +92,7 @@ export async function readRows(db: Db, spec: OutboxSpec): Promise<RowState[]> {
   const result = await sql<RowState>`
     select id::text as id, ${sql.raw(n.partition)} as key, attempt_count, last_error, is_head,
       sent_at is not null as delivered, retired_at is not null as retired, retired_reason,
-      next_attempt_at <= now() as due
+      next_attempt_at <= now() as due, poison_cause, poison_code, revival_count, revive_after, revive_requested, closed_as
     from ${sql.raw(n.table)} order by id`.execute(db);
   return result.rows;
 }
