@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { freePort, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
+import { sql } from 'kysely';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { createBacklogTable } from './testing/backlog.js';
 import { openFgaEnv } from './testing/openfga-env.js';
@@ -108,6 +109,8 @@ describe('audit and repair', () => {
   });
 
   test('--incremental without its cursor table is configuration (exit 2), naming the DDL to run', async () => {
+    // The project's migrations create it (0010): a database of a user who has not is one without it.
+    await sql`drop table if exists public.outbox_audit_cursor`.execute(t.db);
     const result = await run('audit', '--incremental');
     expect(result.code).toBe(2);
     expect(result.stderr).toContain('auditCursorTableDdl');

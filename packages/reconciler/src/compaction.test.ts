@@ -75,7 +75,7 @@ describe('compactOutbox, what else it respects', () => {
   test('a row another feature still needs (verify_after set) stays, whatever its age', async () => {
     const spec = await createTestOutbox(t.db);
     const n = tableNames(spec);
-    await sql.raw(`alter table ${n.table} add column verify_after timestamptz`).execute(t.db);
+    await sql.raw(`alter table ${n.table} add column if not exists verify_after timestamptz`).execute(t.db);
     const [marked, plain, last] = [
       await enqueueIntent(t.db, spec, 'vpc:1', register('1')),
       await enqueueIntent(t.db, spec, 'vpc:1', deregister('1')),
