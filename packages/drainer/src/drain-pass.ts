@@ -98,6 +98,11 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
             ids: check.corrected.flatMap((c) => c.ids),
           });
         }
+        if (check.truncated.length > 0) {
+          logger.warn(`late-write check: more than the rows it reads were delivered in the window of ${check.truncated.length} partition(s) of ${spec.table}; keys only older rows name are left to the audit`, {
+            partitionKeys: check.truncated,
+          });
+        }
         if (!check.more || stopping() || performance.now() - lastCheck >= SEGMENT_MS) return enqueued;
       }
     } catch (error) {

@@ -10,15 +10,9 @@ import { createServiceOutbox, type ServiceOutboxConfig } from './service-outbox.
 const t = useTestDatabase();
 const fga = useOpenFgaStore();
 
-test('redrive after a model change revives every poisoned intent, not just one batch', async () => {
-  // 1,200 poisoned register intents, more than one reconciler batch (500), each its own resource.
-  await sql`
-    insert into vpc.fga_register_outbox (resource_id, payload, attempt_count, last_error, is_head)
-    select 'vpc:v' || g, jsonb_build_object('writes', jsonb_build_array(jsonb_build_object(
-             'user', 'project:p1', 'relation', 'project', 'object', 'vpc:v' || g))),
-           ${vpcOutbox.maxAttempts}, 'validation_error: type vpc not found (old model)', false
-    from generate_series(1, 1200) g`.execute(t.db);
-  const outbox = createServiceOutbox({
+/** vpc's outbox with its owner mapping; timers long unless `config` says otherwise. */
+const outboxWith = (config: Partial<ServiceOutboxConfig>) =>
+  createServiceOutbox({
     db: t.db,
     spec: vpcOutbox,
     openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
@@ -27,8 +21,20 @@ test('redrive after a model change revives every poisoned intent, not just one b
     flushOnWrite: false,
     flushTimeoutMs: 1_000,
     retryBackoff: {},
+    owner: registerServiceOwner({ fgaType: 'vpc', resourceTable: vpcTable }),
     logger: recordingLogger(),
+    ...config,
   });
+
+test('redrive after a model change revives every poisoned intent, not just one batch', async () => {
+  // 1,200 poisoned register intents, more than one reconciler batch (500), each its own resource.
+  await sql`
+    insert into vpc.fga_register_outbox (resource_id, payload, attempt_count, last_error, is_head)
+    select 'vpc:v' || g, jsonb_build_object('writes', jsonb_build_array(jsonb_build_object(
+             'user', 'project:p1', 'relation', 'project', 'object', 'vpc:v' || g))),
+           ${vpcOutbox.maxAttempts}, 'validation_error: type vpc not found (old model)', false
+    from generate_series(1, 1200) g`.execute(t.db);
+  const outbox = outboxWith({});
   // Keep the drainer out of it (redrive kicks it): this test is about what redrive leaves behind.
   await outbox.drainer.stop();
   const result = await outbox.redrive();
@@ -41,20 +47,6 @@ test('redrive after a model change revives every poisoned intent, not just one b
 });
 
 describe('the incremental audit on the reconciler\'s timer', () => {
-  const outboxWith = (config: Partial<ServiceOutboxConfig>) =>
-    createServiceOutbox({
-      db: t.db,
-      spec: vpcOutbox,
-      openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
-      drainIntervalMs: 3_600_000,
-      redriveIntervalMs: 3_600_000,
-      flushOnWrite: false,
-      flushTimeoutMs: 1_000,
-      retryBackoff: {},
-      owner: registerServiceOwner({ fgaType: 'vpc', resourceTable: vpcTable }),
-      logger: recordingLogger(),
-      ...config,
-    });
 
   test('reports drift at WARN, a full audit first and then each change made around the outbox, and repairs nothing', async () => {
     const ghost = (object: string) => [{ user: 'user:eve', relation: 'owner', object }];
