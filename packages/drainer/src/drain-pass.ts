@@ -119,8 +119,9 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
       let more = true;
       while (more && !stopping()) {
         more = await db.connection().execute((conn) => segment(conn, totals));
-        // Corrections of late writes are intents like any other: this pass delivers them.
-        if (!more) more = await checkDue();
+        // Between segments, so a long pass (a backlog) does not hold checks back; their corrections
+        // are intents like any other, and this pass delivers them.
+        if (await checkDue()) more = true;
       }
     } catch (error) {
       const halted = isSinkHalt(error);
