@@ -19,6 +19,8 @@ export interface LateWriteCheck {
   readonly postponed: number;
   /** The corrections enqueued, per partition the target disagreed on. */
   readonly corrected: ReadonlyArray<{ readonly partitionKey: string; readonly ids: readonly string[] }>;
+  /** Partitions whose window held more than the rows read: keys only older rows name are left to the audit. */
+  readonly truncated: readonly string[];
   /** More partitions were due than one check takes. */
   readonly more: boolean;
 }
@@ -74,7 +76,7 @@ export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelay
         partitions.set(row.partition_key, entry);
       }
       const more = (due.rows[0]?.candidates ?? 0) > PARTITIONS_PER_CHECK;
-      if (partitions.size === 0) return { checked: 0, read: 0, postponed: 0, corrected: [], more };
+      if (partitions.size === 0) return { checked: 0, read: 0, postponed: 0, corrected: [], truncated: [], more };
       const keys = [...partitions.keys()];
 
       const first = await partitionStates(trx, keys);
@@ -82,12 +84,15 @@ export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelay
         select u.k as partition_key, w.payload
         from unnest(${keys}::text[], ${keys.map((k) => partitions.get(k)?.from.toISOString())}::timestamptz[]) as u(k, from_at)
         cross join lateral (
-          select x.payload, x.sent_at from ${table} x where ${range('x', 'u.k')}
-          order by x.${key} desc, x.id desc limit ${WINDOW_ROWS}
+          select x.id, x.payload, x.sent_at from ${table} x where ${range('x', 'u.k')}
+          order by x.${key} desc, x.id desc limit ${WINDOW_ROWS + 1}
         ) w
-        where w.sent_at >= u.from_at`.execute(trx);
+        where w.sent_at >= u.from_at
+        order by u.k, w.id desc`.execute(trx);
       const newestFirst = new Map<string, IntentPayload[]>();
       for (const row of windows.rows) newestFirst.set(row.partition_key, [...(newestFirst.get(row.partition_key) ?? []), row.payload]);
+      const truncated = [...newestFirst].filter(([, payloads]) => payloads.length > WINDOW_ROWS).map(([k]) => k);
+      for (const k of truncated) newestFirst.get(k)?.splice(WINDOW_ROWS);
 
       const postponed = new Set<string>();
       const cleared = new Set<string>();
@@ -130,6 +135,6 @@ export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelay
       await sql`
         update ${table} t set verify_after = case when t.id = any(${idsOf(postponed)}::bigint[]) then now() + ${delay} end
         where t.id = any(${[...idsOf(postponed), ...idsOf(cleared)]}::bigint[])`.execute(trx);
-      return { checked: cleared.size, read: atRisk.size, postponed: postponed.size, corrected, more };
+      return { checked: cleared.size, read: atRisk.size, postponed: postponed.size, corrected, truncated, more };
     });
 }
