@@ -1,31 +1,49 @@
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
+import { summaryTable, type SectionResult, type TargetRow } from './summary.js';
 
 /**
- * `pnpm bench [drain|openfga|reconciler|latency]…`: runs the benchmarks against a fresh stock (fsync on)
- * Postgres and a real OpenFGA, and prints markdown for docs/BENCHMARKS.md.
+ * `pnpm bench [section]…`: runs the benchmarks against a fresh stock (fsync on) Postgres and a real
+ * OpenFGA, and prints markdown for docs/BENCHMARKS.md: the summary of every target the sections
+ * measured first, then each section. A section returns its markdown, or that and its summary rows.
  */
-const sections: Record<string, () => Promise<string>> = {
+const sections: Record<string, () => Promise<string | SectionResult>> = {
   drain: async () => (await import('./drain.js')).benchDrain(),
   openfga: async () => (await import('./openfga.js')).benchOpenFga(),
-  reconciler: async () => (await import('./reconciler.js')).benchReconciler(),
   latency: async () => (await import('./latency.js')).benchLatency(),
+  reconciler: async () => (await import('./reconciler.js')).benchReconciler(),
 };
+
+const load = () => loadavg().map((l) => l.toFixed(1)).join(' / ');
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
   const names = wanted.length > 0 ? wanted : Object.keys(sections);
   for (const name of names) if (!sections[name]) throw new Error(`unknown benchmark "${name}" (have: ${Object.keys(sections).join(', ')})`);
-  const out: string[] = [
-    `## Run of ${new Date().toISOString().slice(0, 10)} — \`pnpm bench ${wanted.join(' ')}\``.trimEnd(),
-    '',
-    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.versions.node}.`,
-    '',
-  ];
+  const bodies: string[] = [];
+  const targets: TargetRow[] = [];
+  const loads: string[] = [`start ${load()}`];
+  const started = performance.now();
   for (const name of names) {
-    console.error(`[bench] ${name}…`);
-    out.push(await (sections[name] as () => Promise<string>)(), '');
+    console.error(`[bench] ${name}… (load average ${load()})`);
+    const result = await (sections[name] as () => Promise<string | SectionResult>)();
+    const { markdown, targets: rows } = typeof result === 'string' ? { markdown: result, targets: [] } : result;
+    bodies.push(markdown, '');
+    targets.push(...rows);
+    loads.push(`after ${name} ${load()}`);
   }
-  console.log(out.join('\n'));
+  const minutes = (performance.now() - started) / 60_000;
+  console.log(
+    [
+      `## Run of ${new Date().toISOString().slice(0, 10)} — \`pnpm bench ${wanted.join(' ')}\``.trimEnd(),
+      '',
+      `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.versions.node}; ${minutes.toFixed(1)} min;`,
+      `load average (1 / 5 / 15 min): ${loads.join('; ')}.`,
+      '',
+      summaryTable(targets),
+      '',
+      ...bodies,
+    ].join('\n'),
+  );
 }
 
 main().catch((error: unknown) => {

@@ -1,0 +1,24 @@
+import type { AnyKysely, OutboxSpec } from '@outbox/outbox';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+
+/** A Kysely over its own pool of `max` connections to `url`. */
+export const kysely = (url: string, max = 4): AnyKysely =>
+  new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
+
+/** The one-tuple payload every filled row carries. */
+const payload = `'{"writes":[{"user":"user:a","relation":"owner","object":"vpc:1"}]}'::jsonb`;
+
+/**
+ * Inserts `rows` intents into the outbox of `spec`, row i (1-based) with the partition key `key`
+ * (an SQL expression over i), pending with `is_head` set as enqueue would have, or `delivered`;
+ * then VACUUM ANALYZE, so that every loop starts from a table with statistics.
+ */
+export async function fill(db: AnyKysely, spec: OutboxSpec, key: string, rows: number, delivered = false): Promise<void> {
+  const table = `"${spec.schema}"."${spec.tableName}"`;
+  await sql.raw(`
+    insert into ${table} (resource_id, payload, is_head, sent_at)
+    select k, ${payload}, ${delivered ? 'false' : 'row_number() over (partition by k order by i) = 1'}, ${delivered ? 'now()' : 'null'}
+    from (select i, ${key} as k from generate_series(1, ${rows}) i) s order by i`).execute(db);
+  await sql.raw(`vacuum analyze ${table}`).execute(db);
+}
