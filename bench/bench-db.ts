@@ -6,19 +6,28 @@ import pg from 'pg';
 export const kysely = (url: string, max = 4): AnyKysely =>
   new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
 
-/** The one-tuple payload every filled row carries. */
-const payload = `'{"writes":[{"user":"user:a","relation":"owner","object":"vpc:1"}]}'::jsonb`;
+/** The one-tuple payload a filled row carries unless told otherwise. */
+const onePayload = `'{"writes":[{"user":"user:a","relation":"owner","object":"vpc:1"}]}'::jsonb`;
+
+/** What {@link fill} writes besides the keys. */
+export interface FillOptions {
+  /** Delivered rows (`sent_at` set) instead of pending ones. Default false. */
+  readonly delivered?: boolean;
+  /** The payload, an SQL expression over `i` (the row number) and `k` (its key). Default: one fixed tuple. */
+  readonly payload?: string;
+}
 
 /**
  * Inserts `rows` intents into the outbox of `spec`, row i (1-based) with the partition key `key`
- * (an SQL expression over i), pending with `is_head` set as enqueue would have, or `delivered`;
+ * (an SQL expression over i), pending with `is_head` set as enqueue would have, or delivered;
  * then VACUUM ANALYZE, so that every loop starts from a table with statistics.
  */
-export async function fill(db: AnyKysely, spec: OutboxSpec, key: string, rows: number, delivered = false): Promise<void> {
+export async function fill(db: AnyKysely, spec: OutboxSpec, key: string, rows: number, options: FillOptions = {}): Promise<void> {
   const table = `"${spec.schema}"."${spec.tableName}"`;
+  const delivered = options.delivered ?? false;
   await sql.raw(`
     insert into ${table} (resource_id, payload, is_head, sent_at)
-    select k, ${payload}, ${delivered ? 'false' : 'row_number() over (partition by k order by i) = 1'}, ${delivered ? 'now()' : 'null'}
+    select k, ${options.payload ?? onePayload}, ${delivered ? 'false' : 'row_number() over (partition by k order by i) = 1'}, ${delivered ? 'now()' : 'null'}
     from (select i, ${key} as k from generate_series(1, ${rows}) i) s order by i`).execute(db);
   await sql.raw(`vacuum analyze ${table}`).execute(db);
 }

@@ -43,7 +43,7 @@ export async function benchClaimCost(db: AnyKysely, url: string): Promise<Sectio
   await createOutboxTable(db, empty);
   await createOutboxTable(db, full);
   console.error(`[bench] drain: claim cost, filling ${count(deliveredRows)} delivered rows…`);
-  await fill(db, full, `'d' || i`, deliveredRows, true);
+  await fill(db, full, `'d' || i`, deliveredRows, { delivered: true });
   await fill(db, empty, `'k' || (i % 1000)`, 10_000);
   await fill(db, full, `'k' || (i % 1000)`, 10_000);
   const size = await sql<{ mb: string }>`select (pg_total_relation_size(${'bench.claim_full'}::regclass) / 1000000)::text as mb`.execute(db);

@@ -9,6 +9,8 @@ import { summaryTable, type SectionResult, type TargetRow } from './summary.js';
 const sections: Record<string, () => Promise<string | SectionResult>> = {
   drain: async () => (await import('./drain.js')).benchDrain(),
   openfga: async () => (await import('./openfga.js')).benchOpenFga(),
+  e2e: async () => (await import('./end-to-end.js')).benchEndToEnd(),
+  'write-path': async () => (await import('./write-path.js')).benchWritePath(),
   latency: async () => (await import('./latency.js')).benchLatency(),
   reconciler: async () => (await import('./reconciler.js')).benchReconciler(),
 };

@@ -29,8 +29,8 @@ export function checkOrder(processed: Iterable<{ readonly key: string; readonly 
   return { keysOutOfOrder: bad.size, inversions, items };
 }
 
-/** `0 of 1,000 keys` or `12 of 1,000 keys (37 inversions)`. */
-export function describeOrder(check: OrderCheck, keys: number): string {
-  const base = `${check.keysOutOfOrder.toLocaleString('en-US')} of ${keys.toLocaleString('en-US')} keys out of order`;
+/** `0 of 1,000 keys out of order` or `12 of 1,000 keys out of order (37 inversions)`. */
+export function describeOrder(check: OrderCheck, keys: number, noun = 'keys'): string {
+  const base = `${check.keysOutOfOrder.toLocaleString('en-US')} of ${keys.toLocaleString('en-US')} ${noun} out of order`;
   return check.inversions > 0 ? `${base} (${check.inversions.toLocaleString('en-US')} inversions)` : base;
 }
