@@ -13,6 +13,7 @@ const sections: Record<string, () => Promise<string | SectionResult>> = {
   'write-path': async () => (await import('./write-path.js')).benchWritePath(),
   latency: async () => (await import('./latency.js')).benchLatency(),
   reconciler: async () => (await import('./reconciler.js')).benchReconciler(),
+  enqueue: async () => (await import('./enqueue.js')).benchEnqueue(),
 };
 
 const load = () => loadavg().map((l) => l.toFixed(1)).join(' / ');
