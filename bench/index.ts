@@ -14,6 +14,7 @@ const sections: Record<string, () => Promise<string | SectionResult>> = {
   latency: async () => (await import('./latency.js')).benchLatency(),
   reconciler: async () => (await import('./reconciler.js')).benchReconciler(),
   enqueue: async () => (await import('./enqueue.js')).benchEnqueue(),
+  memory: async () => (await import('./memory.js')).benchMemory(),
 };
 
 const load = () => loadavg().map((l) => l.toFixed(1)).join(' / ');

@@ -1,7 +1,8 @@
-import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
+import { OpenFgaClient } from '@openfga/sdk';
 import { authorizationModel } from '@outbox/migrations';
 import { createOpenFgaSink, type OpenFgaSink, type OpenFgaSinkOptions } from '@outbox/openfga';
 import { createOpenFgaStore } from '@outbox/test-stack';
+import { credentialsOf } from './openfga-credentials.js';
 
 /** An OpenFGA server to write to: its API, and the preshared key it requires, if any. */
 export interface OpenFgaTarget {
@@ -9,9 +10,6 @@ export interface OpenFgaTarget {
   readonly token: string | undefined;
 }
 
-/** The SDK's credentials for `token` (none without one). */
-export const credentialsOf = (token: string | undefined) =>
-  token ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token } } } : {};
 
 /** A store of its own, with the project's model: a client on it (no retries) and the OpenFGA sink with `sinkOptions`. */
 export async function freshStore(target: OpenFgaTarget, sinkOptions: OpenFgaSinkOptions = {}): Promise<{ client: OpenFgaClient; sink: OpenFgaSink; storeId: string }> {
