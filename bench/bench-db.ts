@@ -2,9 +2,15 @@ import type { AnyKysely, OutboxSpec } from '@outbox/outbox';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 
-/** A Kysely over its own pool of `max` connections to `url`. */
-export const kysely = (url: string, max = 4): AnyKysely =>
-  new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
+/**
+ * A Kysely over its own pool of `max` connections to `url`. An idle connection's error (the server
+ * stopping under a pool left open) is logged, not thrown: it would hide the error that left it open.
+ */
+export function kysely(url: string, max = 4): AnyKysely {
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', (error) => console.error(`[bench] an idle connection to ${new URL(url).pathname} failed: ${error.message}`));
+  return new Kysely({ dialect: new PostgresDialect({ pool }) });
+}
 
 /** The one-tuple payload a filled row carries unless told otherwise. */
 const onePayload = `'{"writes":[{"user":"user:a","relation":"owner","object":"vpc:1"}]}'::jsonb`;

@@ -1,7 +1,7 @@
 // The drainer whose memory `pnpm bench memory` watches, in a process of its own (run with
 // `node --import tsx`): LISTEN, defaults, the OpenFGA sink. It reports its memory every second
-// over IPC, writes a heap snapshot when asked (after the sampling: a snapshot's own buffers move
-// the RSS), and stops when asked.
+// over IPC, collects garbage and reports the live heap when asked (twice a run), writes a heap
+// snapshot when asked (after the sampling: a snapshot's own buffers move the RSS), and stops when asked.
 import { createDrainer, type DrainerEvent } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
 import { defineOutbox } from '@outbox/outbox';
@@ -19,7 +19,7 @@ export interface MemoryDrainerConfig {
 }
 
 /** Parent → drainer. */
-export type MemoryDrainerCommand = { readonly type: 'snapshot'; readonly path: string } | { readonly type: 'stop' };
+export type MemoryDrainerCommand = { readonly type: 'snapshot'; readonly path: string } | { readonly type: 'gc' } | { readonly type: 'stop' };
 
 /** Drainer → parent. */
 export type MemoryDrainerMessage =
@@ -33,6 +33,8 @@ export type MemoryDrainerMessage =
       readonly delivered: number;
     }
   | { readonly type: 'snapshot'; readonly path: string }
+  /** The heap used right after a full collection (the process runs with --expose-gc): the live set. */
+  | { readonly type: 'gc'; readonly heapUsed: number }
   | { readonly type: 'stopped' };
 
 const config = JSON.parse(process.argv[2] ?? '{}') as MemoryDrainerConfig;
@@ -54,7 +56,10 @@ const sampler = setInterval(() => send({ type: 'sample', at: performance.now(), 
 send({ type: 'ready' });
 process.on('message', (command: MemoryDrainerCommand) => {
   if (command.type === 'snapshot') send({ type: 'snapshot', path: writeHeapSnapshot(command.path) });
-  else {
+  else if (command.type === 'gc') {
+    (globalThis as { gc?: () => void }).gc?.();
+    send({ type: 'gc', heapUsed: process.memoryUsage().heapUsed });
+  } else {
     clearInterval(sampler);
     void drainer
       .stop()

@@ -14,8 +14,10 @@ const WRITERS = 8;
 
 /** Commit → readable, per intent, and how many reads it took. */
 export interface Readable {
-  /** ms from the writer's commit to the first `read` of the exact tuple that returned it, sorted. */
+  /** ms from the writer's commit to the return of the first `read` of the exact tuple that found it, sorted. */
   readonly latencies: readonly number[];
+  /** The same to that read's start, sorted: the tuple became readable between the two. */
+  readonly toReadStart: readonly number[];
   /** Reads that came back empty before the one that found the tuple. */
   readonly emptyReads: number;
   readonly commits: number;
@@ -28,11 +30,11 @@ export interface Readable {
 }
 
 /** Reads `tuple` until OpenFGA returns it; resolves with the time it did and the empty reads before. */
-async function readUntilFound(client: OpenFgaClient, tuple: TupleKey): Promise<{ at: number; empty: number; readMs: number }> {
+async function readUntilFound(client: OpenFgaClient, tuple: TupleKey): Promise<{ at: number; started: number; empty: number; readMs: number }> {
   for (let empty = 0; empty < 5_000; empty += 1) {
     const started = performance.now();
     const { tuples } = await client.read({ user: tuple.user, relation: tuple.relation, object: tuple.object }, { pageSize: 1, consistency: ConsistencyPreference.HigherConsistency });
-    if (tuples.length > 0) return { at: performance.now(), empty, readMs: performance.now() - started };
+    if (tuples.length > 0) return { at: performance.now(), empty, readMs: performance.now() - started, started };
     await sleep(2);
   }
   throw new Error(`bench: ${tuple.object}#${tuple.relation}@${tuple.user} never became readable`);
@@ -49,7 +51,7 @@ export async function commitToReadable(url: string, db: AnyKysely, target: OpenF
   await createOutboxTable(db, spec);
   const store = await freshStore(target);
   const committedAt = new Map<string, number>();
-  const found: Array<Promise<{ at: number; empty: number; readMs: number; id: string }>> = [];
+  const found: Array<Promise<{ at: number; started: number; empty: number; readMs: number; id: string }>> = [];
   let batches = 0;
   let writeMs = 0;
   const probing: Sink = {
@@ -93,6 +95,7 @@ export async function commitToReadable(url: string, db: AnyKysely, target: OpenF
   await sql.raw(`drop table bench.readable`).execute(db);
   return {
     latencies: sorted(reads.map((r) => r.at - (committedAt.get(r.id) as number))),
+    toReadStart: sorted(reads.map((r) => r.started - (committedAt.get(r.id) as number))),
     emptyReads: reads.reduce((sum, r) => sum + r.empty, 0),
     commits: paced.written,
     seconds: paced.seconds,
@@ -112,16 +115,19 @@ export function describeReadable(r: Readable): { markdown: string; targets: Targ
       '',
       `${WRITERS} writers commit one intent (one tuple) per transaction; as soon as the sink call that carried an intent returns,`,
       'its tuple is read back (a `read` of the exact key, as docs/design.md §7 proves a landing), again every 2 ms until found.',
+      'A latency ends when the read that found the tuple returns (the targets are checked on this); the tuple became readable',
+      'between that read\'s start and its return.',
       '',
-      '| commits | offered → reached | commit → readable p50 / p95 / p99 / max (ms) | batches (mean size) | Write a batch, mean (ms) | finding read, mean (ms) | reads that came back empty |',
-      '| --- | --- | --- | --- | --- | --- | --- |',
+      '| commits | offered → reached | commit → readable p50 / p95 / p99 / max (ms) | the same to the finding read\'s start | batches (mean size) | Write a batch, mean (ms) | finding read, mean (ms) | reads that came back empty |',
+      '| --- | --- | --- | --- | --- | --- | --- | --- |',
       `| ${r.commits.toLocaleString('en-US')} in ${r.seconds.toFixed(1)} s | ${RATE}/s → ${Math.round(r.commits / r.seconds)}/s | ` +
         `${ms(p50)} / ${ms(percentile(r.latencies, 0.95))} / ${ms(p99)} / ${ms(r.latencies.at(-1) as number)} | ` +
+        `${ms(percentile(r.toReadStart, 0.5))} / ${ms(percentile(r.toReadStart, 0.95))} / ${ms(percentile(r.toReadStart, 0.99))} / ${ms(r.toReadStart.at(-1) as number)} | ` +
         `${r.batches.toLocaleString('en-US')} (${(r.commits / Math.max(r.batches, 1)).toFixed(1)}) | ${ms(r.writeMs / Math.max(r.batches, 1))} | ${ms(r.readMs / Math.max(r.commits, 1))} | ${r.emptyReads} |`,
     ].join('\n'),
     targets: [
-      { target: `commit → tuple readable in OpenFGA at ${RATE} commits/s, LISTEN: p50 ≤ 10 ms`, figure: `${ms(p50)} ms`, met: p50 <= 10 },
-      { target: `commit → tuple readable in OpenFGA at ${RATE} commits/s, LISTEN: p99 ≤ 40 ms`, figure: `${ms(p99)} ms`, met: p99 <= 40 },
+      { target: `commit → tuple readable in OpenFGA at ${RATE} commits/s, LISTEN: p50 ≤ 10 ms`, figure: `${ms(p50)} ms (${ms(percentile(r.toReadStart, 0.5))} ms to the finding read's start)`, met: p50 <= 10 },
+      { target: `commit → tuple readable in OpenFGA at ${RATE} commits/s, LISTEN: p99 ≤ 40 ms`, figure: `${ms(p99)} ms (${ms(percentile(r.toReadStart, 0.99))} ms to the read's start)`, met: p99 <= 40 },
     ],
   };
 }
