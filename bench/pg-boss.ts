@@ -22,11 +22,12 @@ export interface PgBossDrainRun {
   /** From `work()` to the last batch completed. */
   readonly ms: number;
   readonly order: OrderCheck;
-  /** Batches the handlers got, and the mean size (a short batch is a fetch that found too few free keys). */
+  /** Batches the handlers got (jobs ÷ batches is the mean batch: a short one is a fetch that found too few free keys). */
   readonly batches: number;
 }
 
-async function sql<Row extends object = object>(url: string, text: string): Promise<Row[]> {
+/** One statement on a connection of its own (pg-boss keeps its pool to itself). */
+async function query<Row extends object = object>(url: string, text: string): Promise<Row[]> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
@@ -69,7 +70,7 @@ export async function pgBossDrain(options: PgBossDrainOptions): Promise<PgBossDr
     }
     // As the outbox tables are before their drains: a fresh table without statistics gets plans
     // that run key_strict_fifo's fetch at a few hundred jobs/s (measured).
-    await sql(url, `vacuum analyze "${schema}".job`);
+    await query(url, `vacuum analyze "${schema}".job`);
     const seen = new Map<string, number>();
     let handled = 0;
     let batches = 0;
@@ -91,7 +92,7 @@ export async function pgBossDrain(options: PgBossDrainOptions): Promise<PgBossDr
     await boss.offWork(name, { wait: true }); // the last batches' completions
     const ms = performance.now() - started;
     if (errors.length > 0) throw new Error(`pg-boss reported ${errors.length} errors`, { cause: errors[0] });
-    const rows = await sql<{ id: string; key: string; rank: number; completion: number }>(
+    const rows = await query<{ id: string; key: string; rank: number; completion: number }>(
       url,
       `select id::text as id, data->>'key' as key, (data->>'rank')::int as rank,
          dense_rank() over (order by completed_on)::int as completion
