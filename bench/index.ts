@@ -36,9 +36,15 @@ async function main(): Promise<void> {
     loads.push(`after ${name} ${load()}`);
   }
   const minutes = (performance.now() - started) / 60_000;
+  // The knobs set for this run, so that its heading says how it was scaled.
+  const knobs = Object.entries(process.env)
+    .filter(([key]) => key.startsWith('BENCH_'))
+    .map(([key, value]) => `${key}=${value} `)
+    .join('');
+  const command = `${knobs}pnpm bench ${wanted.join(' ')}`.trim();
   console.log(
     [
-      `## Run of ${new Date().toISOString().slice(0, 10)} — \`pnpm bench ${wanted.join(' ')}\``.trimEnd(),
+      `## Run of ${new Date().toISOString().slice(0, 10)} — \`${command}\``,
       '',
       `Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.versions.node}; ${minutes.toFixed(1)} min;`,
       `load average (1 / 5 / 15 min): ${loads.join('; ')}.`,
