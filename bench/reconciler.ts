@@ -9,7 +9,7 @@ import { knob, median, sorted } from './statistics.js';
 import type { SectionResult, TargetRow } from './summary.js';
 
 const PARTITIONS = 1_000;
-const ROWS_PER_PARTITION = knob('BENCH_REDRIVE_ROWS_PER_PARTITION', 1_000); // 1M rows
+const ROWS_PER_PARTITION = Math.max(4, Math.floor(knob('BENCH_REDRIVE_ROWS_PER_PARTITION', 1_000))); // 1M rows; the layouts need 4
 const ROWS = PARTITIONS * ROWS_PER_PARTITION;
 const TRIALS = knob('BENCH_REDRIVE_TRIALS', 5);
 /** The outage layout's delivered rows, and the spacing of the 500 deregisters among them. */
@@ -43,7 +43,7 @@ const LAYOUTS: readonly Layout[] = [
          case when poisoned or pending then null else now() end, pending
        from (
          select i, i % ${PARTITIONS} as k,
-           (i % ${PARTITIONS}) % 2 = 0 and i / ${PARTITIONS} = ${ROWS_PER_PARTITION / 2}
+           (i % ${PARTITIONS}) % 2 = 0 and i / ${PARTITIONS} = ${Math.floor(ROWS_PER_PARTITION / 2)}
              or (i % ${PARTITIONS}) % 2 = 1 and i / ${PARTITIONS} = ${ROWS_PER_PARTITION - 2} as poisoned,
            (i % ${PARTITIONS}) % 2 = 1 and i / ${PARTITIONS} = ${ROWS_PER_PARTITION - 1} as pending
          from generate_series(0, ${PARTITIONS * ROWS_PER_PARTITION - 1}) i
