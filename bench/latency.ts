@@ -1,15 +1,18 @@
 import { createDrainer, type DrainerEvent, type Sink } from '@outbox/drainer';
 import { createOutboxTable, defineOutbox, enqueue, enqueueMany, type AnyKysely } from '@outbox/outbox';
 import { createDatabase, startStack } from '@outbox/test-stack';
-import { Kysely, PostgresDialect, sql } from 'kysely';
-import pg from 'pg';
+import { sql } from 'kysely';
+import { kysely } from './bench-db.js';
+import { paceWriters } from './paced-writers.js';
+import { commitToReadable, describeReadable } from './readable.js';
+import { knob, ms, percentile, sleep } from './statistics.js';
+import type { SectionResult } from './summary.js';
 
 const WRITERS = 8;
 const PARTITIONS = 1_000;
-const SECONDS = 8;
+const SECONDS = knob('BENCH_LATENCY_SECONDS', 8);
 
 type Db = AnyKysely;
-const kysely = (url: string, max: number): Db => new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
 
 /** One steady-state scenario: writers enqueue at `rate` intents/s (Infinity: as fast as they can) while one drainer runs. */
 interface Scenario {
@@ -38,7 +41,7 @@ const payloadFor = (key: string) => ({ writes: [{ user: 'project:p', relation: '
 function timingSink(delivered: Map<string, number>, delayMs = 0): Sink {
   return {
     deliver: async (intents) => {
-      if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+      if (delayMs > 0) await sleep(delayMs);
       const now = performance.now();
       for (const intent of intents) delivered.set(intent.id, now);
       return intents.map(() => ({ kind: 'delivered' as const }));
@@ -46,7 +49,6 @@ function timingSink(delivered: Map<string, number>, delayMs = 0): Sink {
   };
 }
 
-const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] as number;
 
 interface Measured {
   readonly enqueued: number;
@@ -73,35 +75,25 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
   if (scenario.listen !== 'no drainer') await drainer.start();
   const committed = new Map<string, number>();
   const flushed: number[] = [];
-  const started = performance.now();
-  const end = started + SECONDS * 1000;
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: WRITERS }, async () => {
-      for (;;) {
-        const i = next++;
-        const due = started + (Number.isFinite(scenario.rate) ? (i * 1000) / scenario.rate : 0);
-        if (due >= end || performance.now() >= end) return;
-        const wait = due - performance.now();
-        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-        const partitionKey = `vpc:${i % PARTITIONS}`;
-        const id = await writerDb.transaction().execute((trx) =>
-          enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }),
-        );
-        const at = performance.now();
-        committed.set(id, at);
-        if (scenario.flush) {
-          await drainer.flush({ partitionKey, timeoutMs: 30_000 });
-          flushed.push(performance.now() - at);
-        }
+  const { seconds } = await paceWriters({
+    writers: WRITERS,
+    rate: scenario.rate,
+    seconds: SECONDS,
+    write: async (i) => {
+      const partitionKey = `vpc:${i % PARTITIONS}`;
+      const id = await writerDb.transaction().execute((trx) => enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }));
+      const at = performance.now();
+      committed.set(id, at);
+      if (scenario.flush) {
+        await drainer.flush({ partitionKey, timeoutMs: 30_000 });
+        flushed.push(performance.now() - at);
       }
-    }),
-  );
-  const seconds = (performance.now() - started) / 1000;
+    },
+  });
   // The last intents: give the drainer time to deliver them, then check nothing was lost.
   if (scenario.listen === 'no drainer') await drainer.drainOnce();
   const deadline = performance.now() + 30_000;
-  while (delivered.size < committed.size && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+  while (delivered.size < committed.size && performance.now() < deadline) await sleep(20);
   await drainer.stop();
   await drainerDb.destroy();
   const missing = [...committed.keys()].filter((id) => !delivered.has(id));
@@ -111,7 +103,7 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
   return { enqueued: committed.size, seconds, batches, latency, flushed: flushed.sort((a, b) => a - b) };
 }
 
-const BACKLOG = 20_000;
+const BACKLOG = knob('BENCH_BACKLOG', 20_000);
 const SINK_MS_PER_CALL = 60; // about OpenFGA's pace measured by `pnpm bench openfga`: ~1,500 intents/s in calls of 100
 const PROBES = 15;
 
@@ -140,7 +132,7 @@ async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: numbe
   const waits: number[] = [];
   const probes: Array<{ id: string; at: number }> = [];
   for (let i = 0; i < PROBES; i += 1) {
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sleep(200);
     const partitionKey = `vpc:new-${i}`;
     const id = await writerDb.transaction().execute((trx) => enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }));
     const at = performance.now();
@@ -152,7 +144,7 @@ async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: numbe
   }
   const left = BACKLOG + PROBES - delivered.size;
   const deadline = performance.now() + 120_000;
-  while (delivered.size < BACKLOG + PROBES && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+  while (delivered.size < BACKLOG + PROBES && performance.now() < deadline) await sleep(20);
   const drainSeconds = (performance.now() - started) / 1000;
   await drainer.stop();
   await drainerDb.destroy();
@@ -167,12 +159,12 @@ async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: numbe
  * while one drainer with the default settings delivers to a no-op sink, all in this process. How long
  * from a writer's commit until the sink is called, and until a writer's `flush` resolves.
  */
-export async function benchLatency(): Promise<string> {
-  const stack = await startStack({ fastPostgres: false });
+export async function benchLatency(): Promise<SectionResult> {
+  const stack = await startStack({ fastPostgres: false, openfgaDatastore: 'postgres' });
+  let writerDb: Db | undefined;
   try {
     const url = await createDatabase(stack.postgresUrl, 'bench_latency');
-    const writerDb = kysely(url, WRITERS);
-    const ms = (v: number) => (v < 10 ? v.toFixed(1) : Math.round(v).toString());
+    writerDb = kysely(url, WRITERS);
     const lines = [
       `### Steady state: ${WRITERS} writers, one intent per transaction over ${PARTITIONS.toLocaleString('en')} partitions, ${SECONDS} s; one drainer (defaults), no-op sink`,
       '',
@@ -216,9 +208,13 @@ export async function benchLatency(): Promise<string> {
           `${b.left.toLocaleString('en')} | ${b.drainSeconds.toFixed(1)} s |`,
       );
     }
-    await writerDb.destroy();
-    return lines.join('\n');
+    console.error('[bench] latency: commit → readable in OpenFGA…');
+    const readable = describeReadable(
+      await commitToReadable(url, writerDb, { apiUrl: stack.openfga.apiUrl, token: stack.openfga.presharedKey }, knob('BENCH_READABLE_SECONDS', 10)),
+    );
+    return { markdown: [...lines, '', readable.markdown].join('\n'), targets: readable.targets };
   } finally {
+    await writerDb?.destroy();
     await stack.stop();
   }
 }

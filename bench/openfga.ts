@@ -1,14 +1,12 @@
 import type { Intent } from '@outbox/drainer';
+import type { OpenFgaSink } from '@outbox/openfga';
 import type { TupleKey } from '@outbox/outbox';
-import { authorizationModel } from '@outbox/migrations';
-import { createOpenFgaStore, startOpenFga, startStack } from '@outbox/test-stack';
-import { createOpenFgaSink } from '@outbox/openfga';
-import {
-  ClientWriteRequestOnDuplicateWrites,
-  ClientWriteRequestOnMissingDeletes,
-  CredentialsMethod,
-  OpenFgaClient,
-} from '@openfga/sdk';
+import { startOpenFga, startStack } from '@outbox/test-stack';
+import { ClientWriteRequestOnDuplicateWrites, ClientWriteRequestOnMissingDeletes, type OpenFgaClient } from '@openfga/sdk';
+import { freshStore, type OpenFgaTarget } from './openfga-store.js';
+import { runPool } from './run-pool.js';
+import { count, median } from './statistics.js';
+import { ratioTarget, type SectionResult, type TargetRow } from './summary.js';
 
 const INTENTS = 5_000;
 const TUPLES_PER_INTENT = 2;
@@ -17,15 +15,10 @@ const LARGE_DELIVER = 500;
 const TUPLES_PER_REQUEST = 100; // OpenFGA's limit
 const TRIALS = 3;
 
-interface Target {
+interface Target extends OpenFgaTarget {
   readonly label: string;
-  readonly apiUrl: string;
-  readonly token: string | undefined;
   stop(): Promise<void>;
 }
-
-const credentialsOf = (token: string | undefined) =>
-  token ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token } } } : {};
 
 /** `INTENTS` register intents (a resource's project link and its owner), on fresh objects for `trial`. */
 function intents(trial: string): Intent[] {
@@ -40,15 +33,6 @@ function intents(trial: string): Intent[] {
       ],
     },
   }));
-}
-
-async function runPool(tasks: ReadonlyArray<() => Promise<unknown>>, inFlight: number): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: inFlight }, async () => {
-      while (next < tasks.length) await (tasks[next++] as () => Promise<unknown>)();
-    }),
-  );
 }
 
 /**
@@ -72,7 +56,7 @@ async function direct(client: OpenFgaClient, trial: string, inFlight: number, sh
 }
 
 /** Through the sink: deliver() calls of `perCall` intents, one after another, as a drainer makes them. */
-async function throughSink(sink: ReturnType<typeof createOpenFgaSink>, trial: string, perCall = INTENTS_PER_DELIVER): Promise<number> {
+async function throughSink(sink: OpenFgaSink, trial: string, perCall = INTENTS_PER_DELIVER): Promise<number> {
   const all = intents(trial);
   const signal = new AbortController().signal;
   const started = performance.now();
@@ -84,19 +68,9 @@ async function throughSink(sink: ReturnType<typeof createOpenFgaSink>, trial: st
   return INTENTS / ((performance.now() - started) / 1_000);
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
-const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 
-/** A fresh store per run: OpenFGA's memory datastore slows as a store fills, so runs must start equal. */
-async function freshStore(target: Target) {
-  const ids = await createOpenFgaStore(target.apiUrl, { authorizationModel: authorizationModel(), ...(target.token ? { presharedKey: target.token } : {}) });
-  return {
-    client: new OpenFgaClient({ apiUrl: target.apiUrl, ...ids, retryParams: { maxRetry: 0 }, ...credentialsOf(target.token) }),
-    sink: createOpenFgaSink({ apiUrl: target.apiUrl, ...ids, ...credentialsOf(target.token) }),
-  };
-}
-
-async function measure(target: Target): Promise<string[]> {
+// A fresh store per run (freshStore): OpenFGA's memory datastore slows as a store fills, so runs must start equal.
+async function measure(target: Target): Promise<{ rows: string[]; target: TargetRow }> {
   const warm = await freshStore(target);
   await direct(warm.client, 'warm-direct', 1, 'pipelined');
   await throughSink(warm.sink, 'warm-sink');
@@ -123,15 +97,18 @@ async function measure(target: Target): Promise<string[]> {
   const ceiling = Math.max(sequential, pipelined);
   const row = (path: string, value: number, bold = false) => {
     const b = bold ? '**' : '';
-    return `| ${target.label} | ${b}${path}${b} | ${b}${fmt(value)}${b} | ${fmt(value * TUPLES_PER_INTENT)} | ${b}${(value / ceiling).toFixed(2)}×${b} |`;
+    return `| ${target.label} | ${b}${path}${b} | ${b}${count(value)}${b} | ${count(value * TUPLES_PER_INTENT)} | ${b}${(value / ceiling).toFixed(2)}×${b} |`;
   };
-  return [
-    row('direct SDK, 1 request in flight', sequential),
-    row(`direct SDK, ${perCall} requests in flight`, pipelined),
-    row(`direct SDK, ${perCall} requests per 100 intents, awaited together`, batched),
-    row(`sink.deliver, ${INTENTS_PER_DELIVER} intents a call`, viaSink, true),
-    row(`sink.deliver, ${LARGE_DELIVER} intents a call (drainer batchSize ${LARGE_DELIVER})`, median(runs.largeSink)),
-  ];
+  return {
+    rows: [
+      row('direct SDK, 1 request in flight', sequential),
+      row(`direct SDK, ${perCall} requests in flight`, pipelined),
+      row(`direct SDK, ${perCall} requests per 100 intents, awaited together`, batched),
+      row(`sink.deliver, ${INTENTS_PER_DELIVER} intents a call`, viaSink, true),
+      row(`sink.deliver, ${LARGE_DELIVER} intents a call (drainer batchSize ${LARGE_DELIVER})`, median(runs.largeSink)),
+    ],
+    target: ratioTarget(`OpenFGA sink ≥ 0.8× direct 100-tuple SDK writes, ${target.label} (issue 5)`, viaSink / ceiling, { atLeast: 0.8 }, `${LARGE_DELIVER} intents a call: ${(median(runs.largeSink) / ceiling).toFixed(2)}×`),
+  };
 }
 
 async function targets(): Promise<Target[]> {
@@ -159,15 +136,20 @@ async function targets(): Promise<Target[]> {
  * @example
  * console.log(await benchOpenFga());
  */
-export async function benchOpenFga(): Promise<string> {
+export async function benchOpenFga(): Promise<SectionResult> {
   const started = await targets();
   const rows: string[] = [];
+  const summary: TargetRow[] = [];
   try {
-    for (const target of started) rows.push(...(await measure(target)));
+    for (const target of started) {
+      const measured = await measure(target);
+      rows.push(...measured.rows);
+      summary.push(measured.target);
+    }
   } finally {
     for (const target of started) await target.stop();
   }
-  return [
+  const markdown = [
     '### OpenFGA sink',
     '',
     `${INTENTS.toLocaleString('en-US')} intents of ${TUPLES_PER_INTENT} tuples each into a fresh store per run, median of ${TRIALS} interleaved trials; ` +
@@ -179,4 +161,5 @@ export async function benchOpenFga(): Promise<string> {
     '| --- | --- | ---: | ---: | ---: |',
     ...rows,
   ].join('\n');
+  return { markdown, targets: summary };
 }
