@@ -33,7 +33,7 @@ describe('validation', () => {
     ['an unknown column', `s.payload @> t.no_such_column`, /no_such_column/],
     ['a non-boolean', `s.payload->'relations'`, /boolean/],
     ['a fragment that escapes its parentheses', `true) or (true`, /unbalanced/],
-    // DESIGN §6's example as written: `->` and `@>` share a precedence in Postgres.
+    // docs/design.md §6's example as written: `->` and `@>` share a precedence in Postgres.
     ['unparenthesised jsonb operators', `s.payload->'relations' @> t.payload->'relations'`, /Parenthesise/],
   ])('coverage SQL with %s is an OutboxConfigError at start', async (_what, coverage, message) => {
     // Built past defineOutbox (which refuses some of these itself): start must catch them all.

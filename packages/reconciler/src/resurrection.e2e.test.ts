@@ -1,5 +1,5 @@
 /**
- * The bug the reconciler exists not to have (DESIGN §1, §6), end to end with a real drainer, the
+ * The bug the reconciler exists not to have (docs/design.md §1, §6), end to end with a real drainer, the
  * real OpenFGA sink and a real OpenFGA: a "register" poisoned by an outage must not be replayed
  * after the resource's "deregister" was delivered, or revoked access comes back for good.
  */

@@ -109,7 +109,7 @@ export async function heads(db: Db, spec: OutboxSpec): Promise<string[]> {
 }
 
 /**
- * Partitions breaking the head invariant (DESIGN §5): the heads of a partition must be exactly its
+ * Partitions breaking the head invariant (docs/design.md §5): the heads of a partition must be exactly its
  * earliest deliverable row, or none when it has no deliverable row.
  */
 export async function headViolations(db: Db, spec: OutboxSpec): Promise<string[]> {
