@@ -48,19 +48,7 @@ test('redrive after a model change revives every poisoned intent, not just one b
 
 describe('the incremental audit on the reconciler\'s timer', () => {
   const outboxWith = (config: Partial<ServiceOutboxConfig>) =>
-    createServiceOutbox({
-      db: t.db,
-      spec: vpcOutbox,
-      openfga: { apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId },
-      drainIntervalMs: 3_600_000,
-      redriveIntervalMs: 3_600_000,
-      flushOnWrite: false,
-      flushTimeoutMs: 1_000,
-      retryBackoff: {},
-      owner: registerServiceOwner({ fgaType: 'vpc', resourceTable: vpcTable }),
-      logger: recordingLogger(),
-      ...config,
-    });
+    quietOutbox(vpcOutbox, { owner: registerServiceOwner({ fgaType: 'vpc', resourceTable: vpcTable }), ...config });
 
   test('reports drift at WARN, a full audit first and then each change made around the outbox, and repairs nothing', async () => {
     const ghost = (object: string) => [{ user: 'user:eve', relation: 'owner', object }];
