@@ -78,11 +78,14 @@ interface Loop {
   /** Drainers side by side (0: the direct SDK loop). */
   readonly workers: number;
   readonly batchSize?: number;
+  /** Without the late-write check: what item 1 of the agreement issue costs, against `drainer`. */
+  readonly noLateWriteCheck?: true;
 }
 
 const LOOPS: readonly Loop[] = [
   { name: 'direct', label: `direct SDK, 100-tuple Writes, ${OPENFGA_SINK_DEFAULTS.maxConcurrentRequests} in flight (the sink's concurrency): the ceiling`, workers: 0 },
   { name: 'drainer', label: '**one drainer + OpenFGA sink, defaults** (batch 100: 2 Writes a batch)', workers: 1 },
+  { name: 'nocheck', label: 'one drainer, defaults but `lateWrites: false` (no late-write check: its cost)', workers: 1, noLateWriteCheck: true },
   { name: 'batch200', label: 'one drainer, batchSize 200 (4 Writes a batch)', workers: 1, batchSize: 200 },
   { name: 'two', label: 'two drainers, defaults (two processes\' worth)', workers: 2 },
   { name: 'four', label: 'four drainers, defaults (up to 8 Writes in flight)', workers: 4 },
@@ -129,7 +132,7 @@ export async function benchEndToEnd(): Promise<SectionResult> {
             split.batches += 1;
           } else if (event.type === 'delivered') split.deliverMs += event.deliverMs;
         };
-        const run = await orderedDrain({ url, spec, rows: intents, workers: loop.workers, batchSize: loop.batchSize ?? 100, sink: store.sink, onEvent });
+        const run = await orderedDrain({ url, spec, rows: intents, workers: loop.workers, batchSize: loop.batchSize ?? 100, sink: store.sink, onEvent, ...(loop.noLateWriteCheck ? { lateWrites: false as const } : {}) });
         if (loop.name === 'drainer') split.wallMs += run.ms;
         runs.get(loop.name)?.push(run.ms);
         orders.get(loop.name)?.push(await landedOrder(store.client, tag));
@@ -175,6 +178,12 @@ export async function benchEndToEnd(): Promise<SectionResult> {
         rate('drainer') / ceiling,
         { atLeast: 1 },
         `batchSize 200: ${times(rate('batch200') / ceiling)}; two drainers: ${times(rate('two') / ceiling)}; four: ${times(rate('four') / ceiling)}`,
+      ),
+      ratioTarget(
+        'late-write check (agreement item 1): one drainer with it ÷ without ≥ 0.95× (costs ≤ 5 %)',
+        rate('drainer') / rate('nocheck'),
+        { atLeast: 0.95 },
+        `trial by trial: ${(runs.get('drainer') ?? []).map((ms, i) => ((runs.get('nocheck')?.[i] as number) / ms).toFixed(2)).join(', ')}`,
       ),
       {
         target: 'end to end: per-partition order in OpenFGA, 0 partitions out of order',

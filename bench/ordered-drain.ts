@@ -20,6 +20,8 @@ export interface OrderedDrainOptions {
   readonly sink?: Sink;
   /** Record the per-partition order in which the sink reported intents delivered (a little work per intent). */
   readonly checkOrder?: boolean;
+  /** The drainers' late-write check (docs/agreement.md); `false` turns it off. Default: the drainer's (on for a sink that reads back). */
+  readonly lateWrites?: false;
   /** The drainers' `onEvent`. */
   readonly onEvent?: (event: DrainerEvent) => void;
   /** Give up (throw) after this long. Default 10 minutes. */
@@ -50,7 +52,7 @@ export async function orderedDrain(options: OrderedDrainOptions): Promise<{ ms: 
   const started = performance.now();
   await Promise.all(
     dbs.map(async (db) => {
-      const drainer = createDrainer({ db, spec: options.spec, sink, batchSize: options.batchSize, synchronousCommit: options.synchronousCommit ?? false, ...(options.onEvent ? { onEvent: options.onEvent } : {}) });
+      const drainer = createDrainer({ db, spec: options.spec, sink, batchSize: options.batchSize, synchronousCommit: options.synchronousCommit ?? false, ...(options.lateWrites === false ? { lateWrites: false } : {}), ...(options.onEvent ? { onEvent: options.onEvent } : {}) });
       // A worker that finds every head taken by the others keeps polling, as a timer would, until
       // the whole backlog is delivered (with few partitions, one worker may hold all heads).
       while (done < options.rows) {
