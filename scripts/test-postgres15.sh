@@ -19,9 +19,14 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+# Password auth over TCP, as production runs it (the CLI's tests prove a password is never printed).
+password="outbox-pg15"
+printf '%s\n' "$password" > "$dir/pwfile"
+chown postgres "$dir/pwfile"
+runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pwfile" \
+  --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C >/dev/null
 runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o \
   "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c max_connections=300 -c max_locks_per_transaction=256 -c fsync=off" start >/dev/null
 echo "[pg15] PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port" >&2
 # The other column runs OpenFGA on the postgres datastore (as production does); this one on memory.
-DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres" OUTBOX_OPENFGA_DATASTORE=memory pnpm test
+DATABASE_URL="postgres://postgres:$password@127.0.0.1:$port/postgres" OUTBOX_OPENFGA_DATASTORE=memory pnpm test
