@@ -39,7 +39,7 @@ export class ChaosOptionsError extends Error {
 
 const NUMBERS = {
   duration: { env: 'CHAOS_DURATION_S', field: 'durationS', long: 60, short: 25, min: 1, help: 'seconds of workload and faults' },
-  settle: { env: 'CHAOS_SETTLE_S', field: 'settleS', long: 60, short: 20, min: 0, help: 'seconds to wait after the drain, before the checks (past the late-write check'"'"'s H)' },
+  settle: { env: 'CHAOS_SETTLE_S', field: 'settleS', long: 60, short: 20, min: 0, help: 'seconds to wait after the drain, before the checks (past the late-write check: H)' },
   partitions: { env: 'CHAOS_PARTITIONS', field: 'partitions', long: 400, short: 200, min: 1, help: 'resource ids of the workload' },
   drainers: { env: 'CHAOS_DRAINERS', field: 'drainers', long: 3, short: 3, min: 2, help: 'drainer processes (at least 2: one is held, another overtakes it)' },
   concurrency: { env: 'CHAOS_CONCURRENCY', field: 'concurrency', long: 12, short: 12, min: 1, help: 'workload episodes in flight' },
