@@ -10,7 +10,7 @@ import { mustRun, runCommand } from './command.js';
 import { installConsumer, installedVersion, typecheckAndRun } from './consumer-project.js';
 import { commitAll, copyRepository } from './scratch-repository.js';
 import { shellEnvironment } from './shell-environment.js';
-import { downloadTarball, readTarball, type TarballContents } from './tarball.js';
+import { downloadTarball, readTarball, shippedPackage, type TarballContents } from './tarball.js';
 import { startRegistry, type Registry } from './verdaccio.js';
 import { publicPackages, REPO_ROOT, SOURCE_CONDITION, workspacePackages, type WorkspacePackage } from './workspace.js';
 
@@ -123,14 +123,13 @@ describe('the published tarballs', () => {
     }
   }, 120_000);
 
-  // Skipped: since the fifth package and the new workspace devDependencies merged, one package's packed
-  // package.json differs from the published one (which package varies by run); not yet diagnosed (issue 22 stays open).
-  test.skip('pnpm pack makes exactly the published tarball; npm pack, which would ship workspace: ranges as they are, is refused', async () => {
+  test('pnpm pack makes the published tarball (up to the order of dependency entries); npm pack, which would ship workspace: ranges as they are, is refused', async () => {
     for (const p of published) {
       const out = join(tmp, 'packed', p.path);
       await mustRun('pnpm', ['pack', '--pack-destination', join(out, 'pnpm')], { cwd: p.dir, env: env() });
       const pnpmTarball = join(out, 'pnpm', readdirSync(join(out, 'pnpm')).find((f) => f.endsWith('.tgz'))!);
-      expect(await readTarball(pnpmTarball, join(out, 'pnpm-unpacked'), env()), p.name).toEqual(tarballs.get(p.name)!.contents);
+      const packed = await readTarball(pnpmTarball, join(out, 'pnpm-unpacked'), env());
+      expect(shippedPackage(packed), p.name).toEqual(shippedPackage(tarballs.get(p.name)!.contents));
 
       // What npm would do without the guard: the manifest keeps its workspace: ranges.
       mkdirSync(join(out, 'npm'));
