@@ -12,7 +12,7 @@ import { commitAll, copyRepository } from './scratch-repository.js';
 import { shellEnvironment } from './shell-environment.js';
 import { downloadTarball, readTarball, shippedPackage, type TarballContents } from './tarball.js';
 import { startRegistry, type Registry } from './verdaccio.js';
-import { publicPackages, REPO_ROOT, SOURCE_CONDITION, workspacePackages, type WorkspacePackage } from './workspace.js';
+import { linksOf, projectLinks, publicPackages, REPO_ROOT, SOURCE_CONDITION, workspacePackages, type WorkspacePackage } from './workspace.js';
 
 const PRERELEASE_TAG = 'next';
 const BIN = join(import.meta.dirname, '..', 'node_modules', '.bin');
@@ -102,13 +102,14 @@ describe('the release flow', () => {
 });
 
 describe('the published tarballs', () => {
-  test('hold dist, README, CHANGELOG and LICENSE — no sources, no workspace: ranges — and pass publint and attw (ESM only)', async () => {
+  test('hold dist, README, CHANGELOG and LICENSE — no sources, no workspace: ranges — carry the project\'s links, and pass publint and attw (ESM only)', async () => {
     for (const p of published) {
       const { file, contents } = tarballs.get(p.name)!;
       const paths = Object.keys(contents.files);
       expect(paths, p.name).toEqual(expect.arrayContaining(['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE']));
       expect(paths.filter((f) => !f.startsWith('dist/') && !['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE'].includes(f)), p.name).toEqual([]);
       expect(paths, p.name).not.toContain('dist/build-inputs.json');
+      expect(linksOf(contents.manifest), p.name).toEqual(projectLinks(scratch, p.path));
       const exportsMap = contents.manifest.exports as Record<string, Record<string, string>>;
       for (const [subpath, conditions] of Object.entries(exportsMap)) {
         for (const [condition, target] of Object.entries(conditions)) {
