@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import ts from 'typescript';
 import { beforeAll, expect, test } from 'vitest';
 import { shellEnvironment } from './shell-environment.js';
-import { publicPackages, readManifest, REPO_ROOT, SOURCE_CONDITION, workspacePackages, type WorkspacePackage } from './workspace.js';
+import { linksOf, projectLinks, publicPackages, readManifest, REPO_ROOT, SOURCE_CONDITION, workspacePackages, type WorkspacePackage } from './workspace.js';
 
 
 let published: WorkspacePackage[];
@@ -46,13 +46,17 @@ test('tsconfig paths (what tsx reads) mirror the source condition of every publi
   expect(Object.entries(paths).sort()).toEqual(sourceEntries().map(([specifier, file]) => [specifier, [file]]).sort());
 });
 
-test('every public manifest says where it comes from, what it ships, and builds nothing when packed', () => {
-  const repository = (readManifest(published[0]!.dir).repository as { url: string }).url;
+test('the root package.json states the project\'s URL, and every public manifest carries it with its own folder', () => {
+  const root = readManifest(REPO_ROOT);
+  expect(root.repository).toEqual({ type: 'git', url: expect.stringMatching(/^git\+https:\/\/[^/]+\/.+\.git$/) });
+  expect(root.homepage).toMatch(/^https:\/\/[^/]+\/./);
+  expect(root.bugs).toEqual({ url: expect.stringMatching(/^https:\/\/[^/]+\/./) });
+  for (const p of published) expect(linksOf(readManifest(p.dir)), p.name).toEqual(projectLinks(REPO_ROOT, p.path));
+});
+
+test('every public manifest says what it ships, and builds nothing when packed', () => {
   for (const p of published) {
     const m = readManifest(p.dir);
-    expect(m.repository, p.name).toEqual({ type: 'git', url: repository, directory: p.path });
-    expect(m.homepage, p.name).toContain(p.path);
-    expect(m.bugs, p.name).toEqual(readManifest(published[0]!.dir).bugs);
     expect((m.keywords as string[] | undefined)?.length, p.name).toBeGreaterThan(0);
     expect(m.license, p.name).toBe('MIT');
     expect(m.files, p.name).toEqual(['dist', '!dist/build-inputs.json', 'CHANGELOG.md', 'LICENSE']);

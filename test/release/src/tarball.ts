@@ -9,6 +9,33 @@ export interface TarballContents {
   readonly manifest: Record<string, unknown>;
 }
 
+/** The manifest's maps of dependency name → range. */
+const DEPENDENCY_FIELDS = ['dependencies', 'devDependencies', 'optionalDependencies', 'peerDependencies'];
+
+/** What two tarballs must agree on to ship the same package (see {@link shippedPackage}). */
+export interface ShippedPackage {
+  /** Every file's sha256 but package.json's. */
+  readonly files: Record<string, string>;
+  /** package.json as JSON text, the entries of its dependency maps sorted by name. */
+  readonly manifest: string;
+}
+
+/**
+ * `contents` as far as a consumer can tell: every file byte for byte, and the manifest in its own
+ * order except inside the dependency maps. pnpm 10 writes a packed manifest's dependency entries in
+ * the order its `workspace:` lookups happen to finish, which changes from one pack to the next
+ * (pnpm/pnpm#10167; docs/releasing.md); the order of a map's entries means nothing to an installer.
+ */
+export function shippedPackage(contents: TarballContents): ShippedPackage {
+  const files = Object.fromEntries(Object.entries(contents.files).filter(([path]) => path !== 'package.json'));
+  const manifest = { ...contents.manifest };
+  for (const field of DEPENDENCY_FIELDS) {
+    const map = manifest[field] as Record<string, string> | undefined;
+    if (map) manifest[field] = Object.fromEntries(Object.entries(map).sort(([a], [b]) => a.localeCompare(b)));
+  }
+  return { files, manifest: JSON.stringify(manifest, null, 2) };
+}
+
 /** Unpacks `tgz` into the empty folder `dir` and reads what it holds. */
 export async function readTarball(tgz: string, dir: string, env: NodeJS.ProcessEnv): Promise<TarballContents> {
   mkdirSync(dir, { recursive: true });

@@ -39,3 +39,25 @@ export function publicPackages(all: readonly WorkspacePackage[]): WorkspacePacka
 export function readManifest(dir: string): Record<string, unknown> {
   return JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as Record<string, unknown>;
 }
+
+/** Where a published package says it comes from: the manifest fields npm shows as its links. */
+export interface ProjectLinks {
+  readonly repository: { readonly type: string; readonly url: string; readonly directory: string };
+  readonly homepage: string;
+  readonly bugs: { readonly url: string };
+}
+
+/**
+ * The links every public manifest must carry: the root package.json's `repository`, `homepage` and
+ * `bugs` (the one place the project's URL is stated, see the README's "Publishing"), with the
+ * package's folder (`path`, e.g. `packages/cli`) as the repository's `directory`.
+ */
+export function projectLinks(root: string, path: string): ProjectLinks {
+  const { repository, homepage, bugs } = readManifest(root) as { repository: { type: string; url: string }; homepage: string; bugs: { url: string } };
+  return { repository: { type: repository.type, url: repository.url, directory: path }, homepage, bugs: { url: bugs.url } };
+}
+
+/** A manifest's own `repository`, `homepage` and `bugs`, to compare with {@link projectLinks}. */
+export function linksOf(manifest: Record<string, unknown>): Record<keyof ProjectLinks, unknown> {
+  return { repository: manifest.repository, homepage: manifest.homepage, bugs: manifest.bugs };
+}
