@@ -86,7 +86,7 @@ export async function benchAudit(): Promise<SectionResult> {
         ...deleted.map((i) => ({ partitionKey: resourceObject('vpc', idOf(i)), payload: { deletes: rowTuples(i) } })),
         ...created.map((i) => ({ partitionKey: resourceObject('vpc', idOf(i)), payload: { writes: rowTuples(i) } })),
       ];
-      await enqueueMany(trx, vpcOutbox, intents);
+      for (let at = 0; at < intents.length; at += 1_000) await enqueueMany(trx, vpcOutbox, intents.slice(at, at + 1_000));
     });
     const drainer = createDrainer({ db, spec: vpcOutbox, sink: store.sink, listen: false, interval: 3_600_000, lateWrites: false });
     let delivered = 0;
@@ -103,9 +103,16 @@ export async function benchAudit(): Promise<SectionResult> {
     const orphans = Array.from({ length: OUT_OF_BAND / 2 }, (_, n): TupleKey => ({ user: 'user:intruder', relation: 'owner', object: `vpc:orphan-${n}` }));
     await writeDirect(store.client, orphans, 'writes');
 
-    console.error('[bench] audit: incremental audit…');
+    console.error('[bench] audit: incremental audits…');
+    // Both ways from the same stored tokens: re-reading each changed partition, then the default.
+    await sql`create table public.bench_audit_cursor as select * from public.outbox_audit_cursor`.execute(db);
+    const reread = await auditOutboxIncremental({ ...audit, scanAbove: 100_000_000 });
+    await sql`delete from public.outbox_audit_cursor`.execute(db);
+    await sql`insert into public.outbox_audit_cursor select * from public.bench_audit_cursor`.execute(db);
     const incremental = await auditOutboxIncremental(audit);
-    if (incremental.drifted !== OUT_OF_BAND) throw new Error(`bench audit: the incremental audit should find the ${OUT_OF_BAND} out-of-band edits, found ${drift(incremental)}`);
+    for (const report of [reread, incremental]) {
+      if (report.drifted !== OUT_OF_BAND) throw new Error(`bench audit: the incremental audit should find the ${OUT_OF_BAND} out-of-band edits, found ${drift(report)}`);
+    }
     const fullAfter = await auditOutbox(audit);
     if (fullAfter.drifted !== OUT_OF_BAND) throw new Error(`bench audit: the full audit should find the ${OUT_OF_BAND} out-of-band edits, found ${drift(fullAfter)}`);
 
@@ -124,12 +131,13 @@ export async function benchAudit(): Promise<SectionResult> {
         '| --- | ---: | ---: | ---: | --- | --- |',
         row(`full, ${count(objects)} objects`, full),
         row('first incremental (a full audit that stores the changelog tokens)', first),
-        row(`**incremental after ${count(changes)} changes** + ${OUT_OF_BAND} out of band`, incremental),
+        row(`incremental after ${count(changes)} changes + ${OUT_OF_BAND} out of band, re-reading each changed partition`, reread),
+        row(`**incremental after the same, default** (above \`scanAbove\`, 2,000 changed partitions, it scans)`, incremental),
         row(`full after the changes (${count(objects)} objects again)`, fullAfter),
       ].join('\n'),
       targets: [
         { target: `audit: full audit of ${count(objects)} objects (no target in the issue; time)`, figure: seconds(full), met: null },
-        { target: `audit: incremental after ${count(changes)} changes, finds exactly the ${OUT_OF_BAND} out-of-band edits`, figure: `${seconds(incremental)}, ${count(incremental.drifted)} found`, met: incremental.drifted === OUT_OF_BAND },
+        { target: `audit: incremental after ${count(changes)} changes, finds exactly the ${OUT_OF_BAND} out-of-band edits (no time target)`, figure: `${seconds(incremental)} (re-reading each changed partition: ${seconds(reread)}), ${count(incremental.drifted)} found`, met: null },
       ],
     };
   } finally {

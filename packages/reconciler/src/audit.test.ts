@@ -208,6 +208,20 @@ describe('auditOutboxIncremental', () => {
     expect(found).toMatchObject({ drifted: 1, orphans: { objects: 1 }, reads: { tuplePages: 0 } });
   });
 
+  test('past scanAbove changed partitions it scans the store instead of re-reading each, and finds the same drift', async () => {
+    const world = await agreed();
+    const options = { ...world.target, cursorTable: await cursorTable() };
+    await auditOutboxIncremental(options);
+    await world.client.write({ writes: [{ user: 'user:mallory', relation: 'viewer', object: 'vpc:b' }] });
+    await world.create('e');
+    await world.drain();
+    const scanned = await auditOutboxIncremental({ ...options, scanAbove: 1 });
+    expect(scanned).toMatchObject({ mode: 'incremental', drifted: 1, unexpected: { partitions: 1, tuples: 1 } });
+    expect(scanned.reads).toMatchObject({ tuplePages: 1, partitionReads: 1 }); // the scan, and the one drifted partition confirmed
+    // The tokens moved on as after a re-read.
+    expect(await auditOutboxIncremental(options)).toMatchObject({ drifted: 0, partitionsCompared: 0 });
+  });
+
   test('without its cursor table it says how to create it', async () => {
     const world = await auditWorld(t.db);
     await expect(auditOutboxIncremental({ ...world.target, cursorTable: 'reconciler.no_such_cursor' })).rejects.toThrow(
