@@ -5,8 +5,8 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { auditWorld } from './testing/audit-fixture.js';
-import { auditOutbox, createReconciler, createReconcilerMetrics, repairOutbox } from './index.js';
-import { createTestOutbox, deliver, enqueueIntent, openTransaction, poison, recordingLogger, register } from './testing/outbox-fixture.js';
+import { auditOutbox, createReconciler, createReconcilerMetrics, DiscardRefusedError, repairOutbox } from './index.js';
+import { createTestOutbox, deliver, enqueueIntent, openTransaction, poison, recordingLogger, refuse, register } from './testing/outbox-fixture.js';
 import { reconcilerLockKey } from './redrive-statements.js';
 
 const t = useTestDatabase();
@@ -52,6 +52,27 @@ describe("the reconciler's redrive metrics", () => {
     expect(pointValue(points, 'outbox.reconciler.passes', passes('failed'))).toBe(1);
     expect(pointValue(points, 'outbox.reconciler.passes', passes('completed'))).toBe(2);
     expect(pointValue(points, 'outbox.reconciler.superseded_found', table)).toBe(2);
+  });
+
+  test('count the intents discardPoisoned closed; a refused call closes and counts none', async () => {
+    const spec = await createTestOutbox(t.db);
+    const exhausted = await enqueueIntent(t.db, spec, 'vpc:a', register('a'));
+    const refused = await enqueueIntent(t.db, spec, 'vpc:b', register('b'));
+    const deliverable = await enqueueIntent(t.db, spec, 'vpc:c', register('c'));
+    await poison(t.db, spec, exhausted);
+    await refuse(t.db, spec, refused);
+    const reconciler = createReconciler({ db: t.db, spec, logger: recordingLogger(), meterProvider: sdk.meterProvider });
+    const table = { 'outbox.table': spec.table };
+
+    // All or nothing: a deliverable row among the ids refuses the whole call.
+    await expect(reconciler.discardPoisoned({ ids: [exhausted, deliverable], reason: 'tenant deleted' })).rejects.toThrow(DiscardRefusedError);
+    expect(pointsOf(await sdk.collect(), 'outbox.reconciler.discarded', table)).toEqual([]);
+    expect(await reconciler.discardPoisoned({ ids: [exhausted, refused], reason: 'tenant deleted' })).toHaveLength(2);
+    await reconciler.stop();
+
+    const points = await sdk.collect();
+    expect(pointValue(points, 'outbox.reconciler.discarded', table)).toBe(2);
+    expect(pointsOf(points, 'outbox.reconciler.discarded', table)[0]).toMatchObject({ scope: '@outbox/reconciler', kind: 'counter', unit: '{intent}' });
   });
 
   test('a meterProvider that is not one is refused at creation', () => {
