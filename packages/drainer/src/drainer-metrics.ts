@@ -1,6 +1,6 @@
 import { ValueType, type Attributes } from '@opentelemetry/api';
 import type { MeterOptions } from '@outbox/outbox';
-import { OUTBOX_TABLE_ATTRIBUTE, resolveMeter } from '@outbox/outbox/protocol';
+import { OUTBOX_TABLE_ATTRIBUTE, resolveMeter, startAtZero } from '@outbox/outbox/protocol';
 import manifest from '../package.json' with { type: 'json' };
 import type { DrainerEvent } from './events.js';
 
@@ -13,9 +13,9 @@ const BATCH_SIZE_BUCKETS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000];
 
 /**
  * The drainer's instruments (docs/metrics.md), recorded from its own events: what `onEvent` sees is
- * what the metrics count. Returns the recorder the drainer calls with each event.
+ * what the metrics count. Returns the recorder the drainer of `table` calls with each event.
  */
-export function drainerMetrics(options: MeterOptions): (event: DrainerEvent) => void {
+export function drainerMetrics(options: MeterOptions, table: string): (event: DrainerEvent) => void {
   const meter = resolveMeter(options, { name: manifest.name, version: manifest.version });
   const count = (name: string, unit: string, description: string) => meter.createCounter(name, { unit, description, valueType: ValueType.INT });
   const delivered = count('outbox.drainer.delivered', '{intent}', 'Intents OpenFGA accepted.');
@@ -36,6 +36,12 @@ export function drainerMetrics(options: MeterOptions): (event: DrainerEvent) => 
     description: 'Intents per claimed batch.',
     valueType: ValueType.INT,
     advice: { explicitBucketBoundaries: BATCH_SIZE_BUCKETS },
+  });
+
+  startAtZero(() => {
+    const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
+    for (const counter of [delivered, retried, poisoned]) counter.add(0, attributes);
+    for (const halted of [false, true]) passFailures.add(0, { ...attributes, 'outbox.pass.halted': halted });
   });
 
   return (event) => {

@@ -26,6 +26,19 @@ export interface MeterOptions {
 
 /** The attribute naming the outbox table (`spec.table`) on every instrument of the @outbox libraries. */
 export const OUTBOX_TABLE_ATTRIBUTE = 'outbox.table';
+/**
+ * Runs `add` (a counter's `add(0, …)` for each attribute set it will count under), ignoring a meter
+ * that throws. A series that starts at 0 has a sample before its first increment, without which
+ * Prometheus' `rate()` and `increase()` miss that increment, and a dashboard shows no data for 0.
+ */
+export function startAtZero(add: () => void): void {
+  try {
+    add();
+  } catch {
+    // a broken meter must not stop a drainer or reconciler from being created
+  }
+}
+
 /** The attribute splitting `outbox.intent.poisoned` by why the rows are poisoned (`poison_cause`: `exhausted`, `refused`). */
 const POISON_CAUSE_ATTRIBUTE = 'outbox.poison.cause';
 

@@ -145,7 +145,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
 
   // Passes, retire and discard of this process run one after another.
   let queue: Promise<unknown> = Promise.resolve();
-  const metrics = reconcilerWorkMetrics(config);
+  const metrics = reconcilerWorkMetrics(config, spec.table);
   const enqueuePass = <T>(work: () => Promise<T>): Promise<T> => {
     const next = queue.then(async () => {
       await verify();

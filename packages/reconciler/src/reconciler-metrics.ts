@@ -1,6 +1,6 @@
 import { ValueType, type Attributes, type Meter } from '@opentelemetry/api';
 import type { MeterOptions } from '@outbox/outbox';
-import { OUTBOX_TABLE_ATTRIBUTE, resolveMeter } from '@outbox/outbox/protocol';
+import { OUTBOX_TABLE_ATTRIBUTE, resolveMeter, startAtZero } from '@outbox/outbox/protocol';
 import manifest from '../package.json' with { type: 'json' };
 import type { AuditReport } from './audit-report.js';
 import type { RedriveResult, RedrivenIntent } from './redrive.js';
@@ -17,13 +17,18 @@ export interface ReconcilerWorkMetrics {
   discard(table: string, discard: () => Promise<readonly RedrivenIntent[]>): Promise<readonly RedrivenIntent[]>;
 }
 
-/** The instruments of the reconciler's passes and discards (docs/metrics.md), for `createReconciler`. */
-export function reconcilerWorkMetrics(options: MeterOptions): ReconcilerWorkMetrics {
+/** The instruments of the passes and discards of the reconciler of `table` (docs/metrics.md), for `createReconciler`. */
+export function reconcilerWorkMetrics(options: MeterOptions, table: string): ReconcilerWorkMetrics {
   const meter = meterOf(options);
   const passes = counter(meter, 'outbox.reconciler.passes', '{pass}', 'Redrive passes, by outbox.pass.result: completed, skipped (another process held the pass) or failed.');
   const revived = counter(meter, 'outbox.reconciler.revived', '{intent}', 'Poisoned intents a redrive pass reset to deliverable.');
   const superseded = counter(meter, 'outbox.reconciler.superseded_found', '{intent}', 'Superseded intents a redrive pass reported (each pass again, until a human retires them).');
   const discarded = counter(meter, 'outbox.reconciler.discarded', '{intent}', 'Poisoned intents an operator discarded (discardPoisoned): closed, their tuples never written.');
+  startAtZero(() => {
+    const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
+    for (const result of ['completed', 'skipped', 'failed']) passes.add(0, { ...attributes, 'outbox.pass.result': result });
+    for (const intents of [revived, superseded, discarded]) intents.add(0, attributes);
+  });
   return {
     async pass(table, pass) {
       const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
