@@ -13,21 +13,26 @@ afterEach(() => metrics.disable());
 
 const sumOf = (values: readonly number[]) => values.reduce((a, b) => a + b, 0);
 
+/** A sink that refuses `refused` for good, fails `failingOnce` transiently at its first attempt, and delivers the rest. */
+function refusingAndFailingOnce(refused: string, failingOnce: string) {
+  let failed = false;
+  return createRecordingSink({
+    outcome: (intent) => {
+      if (intent.id === refused) return { kind: 'permanent', error: 'refused' };
+      if (intent.id === failingOnce && !failed) {
+        failed = true;
+        return { kind: 'transient', error: 'unavailable' };
+      }
+      return undefined;
+    },
+  });
+}
+
 describe("the drainer's metrics", () => {
   test('count delivered, retried and poisoned intents of each table, as its events report them', async () => {
     const spec = await freshOutbox(t.db);
     const [, , c, d] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c', 'vpc:d']);
-    let failedOnce = false;
-    const sink = createRecordingSink({
-      outcome: (intent) => {
-        if (intent.id === d) return { kind: 'permanent', error: 'refused' };
-        if (intent.id === c && !failedOnce) {
-          failedOnce = true;
-          return { kind: 'transient', error: 'unavailable' };
-        }
-        return undefined;
-      },
-    });
+    const sink = refusingAndFailingOnce(d!, c!);
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 0, maxMs: 0 }, meterProvider: sdk.meterProvider });
     const table = { 'outbox.table': spec.table };
 
@@ -93,17 +98,7 @@ describe("the drainer's metrics", () => {
     // Enqueued 90 s ago, as by a transaction that began then.
     await sql`update ${outboxTable(spec)} set created_at = now() - interval '90 seconds'`.execute(t.db);
     const [, , retriedOnce, poisoned] = ids;
-    let failed = false;
-    const sink = createRecordingSink({
-      outcome: (intent) => {
-        if (intent.id === poisoned) return { kind: 'permanent', error: 'refused' };
-        if (intent.id === retriedOnce && !failed) {
-          failed = true;
-          return { kind: 'transient', error: 'unavailable' };
-        }
-        return undefined;
-      },
-    });
+    const sink = refusingAndFailingOnce(poisoned!, retriedOnce!);
     const events: DrainerEvent[] = [];
     const drainer = createDrainer({ db: t.db, spec, sink, backoff: { baseMs: 0, maxMs: 0 }, logger: quiet, meterProvider: sdk.meterProvider, onEvent: (e) => void events.push(e) });
     const started = performance.now();
