@@ -63,6 +63,10 @@ async function beforeLateWriteVerification(db: Kysely<unknown>, spec: OutboxSpec
   await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_settle"(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`).execute(db);
   await sql.raw(`alter table "${spec.schema}"."${spec.tableName}" drop column verify_after`).execute(db);
 }
+/** Takes away what 0011 added: claim v5 (claim v4 stays, as 0011 left it). */
+async function beforeClaimV5(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
+  await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[], boolean)`).execute(db);
+}
 /** A build before 0009_ledger_life: no ledger columns, no delivered-rows index. */
 const withoutLedger = (db: Kysely<unknown>, spec: OutboxSpec) => executeStatements(db, dropLedgerLifeDdlV1(spec));
 
@@ -76,29 +80,39 @@ test.each([
     build: 'before claim v3',
     // A claim without p_flush_keys (v2) and a settle marked v1.
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeClaimV5(db, spec);
       await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[])`).execute(db);
       await oldClaim(db, spec, 'v2', claimParams.v2);
       await oldSettle(db, spec, 'v1');
       await beforeLateWriteVerification(db, spec);
       await withoutLedger(db, spec);
     },
-    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification'],
+    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification', '0011_claim_v5'],
   },
   {
     build: 'before claim v4',
     // The same signatures, with bodies marked claim v3 and settle v2.
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeClaimV5(db, spec);
       await oldClaim(db, spec, 'v3', claimParams.v3);
       await oldSettle(db, spec, 'v2');
       await beforeLateWriteVerification(db, spec);
       await withoutLedger(db, spec);
     },
-    pending: ['0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification'],
+    pending: ['0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification', '0011_claim_v5'],
   },
   {
     build: 'before late-write verification',
-    leave: beforeLateWriteVerification,
-    pending: ['0010_late_write_verification'],
+    leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeClaimV5(db, spec);
+      await beforeLateWriteVerification(db, spec);
+    },
+    pending: ['0010_late_write_verification', '0011_claim_v5'],
+  },
+  {
+    build: 'before claim v5',
+    leave: beforeClaimV5,
+    pending: ['0011_claim_v5'],
   },
 ])('a database migrated by the build $build: the next migrate brings every outbox\'s functions and columns up to date', async ({ leave, pending }) => {
   const db = open();

@@ -26,6 +26,8 @@ export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0009_ledger_life': ledgerLifeMigration(OUTBOXES),
   // settle v4 (stamps deliveries at risk of a late write), its column and indexes; the audit's cursor table.
   '0010_late_write_verification': lateWriteVerificationMigration(OUTBOXES),
+  // claim v5 (returns created_at too: the drainer's commit → delivered lag); v4 stays for the previous build's drainers.
+  '0011_claim_v5': drainFunctionsMigration(OUTBOXES, { claim: 'v5', settle: 'v4' }),
 });
 
 const provider: MigrationProvider = { getMigrations: async () => ({ ...migrations }) };

@@ -74,7 +74,7 @@ describe('how many partitions a claim takes', () => {
     await t.withTransactions(2, async ([a, b]) => {
       const first = await claimBatch(a!, spec, 10, { headLimit: 1 });
       const second = await claimBatch(b!, spec, 10, { headLimit: 1 });
-      expect(first).toEqual({ heads: 1, intents: expect.any(Array) });
+      expect(first).toEqual({ heads: 1, intents: expect.any(Array), createdAt: expect.any(Map) });
       expect(first.intents.map((i) => i.id)).toEqual(ids.filter((_, i) => keys[i] === 'vpc:0'));
       expect(second.intents.map((i) => i.id)).toEqual(ids.filter((_, i) => keys[i] === 'vpc:1'));
     });

@@ -71,7 +71,12 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
     poisoned: recorded.poisoned.length,
     released: recorded.released.length,
     announce: () => {
-      if (recorded.delivered.length > 0) emit({ type: 'delivered', table: spec.table, ids: recorded.delivered.map((i) => i.id), deliverMs });
+      if (recorded.delivered.length > 0) {
+        // Called right after the commit that recorded the deliveries: that is where each lag ends.
+        const committed = performance.now();
+        const lagMs = recorded.delivered.map((i) => committed - (batch.createdAt.get(i.id) as number));
+        emit({ type: 'delivered', table: spec.table, ids: recorded.delivered.map((i) => i.id), lagMs, deliverMs });
+      }
       if (recorded.retried.length > 0) {
         emit({ type: 'retried', table: spec.table, ids: recorded.retried.map((r) => r.intent.id), errors: recorded.retried.map((r) => r.error) });
       }

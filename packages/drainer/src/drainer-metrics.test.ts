@@ -2,8 +2,9 @@ import { metrics, type Meter } from '@opentelemetry/api';
 import { defineOutbox, OutboxConfigError } from '@outbox/outbox';
 import { histogramValue, pointsOf, pointValue, testMeterProvider } from '@outbox/test-observability';
 import { useTestDatabase } from '@outbox/test-stack';
+import { sql } from 'kysely';
 import { afterEach, describe, expect, test } from 'vitest';
-import { enqueueRows, freshOutbox, quiet } from './testing/fixture.js';
+import { enqueueRows, freshOutbox, outboxTable, quiet } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, SinkHaltError, type DrainerEvent } from './index.js';
 
 const t = useTestDatabase();
@@ -12,21 +13,26 @@ afterEach(() => metrics.disable());
 
 const sumOf = (values: readonly number[]) => values.reduce((a, b) => a + b, 0);
 
+/** A sink that refuses `refused` for good, fails `failingOnce` transiently at its first attempt, and delivers the rest. */
+function refusingAndFailingOnce(refused: string, failingOnce: string) {
+  let failed = false;
+  return createRecordingSink({
+    outcome: (intent) => {
+      if (intent.id === refused) return { kind: 'permanent', error: 'refused' };
+      if (intent.id === failingOnce && !failed) {
+        failed = true;
+        return { kind: 'transient', error: 'unavailable' };
+      }
+      return undefined;
+    },
+  });
+}
+
 describe("the drainer's metrics", () => {
   test('count delivered, retried and poisoned intents of each table, as its events report them', async () => {
     const spec = await freshOutbox(t.db);
     const [, , c, d] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c', 'vpc:d']);
-    let failedOnce = false;
-    const sink = createRecordingSink({
-      outcome: (intent) => {
-        if (intent.id === d) return { kind: 'permanent', error: 'refused' };
-        if (intent.id === c && !failedOnce) {
-          failedOnce = true;
-          return { kind: 'transient', error: 'unavailable' };
-        }
-        return undefined;
-      },
-    });
+    const sink = refusingAndFailingOnce(d!, c!);
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 0, maxMs: 0 }, meterProvider: sdk.meterProvider });
     const table = { 'outbox.table': spec.table };
 
@@ -44,7 +50,19 @@ describe("the drainer's metrics", () => {
     points = await sdk.collect();
     expect(pointValue(points, 'outbox.drainer.delivered', table)).toBe(4);
     expect(pointValue(points, 'outbox.drainer.retried', table)).toBe(1);
-    expect(pointsOf(points, 'outbox.drainer.pass.failures', table)).toEqual([]);
+    expect([false, true].map((halted) => pointValue(points, 'outbox.drainer.pass.failures', { ...table, 'outbox.pass.halted': halted }))).toEqual([0, 0]);
+    await drainer.stop();
+  });
+
+  test("start every counter of the drainer's table at 0, before any event: rate() then sees the first one", async () => {
+    const spec = await freshOutbox(t.db);
+    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, meterProvider: sdk.meterProvider });
+    const points = await sdk.collect();
+    const table = { 'outbox.table': spec.table };
+    const counters = ['delivered', 'retried', 'poisoned'].map((name) => pointValue(points, `outbox.drainer.${name}`, table));
+    const failures = [false, true].map((halted) => pointValue(points, 'outbox.drainer.pass.failures', { ...table, 'outbox.pass.halted': halted }));
+    expect([...counters, ...failures]).toEqual([0, 0, 0, 0, 0]);
+    expect(histogramValue(points, 'outbox.drainer.delivery.lag', table)).toBeUndefined(); // a histogram has nothing to say yet
     await drainer.stop();
   });
 
@@ -70,7 +88,36 @@ describe("the drainer's metrics", () => {
     const delivery = histogramValue(points, 'outbox.drainer.delivery.duration', table);
     expect(delivery?.count).toBe(deliveries.length);
     expect(delivery?.sum).toBeCloseTo(sumOf(deliveries.map((e) => e.deliverMs)) / 1_000, 9);
+    expect(histogramValue(points, 'outbox.drainer.delivery.lag', table)?.count).toBe(result.delivered); // one per intent, not per batch
     expect(pointsOf(points, 'outbox.drainer.claim.duration', table)[0]).toMatchObject({ kind: 'histogram', unit: 's' });
+  });
+
+  test("measure each delivered intent's lag, from its created_at to the commit that recorded it, in seconds; retries wait inside it, poisonings count none", async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:b', 'vpc:c', 'vpc:d']);
+    // Enqueued 90 s ago, as by a transaction that began then.
+    await sql`update ${outboxTable(spec)} set created_at = now() - interval '90 seconds'`.execute(t.db);
+    const [, , retriedOnce, poisoned] = ids;
+    const sink = refusingAndFailingOnce(poisoned!, retriedOnce!);
+    const events: DrainerEvent[] = [];
+    const drainer = createDrainer({ db: t.db, spec, sink, backoff: { baseMs: 0, maxMs: 0 }, logger: quiet, meterProvider: sdk.meterProvider, onEvent: (e) => void events.push(e) });
+    const started = performance.now();
+    expect(await drainer.drainOnce()).toMatchObject({ delivered: 4, retried: 1, poisoned: 1 });
+    const elapsedS = (performance.now() - started) / 1_000;
+    await drainer.stop();
+
+    const deliveries = events.flatMap((e) => (e.type === 'delivered' ? [e] : []));
+    expect(deliveries.flatMap((e) => e.ids).sort()).toEqual([ids[0], ids[1], retriedOnce, ids[4]].sort());
+    const lags = deliveries.flatMap((e) => e.lagMs.map((ms) => ms / 1_000));
+    expect(lags).toHaveLength(4);
+    for (const lag of lags) {
+      expect(lag).toBeGreaterThanOrEqual(90);
+      expect(lag).toBeLessThan(90 + elapsedS + 1);
+    }
+    const lag = histogramValue(await sdk.collect(), 'outbox.drainer.delivery.lag', { 'outbox.table': spec.table });
+    expect(lag).toMatchObject({ count: 4, boundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600] });
+    expect(lag?.sum).toBeCloseTo(sumOf(lags), 6);
+    expect(lag?.counts[lag.boundaries.indexOf(300)]).toBe(4); // all in (60, 300]
   });
 
   test('count failed passes, a halt apart from an error', async () => {
@@ -91,7 +138,7 @@ describe("the drainer's metrics", () => {
     const points = await sdk.collect();
     expect(pointValue(points, 'outbox.drainer.pass.failures', { 'outbox.table': missing.table, 'outbox.pass.halted': false })).toBe(1);
     expect(pointValue(points, 'outbox.drainer.pass.failures', { 'outbox.table': spec.table, 'outbox.pass.halted': true })).toBe(1);
-    expect(pointsOf(points, 'outbox.drainer.retried', { 'outbox.table': spec.table })).toEqual([]); // a halt counts nothing against the intents
+    expect(pointValue(points, 'outbox.drainer.retried', { 'outbox.table': spec.table })).toBe(0); // a halt counts nothing against the intents
   });
 
   test('with neither meter nor meterProvider, they go to the global provider', async () => {

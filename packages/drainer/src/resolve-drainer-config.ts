@@ -106,6 +106,6 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
     synchronousCommit: config.synchronousCommit ?? false,
     lateWrites: resolveLateWrites(config.lateWrites, config.sink),
     logger: guardedLogger(config.logger ?? consoleLogger),
-    emit: guardedEmit(config, drainerMetrics(config)),
+    emit: guardedEmit(config, drainerMetrics(config, config.spec.table)),
   });
 }

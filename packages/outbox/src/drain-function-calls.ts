@@ -27,6 +27,12 @@ export interface ClaimedRow {
   readonly payload: IntentPayload;
   readonly attempt_count: number;
   readonly head: boolean;
+  /**
+   * Milliseconds from the row's `created_at` (its enqueueing transaction's start) to the end of the
+   * claim, both on the database's clock: the drainer adds its own clock's time from there, so no
+   * skew between hosts enters the commit → delivered lag.
+   */
+  readonly age_ms: number;
   /** The table's recorded `maxAttempts` (null: none): refuse the batch when it is not the spec's. */
   readonly recorded: number | null;
 }
@@ -44,9 +50,12 @@ export function claimStatement(spec: OutboxSpec, options: ClaimOptions): string 
     `p_runs => ${sqlLiteral.boolean(options.runs ?? true)}`,
     `p_synchronous_commit => ${sqlLiteral.boolean(options.synchronousCommit ?? true)}`,
     `p_flush_keys => ${sqlLiteral.textArray(options.flushKeys ?? [])}`,
+    'p_created_at => true',
   ];
+  // The function has returned every row before the select list runs: clock_timestamp() is the claim's end.
   return (
-    `select c.id, c.partition_key, c.payload, c.attempt_count, c.head, ${recordedMaxAttemptsText(spec)} as recorded ` +
+    `select c.id, c.partition_key, c.payload, c.attempt_count, c.head, ` +
+    `(extract(epoch from clock_timestamp() - c.created_at) * 1000)::float8 as age_ms, ${recordedMaxAttemptsText(spec)} as recorded ` +
     `from ${tableNames(spec).claimFunction}(${args.join(', ')}) c`
   );
 }

@@ -94,14 +94,14 @@ describe.each([
     // 200 partitions of 100 rows, interleaved: a partition's rows are 200 ids apart.
     await run(`insert into ${tableNames(spec).table} (resource_id, payload, is_head) select 'vpc:' || (g % 200), '{}', g <= 200 from generate_series(1, 20000) g`);
     if (analyzed) await run(`analyze ${tableNames(spec).table}`);
-    const { read, rows } = await readBy(spec, `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}')`);
+    const { read, rows } = await readBy(spec, `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}', true)`);
     expect(rows).toBe(100);
     expect(read).toBeLessThan(1_000);
   });
 
   test('a claim that puts flushed partitions first finds their heads by key', async () => {
     const spec = await distinctBacklog();
-    const { read, rows } = await readBy(spec, `select * from ${tableNames(spec).claimFunction}(10, 10, 10, true, true, array['vpc:19999', 'vpc:20000'])`);
+    const { read, rows } = await readBy(spec, `select * from ${tableNames(spec).claimFunction}(10, 10, 10, true, true, array['vpc:19999', 'vpc:20000'], true)`);
     expect(rows).toBe(10);
     expect(read).toBeLessThan(1_000);
   });
@@ -116,10 +116,10 @@ describe.each([
     await run(`insert into ${tableNames(interleaved).table} (resource_id, payload, is_head) select 'vpc:' || (g % 1000), '{}', g <= 1000 from generate_series(1, 100000) g`);
     if (analyzed) await run(`analyze ${tableNames(interleaved).table}`);
     const calls = [
-      { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, false, true, '{}')` },
-      { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, true, true, array['vpc:20000'])` },
-      { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 1, 10, true, true, '{}')` },
-      { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 4, 10, true, true, '{}')` },
+      { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, false, true, '{}', true)` },
+      { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, true, true, array['vpc:20000'], true)` },
+      { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 1, 10, true, true, '{}', true)` },
+      { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 4, 10, true, true, '{}', true)` },
       { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{1,1001,2001}'::bigint[], '{vpc:1}'::text[], '{2001}'::bigint[], 10, 14000, '{2001}', '{}')` },
       { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{3001}'::bigint[], '{vpc:1}'::text[], '{3001}'::bigint[], 10, 14000, '{}', '{3001}')` },
     ];
@@ -141,7 +141,7 @@ describe.each([
     // Two partitions of one row each: a table of one page when the connection first plans.
     await run(`insert into ${table} (resource_id, payload, is_head) values ('vpc:a', '{}', true), ('vpc:b', '{}', true)`);
     if (analyzed) await run(`analyze ${table}`);
-    const claim = `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}')`;
+    const claim = `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}', true)`;
     const settle = `select * from ${tableNames(spec).settleFunction}('{1}'::bigint[], '{vpc:a}'::text[], '{1}'::bigint[], 10, 14000, '{}', '{1}')`;
     const reads = await t.db.connection().execute(async (conn) => {
       for (let i = 0; i < 8; i += 1) {

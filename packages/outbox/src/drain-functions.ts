@@ -10,6 +10,7 @@ const TEMPLATES = {
   claim: {
     v3: readFileSync(new URL('./sql/claim.v3.sql', import.meta.url), 'utf8'),
     v4: readFileSync(new URL('./sql/claim.v4.sql', import.meta.url), 'utf8'),
+    v5: readFileSync(new URL('./sql/claim.v5.sql', import.meta.url), 'utf8'),
   },
   settle: {
     v2: readFileSync(new URL('./sql/settle.v2.sql', import.meta.url), 'utf8'),
@@ -25,11 +26,12 @@ export interface DrainFunctionVersions {
 }
 
 /** The versions this release creates and `verifyOutboxTable` expects. */
-export const LATEST_DRAIN_FUNCTIONS: DrainFunctionVersions = Object.freeze({ claim: 'v4', settle: 'v4' });
+export const LATEST_DRAIN_FUNCTIONS: DrainFunctionVersions = Object.freeze({ claim: 'v5', settle: 'v4' });
 
 /** Every signature the claim and settle functions have had, for `dropOutboxTable`. */
 export const DRAIN_FUNCTION_SIGNATURES = {
   claim: [
+    '(integer, integer, integer, boolean, boolean, text[], boolean)',
     '(integer, integer, integer, boolean, boolean, text[])',
     '(integer, integer, integer, boolean, boolean)',
     '(integer, integer, integer, boolean)',

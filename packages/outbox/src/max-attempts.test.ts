@@ -79,7 +79,7 @@ async function invariantViolations(spec: OutboxSpec, maxAttempts: number): Promi
 async function claimedHeads(spec: OutboxSpec, maxAttempts: number): Promise<string[]> {
   return t.db.transaction().execute(async (trx) => {
     const result = await sql<{ id: string }>`
-      select id from ${sql.raw(tableNames(spec).claimFunction)}(100, 100, ${maxAttempts}, false, true, '{}') order by id`.execute(trx);
+      select id from ${sql.raw(tableNames(spec).claimFunction)}(100, 100, ${maxAttempts}, false, true, '{}', true) order by id`.execute(trx);
     return result.rows.map((r) => String(r.id));
   });
 }

@@ -3,6 +3,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Migrator, type Migration } from 'kysely/migration';
 import pg from 'pg';
 import { describe, expect, test } from 'vitest';
+import { claimStatement, type ClaimedRow } from './drain-function-calls.js';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { enqueue } from './enqueue.js';
 import { promoteHeads } from './heads.js';
@@ -136,9 +137,16 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
       'steps.fga_register_outbox/0002_drain_functions_v4',
       'steps.fga_register_outbox/0003_ledger_life',
       'steps.fga_register_outbox/0004_late_write_verification',
+      'steps.fga_register_outbox/0005_claim_v5',
     ]);
-    expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual(['0002_0001_outbox_table', '0002_0002_drain_functions_v4', '0002_0003_ledger_life', '0002_0004_late_write_verification']);
-    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(8);
+    expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual([
+      '0002_0001_outbox_table',
+      '0002_0002_drain_functions_v4',
+      '0002_0003_ledger_life',
+      '0002_0004_late_write_verification',
+      '0002_0005_claim_v5',
+    ]);
+    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(10);
   });
 
   test('migrated step by step, the table is exactly what createOutboxTable makes, and verifies', async () => {
@@ -153,14 +161,26 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
       expect(results?.map((r) => r.migrationName)).toEqual([name]);
     }
     await verifyOutboxTable(t.db, spec);
-    // Besides: the previous release's settle overload, which its drainers call during a rolling upgrade.
-    const previousSettle = (d: { kind: string; definition: string | null }) =>
-      d.kind === 'function' && /_settle\(p_delivered bigint\[\], p_keys text\[\], p_after bigint\[\], p_max_attempts integer\)/.test(d.definition ?? '');
+    // Besides: the previous releases' settle and claim overloads, which their drainers call during a rolling upgrade.
+    const previousSettle = /_settle\(p_delivered bigint\[\], p_keys text\[\], p_after bigint\[\], p_max_attempts integer\)/;
+    const previousClaim = /_claim\(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text\[\]\)/;
+    const previous = (d: { kind: string; definition: string | null }) => d.kind === 'function' && [previousSettle, previousClaim].some((r) => r.test(d.definition ?? ''));
     const migrated = await definitions(spec);
-    expect(migrated.filter(previousSettle)).toHaveLength(1);
-    expect(migrated.filter((d) => !previousSettle(d))).toEqual(latest);
+    expect(migrated.filter(previous)).toHaveLength(2);
+    expect(migrated.filter((d) => !previous(d))).toEqual(latest);
+    // A drainer of the previous release claims as it did (claim v4: six arguments, no created_at), beside this release's.
+    await sql.raw(`insert into ${tableNames(spec).table} (resource_id, payload, is_head) values ('vpc:a', '{}', true)`).execute(t.db);
+    const v4Call = `${tableNames(spec).claimFunction}(p_batch => 10, p_heads => 10, p_max_attempts => 10, p_runs => true, p_synchronous_commit => true, p_flush_keys => '{}')`;
+    const previousRelease = await t.db.transaction().execute((trx) => sql.raw<{ id: string }>(`select c.id, c.partition_key, c.payload, c.attempt_count, c.head from ${v4Call} c`).execute(trx));
+    expect(previousRelease.rows.map((r) => String(r.id))).toEqual(['1']);
+    const thisRelease = await t.db.transaction().execute((trx) => sql.raw<ClaimedRow>(claimStatement(spec, { batchSize: 10 })).execute(trx));
+    expect(thisRelease.rows.map((r) => [String(r.id), r.age_ms >= 0])).toEqual([['1', true]]);
+    await sql.raw(`delete from ${tableNames(spec).table}`).execute(t.db);
 
-    // Down, step by step: the late-write column and settle, the ledger columns, the functions, then the table.
+    // Down, step by step: claim v5 (v4 stays), the late-write column and settle, the ledger columns, the functions, then the table.
+    expect((await steps.migrateDown()).error).toBeUndefined();
+    expect((await definitions(spec)).filter((d) => d.definition?.includes('p_created_at'))).toEqual([]);
+    expect(await functionExists('steps', 'fga_register_outbox_claim')).toBe(true);
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect((await definitions(spec)).filter((d) => d.definition?.includes('verify_after'))).toEqual([]);
     expect((await steps.migrateDown()).error).toBeUndefined();
@@ -230,7 +250,7 @@ describe('createOutboxTable', () => {
     expect((await outboxStats(t.db, spec)).pending).toBe(1);
     // The drainer's functions quote them too: claim the row, then mark it delivered.
     await t.db.transaction().execute(async (trx) => {
-      const claimed = await sql<{ id: string; partition_key: string }>`select id, partition_key from "select"."user_claim"(10, 10, 25, true, true, '{}')`.execute(trx);
+      const claimed = await sql<{ id: string; partition_key: string }>`select id, partition_key from "select"."user_claim"(10, 10, 25, true, true, '{}', true)`.execute(trx);
       expect(claimed.rows).toEqual([{ id, partition_key: 'vpc:v1' }]);
       expect(await promoteHeads(trx, spec, ['vpc:v1'], { markDelivered: [id] })).toEqual([{ partitionKey: 'vpc:v1', headId: null }]);
     });

@@ -71,7 +71,7 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
       up: (db: AnyKysely) => executeStatements(db, drainFunctionsDdl(spec, { claim: 'v4', settle: 'v3' })),
       down: (db: AnyKysely) =>
         executeStatements(db, [
-          `drop function if exists ${n.claimFunction}${DRAIN_FUNCTION_SIGNATURES.claim[0]}`,
+          `drop function if exists ${n.claimFunction}(integer, integer, integer, boolean, boolean, text[])`,
           `drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer)`,
         ]),
     },
@@ -88,6 +88,11 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
           // Its partial index goes with the column.
           `alter table ${n.table} drop column if exists verify_after`,
         ]),
+    },
+    // Claim v5 returns created_at too (the drainer's commit → delivered lag); v4 stays for the previous release's drainers.
+    [`${prefix}0005_claim_v5`]: {
+      up: (db: AnyKysely) => executeStatements(db, drainFunctionsDdl(spec, { claim: 'v5', settle: 'v4' })),
+      down: (db: AnyKysely) => executeStatements(db, [`drop function if exists ${n.claimFunction}(integer, integer, integer, boolean, boolean, text[], boolean)`]),
     },
   });
 }

@@ -24,19 +24,19 @@ function countingDb() {
   return { db, statements };
 }
 
-type State = 'deliverable' | 'backing-off' | 'delivered' | 'poisoned';
+type State = 'deliverable' | 'backing-off' | 'delivered' | 'poisoned' | 'refused';
 
-/** Inserts one row per entry, in order (ids follow the list), in the state given, created `ageSeconds` ago. */
+/** Inserts one row per entry, in order (ids follow the list), in the state given, created `ageSeconds` ago; `poisoned` with no recorded cause, `refused` poisoned as refused. */
 async function seed(spec: OutboxSpec, rows: ReadonlyArray<{ key: string; state: State; ageSeconds?: number }>): Promise<void> {
   const table = sql.raw(tableNames(spec).table);
   for (const row of rows) {
     await sql`
-      insert into ${table} (resource_id, payload, created_at, attempt_count, next_attempt_at, sent_at)
+      insert into ${table} (resource_id, payload, created_at, attempt_count, next_attempt_at, sent_at, poison_cause)
       values (${row.key}, '{"writes":[{"user":"user:a","relation":"owner","object":"vpc:a"}]}',
         now() - make_interval(secs => ${row.ageSeconds ?? 0}),
-        ${row.state === 'poisoned' ? spec.maxAttempts : row.state === 'backing-off' ? 1 : 0},
+        ${row.state === 'poisoned' || row.state === 'refused' ? spec.maxAttempts : row.state === 'backing-off' ? 1 : 0},
         now() + ${row.state === 'backing-off' ? sql`interval '1 hour'` : sql`interval '0'`},
-        ${row.state === 'delivered' ? sql`now()` : null})`.execute(t.db);
+        ${row.state === 'delivered' ? sql`now()` : null}, ${row.state === 'refused' ? 'refused' : null})`.execute(t.db);
   }
 }
 
@@ -50,7 +50,7 @@ describe('observeOutbox', () => {
       { key: 'vpc:a', state: 'delivered' },
       { key: 'vpc:b', state: 'deliverable', ageSeconds: 120 },
       { key: 'vpc:c', state: 'backing-off', ageSeconds: 200 }, // older, but a later id: not the first deliverable row
-      { key: 'vpc:d', state: 'poisoned', ageSeconds: 30 },
+      { key: 'vpc:d', state: 'refused', ageSeconds: 30 },
       { key: 'vpc:e', state: 'delivered', ageSeconds: 7_200 }, // delivered rows count nowhere
     ]);
     const { db, statements } = countingDb();
@@ -61,7 +61,10 @@ describe('observeOutbox', () => {
       expect(statements).toHaveLength(1);
       expect(pointValue(points, gauge('pending'), table)).toBe(4);
       expect(pointValue(points, gauge('deliverable'), table)).toBe(2);
-      expect(pointValue(points, gauge('poisoned'), table)).toBe(2);
+      // By cause: vpc:a's row has none recorded (poisoned before the column existed), counted as exhausted.
+      expect(pointValue(points, gauge('poisoned'), { ...table, 'outbox.poison.cause': 'exhausted' })).toBe(1);
+      expect(pointValue(points, gauge('poisoned'), { ...table, 'outbox.poison.cause': 'refused' })).toBe(1);
+      expect(pointsOf(points, gauge('poisoned'), table)).toHaveLength(2); // no total beside the causes: sum them
       expect(pointValue(points, gauge('superseded'), table)).toBe(1);
       expect(pointValue(points, gauge('oldest_pending_age'), table)).toBeGreaterThanOrEqual(300);
       expect(pointValue(points, gauge('oldest_pending_age'), table)).toBeLessThan(330);
@@ -83,8 +86,10 @@ describe('observeOutbox', () => {
     try {
       const points = await sdk.collect();
       const table = { 'outbox.table': spec.table };
-      const names = ['pending', 'deliverable', 'poisoned', 'superseded', 'oldest_pending_age', 'oldest_deliverable_age'].map(gauge);
-      expect(names.map((name) => pointValue(points, name, table))).toEqual([0, 0, 0, 0, 0, 0]);
+      const names = ['pending', 'deliverable', 'superseded', 'oldest_pending_age', 'oldest_deliverable_age'].map(gauge);
+      expect(names.map((name) => pointValue(points, name, table))).toEqual([0, 0, 0, 0, 0]);
+      const causes = ['exhausted', 'refused'].map((cause) => pointValue(points, gauge('poisoned'), { ...table, 'outbox.poison.cause': cause }));
+      expect(causes).toEqual([0, 0]);
     } finally {
       observer.stop();
     }
@@ -119,9 +124,9 @@ describe('observeOutbox', () => {
     try {
       const points = await sdk.collect();
       expect(pointValue(points, gauge('deliverable'), { 'outbox.table': first.table })).toBe(1);
-      expect(pointValue(points, gauge('poisoned'), { 'outbox.table': first.table })).toBe(0);
+      expect(pointValue(points, gauge('poisoned'), { 'outbox.table': first.table, 'outbox.poison.cause': 'exhausted' })).toBe(0);
       expect(pointValue(points, gauge('deliverable'), { 'outbox.table': second.table })).toBe(0);
-      expect(pointValue(points, gauge('poisoned'), { 'outbox.table': second.table })).toBe(2);
+      expect(pointValue(points, gauge('poisoned'), { 'outbox.table': second.table, 'outbox.poison.cause': 'exhausted' })).toBe(2);
     } finally {
       for (const observer of observers) observer.stop();
     }

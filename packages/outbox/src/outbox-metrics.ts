@@ -26,6 +26,21 @@ export interface MeterOptions {
 
 /** The attribute naming the outbox table (`spec.table`) on every instrument of the @outbox libraries. */
 export const OUTBOX_TABLE_ATTRIBUTE = 'outbox.table';
+/**
+ * Runs `add` (a counter's `add(0, …)` for each attribute set it will count under), ignoring a meter
+ * that throws. A series that starts at 0 has a sample before its first increment, without which
+ * Prometheus' `rate()` and `increase()` miss that increment, and a dashboard shows no data for 0.
+ */
+export function startAtZero(add: () => void): void {
+  try {
+    add();
+  } catch {
+    // a broken meter must not stop a drainer or reconciler from being created
+  }
+}
+
+/** The attribute splitting `outbox.intent.poisoned` by why the rows are poisoned (`poison_cause`: `exhausted`, `refused`). */
+const POISON_CAUSE_ATTRIBUTE = 'outbox.poison.cause';
 
 /** The meter of the library `scope` for `options`; a `meter` or `meterProvider` that is not one is an OutboxConfigError. */
 export function resolveMeter(options: MeterOptions, scope: { readonly name: string; readonly version: string }): Meter {
@@ -66,7 +81,11 @@ type GaugeRow = Record<string, string | number | null>;
 const GAUGES = {
   pending: { name: 'outbox.intent.pending', unit: '{intent}', description: 'Intents not delivered and not retired.' },
   deliverable: { name: 'outbox.intent.deliverable', unit: '{intent}', description: 'Pending intents with attempts left: the drainer will deliver these.' },
-  poisoned: { name: 'outbox.intent.poisoned', unit: '{intent}', description: 'Pending intents with no attempts left: waiting for the reconciler or a human.' },
+  poisoned: {
+    name: 'outbox.intent.poisoned',
+    unit: '{intent}',
+    description: 'Pending intents with no attempts left, by outbox.poison.cause (exhausted, refused): waiting for the reconciler or a human.',
+  },
   superseded: { name: 'outbox.intent.superseded', unit: '{intent}', description: 'Poisoned intents a delivered successor covers: to be retired, never revived.' },
   oldestPendingAge: { name: 'outbox.intent.oldest_pending_age', unit: 's', description: 'Age of the oldest pending intent (poisoned ones included).' },
   oldestDeliverableAge: { name: 'outbox.intent.oldest_deliverable_age', unit: 's', description: 'Age of the oldest deliverable intent: how far delivery lags.' },
@@ -82,10 +101,13 @@ type GaugeKey = keyof typeof GAUGES;
  */
 function observations(row: GaugeRow): Array<{ readonly gauge: GaugeKey; readonly value: number; readonly attributes?: Attributes }> {
   const value = (gauge: GaugeKey, column: string) => ({ gauge, value: Number(row[column] ?? 0) });
+  const refused = Number(row.refused ?? 0);
   return [
     value('pending', 'pending'),
     value('deliverable', 'deliverable'),
-    value('poisoned', 'poisoned'),
+    // Both causes, 0 included (as an age is); a NULL cause (poisoned before it was recorded) counts as exhausted, as in outboxStats.
+    { gauge: 'poisoned', value: Number(row.poisoned ?? 0) - refused, attributes: { [POISON_CAUSE_ATTRIBUTE]: 'exhausted' } },
+    { gauge: 'poisoned', value: refused, attributes: { [POISON_CAUSE_ATTRIBUTE]: 'refused' } },
     value('superseded', 'superseded'),
     value('oldestPendingAge', 'oldest_pending_age_seconds'),
     value('oldestDeliverableAge', 'oldest_deliverable_age_seconds'),
@@ -129,7 +151,7 @@ function throttled<T>(read: () => Promise<T>, minIntervalMs: number): () => Prom
 
 /**
  * Reports an outbox's state as OpenTelemetry gauges (docs/metrics.md): pending, deliverable, poisoned
- * and superseded intents, and the oldest pending and deliverable intent's age, each with the
+ * (by cause) and superseded intents, and the oldest pending and deliverable intent's age, each with the
  * `outbox.table` attribute. A collection reads the table with ONE query for all of them (none while
  * no SDK is installed), and reuses it for `minIntervalMs`. Every process that observes a table
  * reports the same numbers: aggregate across instances with `max`, never `sum`.

@@ -8,7 +8,7 @@ export { compareIds } from './ids.js';
 export { integerInRange } from './integer-in-range.js';
 export { lateWriteVerificationDdl } from './late-write-ddl.js';
 export { assertRecordedMaxAttempts, countedMaxAttemptsSql, maxAttemptsChangedError, recordedMaxAttempts, recordedMaxAttemptsSql } from './max-attempts.js';
-export { OUTBOX_TABLE_ATTRIBUTE, outboxGaugesQuery, resolveMeter } from './outbox-metrics.js';
+export { OUTBOX_TABLE_ATTRIBUTE, outboxGaugesQuery, resolveMeter, startAtZero } from './outbox-metrics.js';
 export { dropLedgerLifeDdlV1, ledgerLifeDdlV1, LEDGER_COLUMNS, type ClosedAs, type PoisonCause } from './ledger-life-ddl.js';
 export { outboxTableDdlV1 } from './outbox-table-ddl.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';

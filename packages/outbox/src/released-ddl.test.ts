@@ -16,6 +16,7 @@ const RELEASED: readonly DrainFunctionVersions[] = [
   { claim: 'v3', settle: 'v2' },
   { claim: 'v4', settle: 'v3' },
   { claim: 'v4', settle: 'v4' },
+  { claim: 'v5', settle: 'v4' },
 ];
 
 const specs = {

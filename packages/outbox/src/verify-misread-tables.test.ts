@@ -127,7 +127,7 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
     // …and a head with one follower of vpc:new in the current partition, at ctids (0,1) and (0,2).
     await run(`insert into edges.partitioned (resource_id, payload, is_head) values ('vpc:new', '{}', true), ('vpc:new', '{}', false)`);
     const { claimed, lockedElsewhere } = await t.db.transaction().execute(async (trx) => {
-      const result = await sql<{ id: string; partition_key: string }>`select id, partition_key from edges.partitioned_claim(10, 10, 10, true, true, '{}')`.execute(trx);
+      const result = await sql<{ id: string; partition_key: string }>`select id, partition_key from edges.partitioned_claim(10, 10, 10, true, true, '{}', true)`.execute(trx);
       // Another session tries the 2020 row at (0,2): vpc:old's register.
       const other = await t.db.connection().execute((conn) => sql`select id from edges.partitioned_2020 where id = 2 for update nowait`.execute(conn).then(
         () => false,

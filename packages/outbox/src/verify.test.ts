@@ -108,7 +108,7 @@ describe('verifyOutboxTable', () => {
     expect(await overloads()).toEqual([
       'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean',
       'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',
-      'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[]',
+      'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[], p_created_at boolean',
     ]);
     await run(`select * from ${n.claimFunction}(10, 10, 25, true)`);
     await run(`select * from ${n.claimFunction}(10, 10, 25, true, false)`);

@@ -2,7 +2,7 @@ import { OutboxConfigError, verifyOutboxTable, type OutboxSpec, type AnyKysely, 
 import { closePoisoned } from './close-poisoned.js';
 import { compactOutbox, type CompactOptions, type CompactionResult } from './compact.js';
 import { consoleLogger, type Logger } from './logger.js';
-import { redriveMetrics } from './reconciler-metrics.js';
+import { reconcilerWorkMetrics } from './reconciler-metrics.js';
 import { redrivePoisoned, type PassContext, type RedriveOptions, type RedriveResult, type RedrivenIntent } from './redrive.js';
 import { verifyCoverageSql } from './verify-coverage.js';
 
@@ -145,7 +145,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
 
   // Passes, retire and discard of this process run one after another.
   let queue: Promise<unknown> = Promise.resolve();
-  const metrics = redriveMetrics(config);
+  const metrics = reconcilerWorkMetrics(config, spec.table);
   const enqueuePass = <T>(work: () => Promise<T>): Promise<T> => {
     const next = queue.then(async () => {
       await verify();
@@ -192,7 +192,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     redrivePoisoned: (options) =>
       options?.dryRun ? enqueuePass(() => redrivePoisoned(ctx, options)) : metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(ctx, options))),
     retire: (ids, reason) => enqueuePass(() => closePoisoned(db, spec, 'retired', ids, reason, logger)),
-    discardPoisoned: (options) => enqueuePass(() => closePoisoned(db, spec, 'discarded', options?.ids, options?.reason, logger)),
+    discardPoisoned: (options) => metrics.discard(spec.table, () => enqueuePass(() => closePoisoned(db, spec, 'discarded', options?.ids, options?.reason, logger))),
     compact,
     async start() {
       await verify();

@@ -1,7 +1,7 @@
 /**
  * The libraries' metrics as Prometheus scrapes them: the real OpenTelemetry SDK with its Prometheus
  * exporter on a loopback port, a scripted scenario against the real stack (a drainer with the real
- * OpenFGA sink, an outage, a refusal, a revival, drift, a repair) and exact values in `/metrics`.
+ * OpenFGA sink, an outage, a refusal, a revival, a discard, drift, a repair) and exact values in `/metrics`.
  * The rendered names are checked against the instrument table of docs/metrics.md both ways.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -55,6 +55,7 @@ describe('the metrics, scraped by Prometheus', () => {
     const reconciler = createReconciler({ db: t.db, spec, logger: recordingLogger(), meterProvider });
     const reconcilerMetrics = createReconcilerMetrics({ meterProvider });
     const table = { outbox_table: spec.table };
+    const cause = (c: string) => ({ ...table, outbox_poison_cause: c });
 
     try {
       // Three resources created and delivered.
@@ -77,7 +78,8 @@ describe('the metrics, scraped by Prometheus', () => {
       let scraped = await scrape();
       expect(scraped.value('outbox_intent_pending', table)).toBe(2);
       expect(scraped.value('outbox_intent_deliverable', table)).toBe(0);
-      expect(scraped.value('outbox_intent_poisoned', table)).toBe(2);
+      expect(scraped.value('outbox_intent_poisoned', cause('exhausted'))).toBe(1); // d
+      expect(scraped.value('outbox_intent_poisoned', cause('refused'))).toBe(1); // e's first intent
       expect(scraped.value('outbox_intent_superseded', table)).toBe(1);
       expect(scraped.value('outbox_intent_oldest_deliverable_age', table)).toBe(0);
       expect(scraped.value('outbox_intent_oldest_pending_age', table)).toBeGreaterThan(0);
@@ -91,6 +93,12 @@ describe('the metrics, scraped by Prometheus', () => {
       expect(await reconciler.redrivePoisoned()).toMatchObject({ revived: [{ partitionKey: 'vpc:d' }], superseded: [{ partitionKey: 'vpc:e' }] });
       expect((await scrape()).value('outbox_intent_deliverable', table)).toBe(1);
       expect(await drain(up)).toMatchObject({ delivered: 1 });
+
+      // An intent OpenFGA refuses with no successor to supersede it: an operator discards it.
+      await t.db.transaction().execute((trx) => enqueue(trx, spec, { partitionKey: 'vpc:f', payload: { writes: [{ user: 'user:ann', relation: 'no_such_relation', object: 'vpc:f' }] } }));
+      expect(await drain(up)).toMatchObject({ poisoned: 1 });
+      const [refusedF] = events.flatMap((e) => (e.type === 'poisoned' ? e.ids : [])).slice(-1);
+      expect(await reconciler.discardPoisoned({ ids: [refusedF!], reason: 'never meant to be granted' })).toHaveLength(1);
 
       // Drift of every kind, found by an audit, repaired through the outbox, delivered, audited clean.
       await world.client.write({ writes: [{ user: 'user:mallory', relation: 'viewer', object: 'vpc:a' }], deletes: [{ user: 'user:ann', relation: 'owner', object: 'vpc:b' }] });
@@ -106,11 +114,12 @@ describe('the metrics, scraped by Prometheus', () => {
       const expected: Array<[string, Record<string, string>, number]> = [
         ['outbox_drainer_delivered_total', table, 8], // a, b, c, e, d, and the repair's 3 corrections
         ['outbox_drainer_retried_total', table, 2],
-        ['outbox_drainer_poisoned_total', table, 2],
+        ['outbox_drainer_poisoned_total', table, 3], // d, e's first intent, f's
         ['outbox_drainer_pass_failures_total', { outbox_table: 'reconciler.no_such_outbox', outbox_pass_halted: 'false' }, 1],
         ['outbox_reconciler_passes_total', { ...table, outbox_pass_result: 'completed' }, 1],
         ['outbox_reconciler_revived_total', table, 1],
         ['outbox_reconciler_superseded_found_total', table, 1],
+        ['outbox_reconciler_discarded_total', table, 1],
         ['outbox_audit_drift_found_total', { ...full, outbox_drift_kind: 'missing' }, 1],
         ['outbox_audit_drift_found_total', { ...full, outbox_drift_kind: 'unexpected' }, 1],
         ['outbox_audit_drift_found_total', { ...full, outbox_drift_kind: 'orphan' }, 2],
@@ -119,7 +128,8 @@ describe('the metrics, scraped by Prometheus', () => {
         ['outbox_repair_drift_repaired_total', { ...table, outbox_repair_operation: 'delete' }, 3],
         ['outbox_intent_pending', table, 1], // e's refused intent, superseded: for a human to retire
         ['outbox_intent_deliverable', table, 0],
-        ['outbox_intent_poisoned', table, 1],
+        ['outbox_intent_poisoned', cause('exhausted'), 0],
+        ['outbox_intent_poisoned', cause('refused'), 1],
         ['outbox_intent_superseded', table, 1],
         ['outbox_intent_oldest_deliverable_age', table, 0],
       ];
@@ -136,6 +146,12 @@ describe('the metrics, scraped by Prometheus', () => {
       expect(scraped.value('outbox_drainer_claim_duration_sum', table)).toBeCloseTo(claims.reduce((sum, e) => sum + e.claimMs, 0) / 1_000, 6);
       expect(scraped.value('outbox_drainer_claim_duration_bucket', { ...table, le: '30' })).toBe(claims.length);
       expect(scraped.value('outbox_drainer_delivery_duration_count', table)).toBe(deliveries.length);
+      // Commit → delivered: one observation per delivered intent, as the delivered events measured it.
+      const lags = deliveries.flatMap((e) => e.lagMs);
+      expect(lags).toHaveLength(8);
+      expect(scraped.value('outbox_drainer_delivery_lag_count', table)).toBe(8);
+      expect(scraped.value('outbox_drainer_delivery_lag_sum', table)).toBeCloseTo(lags.reduce((sum, ms) => sum + ms, 0) / 1_000, 6);
+      expect(scraped.value('outbox_drainer_delivery_lag_bucket', { ...table, le: '+Inf' })).toBe(8);
 
       // How the exporter renders: dots to underscores, `_total` on counters, no unit suffix (the unit
       // goes to `# UNIT`), and the meter's name and version as labels.

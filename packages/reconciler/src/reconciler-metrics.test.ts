@@ -5,8 +5,8 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { auditWorld } from './testing/audit-fixture.js';
-import { auditOutbox, createReconciler, createReconcilerMetrics, repairOutbox } from './index.js';
-import { createTestOutbox, deliver, enqueueIntent, openTransaction, poison, recordingLogger, register } from './testing/outbox-fixture.js';
+import { auditOutbox, createReconciler, createReconcilerMetrics, DiscardRefusedError, repairOutbox } from './index.js';
+import { createTestOutbox, deliver, enqueueIntent, openTransaction, poison, recordingLogger, refuse, register } from './testing/outbox-fixture.js';
 import { reconcilerLockKey } from './redrive-statements.js';
 
 const t = useTestDatabase();
@@ -25,10 +25,15 @@ describe("the reconciler's redrive metrics", () => {
     const table = { 'outbox.table': spec.table };
     const passes = (result: string) => ({ ...table, 'outbox.pass.result': result });
 
+    // Every counter of the table from the start, at 0: Prometheus' rate() then sees the first increment.
+    let points = await sdk.collect();
+    const zeros = [passes('completed'), passes('skipped'), passes('failed')].map((a) => pointValue(points, 'outbox.reconciler.passes', a));
+    expect([...zeros, ...['revived', 'superseded_found', 'discarded'].map((name) => pointValue(points, `outbox.reconciler.${name}`, table))]).toEqual([0, 0, 0, 0, 0, 0]);
+
     expect(await reconciler.redrivePoisoned()).toMatchObject({ revived: [{ id: revivable }], superseded: [{ id: old }] });
     // The superseded row is reported again by every pass until a human retires it.
     expect(await reconciler.redrivePoisoned()).toMatchObject({ revived: [], superseded: [{ id: old }] });
-    let points = await sdk.collect();
+    points = await sdk.collect();
     expect(pointValue(points, 'outbox.reconciler.revived', table)).toBe(1);
     expect(pointValue(points, 'outbox.reconciler.superseded_found', table)).toBe(2);
     expect(pointValue(points, 'outbox.reconciler.passes', passes('completed'))).toBe(2);
@@ -52,6 +57,27 @@ describe("the reconciler's redrive metrics", () => {
     expect(pointValue(points, 'outbox.reconciler.passes', passes('failed'))).toBe(1);
     expect(pointValue(points, 'outbox.reconciler.passes', passes('completed'))).toBe(2);
     expect(pointValue(points, 'outbox.reconciler.superseded_found', table)).toBe(2);
+  });
+
+  test('count the intents discardPoisoned closed; a refused call closes and counts none', async () => {
+    const spec = await createTestOutbox(t.db);
+    const exhausted = await enqueueIntent(t.db, spec, 'vpc:a', register('a'));
+    const refused = await enqueueIntent(t.db, spec, 'vpc:b', register('b'));
+    const deliverable = await enqueueIntent(t.db, spec, 'vpc:c', register('c'));
+    await poison(t.db, spec, exhausted);
+    await refuse(t.db, spec, refused);
+    const reconciler = createReconciler({ db: t.db, spec, logger: recordingLogger(), meterProvider: sdk.meterProvider });
+    const table = { 'outbox.table': spec.table };
+
+    // All or nothing: a deliverable row among the ids refuses the whole call.
+    await expect(reconciler.discardPoisoned({ ids: [exhausted, deliverable], reason: 'tenant deleted' })).rejects.toThrow(DiscardRefusedError);
+    expect(pointValue(await sdk.collect(), 'outbox.reconciler.discarded', table)).toBe(0); // from the start, at 0
+    expect(await reconciler.discardPoisoned({ ids: [exhausted, refused], reason: 'tenant deleted' })).toHaveLength(2);
+    await reconciler.stop();
+
+    const points = await sdk.collect();
+    expect(pointValue(points, 'outbox.reconciler.discarded', table)).toBe(2);
+    expect(pointsOf(points, 'outbox.reconciler.discarded', table)[0]).toMatchObject({ scope: '@outbox/reconciler', kind: 'counter', unit: '{intent}' });
   });
 
   test('a meterProvider that is not one is refused at creation', () => {

@@ -1,26 +1,34 @@
 import { ValueType, type Attributes, type Meter } from '@opentelemetry/api';
 import type { MeterOptions } from '@outbox/outbox';
-import { OUTBOX_TABLE_ATTRIBUTE, resolveMeter } from '@outbox/outbox/protocol';
+import { OUTBOX_TABLE_ATTRIBUTE, resolveMeter, startAtZero } from '@outbox/outbox/protocol';
 import manifest from '../package.json' with { type: 'json' };
 import type { AuditReport } from './audit-report.js';
-import type { RedriveResult } from './redrive.js';
+import type { RedriveResult, RedrivenIntent } from './redrive.js';
 import type { RepairResult } from './repair.js';
 
 const meterOf = (options: MeterOptions): Meter => resolveMeter(options, { name: manifest.name, version: manifest.version });
 const counter = (meter: Meter, name: string, unit: string, description: string) => meter.createCounter(name, { unit, description, valueType: ValueType.INT });
 
-/** What the reconciler counts of its redrive passes. */
-export interface RedriveMetrics {
+/** What the reconciler counts of its own work: redrive passes and discards. */
+export interface ReconcilerWorkMetrics {
   /** Runs `pass` (one redrive pass of `table`) and counts what it did, or that it failed; returns or rethrows what it did. */
   pass(table: string, pass: () => Promise<RedriveResult>): Promise<RedriveResult>;
+  /** Runs `discard` (one `discardPoisoned` call on `table`, all or nothing) and counts the intents it closed; a refused call counts none. */
+  discard(table: string, discard: () => Promise<readonly RedrivenIntent[]>): Promise<readonly RedrivenIntent[]>;
 }
 
-/** The redrive's instruments (docs/metrics.md), for `createReconciler`. */
-export function redriveMetrics(options: MeterOptions): RedriveMetrics {
+/** The instruments of the passes and discards of the reconciler of `table` (docs/metrics.md), for `createReconciler`. */
+export function reconcilerWorkMetrics(options: MeterOptions, table: string): ReconcilerWorkMetrics {
   const meter = meterOf(options);
   const passes = counter(meter, 'outbox.reconciler.passes', '{pass}', 'Redrive passes, by outbox.pass.result: completed, skipped (another process held the pass) or failed.');
   const revived = counter(meter, 'outbox.reconciler.revived', '{intent}', 'Poisoned intents a redrive pass reset to deliverable.');
   const superseded = counter(meter, 'outbox.reconciler.superseded_found', '{intent}', 'Superseded intents a redrive pass reported (each pass again, until a human retires them).');
+  const discarded = counter(meter, 'outbox.reconciler.discarded', '{intent}', 'Poisoned intents an operator discarded (discardPoisoned): closed, their tuples never written.');
+  startAtZero(() => {
+    const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
+    for (const result of ['completed', 'skipped', 'failed']) passes.add(0, { ...attributes, 'outbox.pass.result': result });
+    for (const intents of [revived, superseded, discarded]) intents.add(0, attributes);
+  });
   return {
     async pass(table, pass) {
       const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
@@ -37,6 +45,11 @@ export function redriveMetrics(options: MeterOptions): RedriveMetrics {
         superseded.add(result.superseded.length, attributes);
       }
       return result;
+    },
+    async discard(table, discard) {
+      const closed = await discard();
+      discarded.add(closed.length, { [OUTBOX_TABLE_ATTRIBUTE]: table });
+      return closed;
     },
   };
 }

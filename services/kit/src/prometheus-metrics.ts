@@ -1,6 +1,7 @@
 import type { MeterProvider as ApiMeterProvider } from '@opentelemetry/api';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { createReconcilerMetrics, type ReconcilerMetrics } from '@outbox/reconciler';
 
 /** What a service's `/metrics` route and its outbox's instruments share. */
 export interface ServiceMetrics {
@@ -8,6 +9,8 @@ export interface ServiceMetrics {
   readonly meterProvider: ApiMeterProvider;
   /** Renders every instrument of the process in the Prometheus text format. */
   readonly exporter: PrometheusExporter;
+  /** Told of every audit the services run: drift found and the drifted gauge (one per process and meter, as it keeps each table's last audit). */
+  readonly agreement: ReconcilerMetrics;
 }
 
 let processMetrics: ServiceMetrics | undefined;
@@ -20,7 +23,8 @@ let processMetrics: ServiceMetrics | undefined;
 export function serviceMetrics(): ServiceMetrics {
   if (!processMetrics) {
     const exporter = new PrometheusExporter({ preventServerStart: true });
-    processMetrics = { exporter, meterProvider: new MeterProvider({ readers: [exporter] }) };
+    const meterProvider = new MeterProvider({ readers: [exporter] });
+    processMetrics = { exporter, meterProvider, agreement: createReconcilerMetrics({ meterProvider }) };
   }
   return processMetrics;
 }

@@ -2,7 +2,7 @@ import type { MeterProvider } from '@opentelemetry/api';
 import { createDrainer, DrainerStoppedError, type BackoffOptions, FlushPoisonedError, FlushTimeoutError, type Drainer, type DrainResult, type Logger } from '@outbox/drainer';
 import { createOpenFgaSink, createOpenFgaTupleReader } from '@outbox/openfga';
 import { outboxStats, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
-import { auditOutboxIncremental, createReconciler, type AuditReport, type OutboxOwner, type Reconciler, type RedriveResult } from '@outbox/reconciler';
+import { auditOutboxIncremental, createReconciler, type AuditReport, type OutboxOwner, type Reconciler, type ReconcilerMetrics, type RedriveResult } from '@outbox/reconciler';
 import { openFgaClient, type OpenFgaConnection } from './authorizer.js';
 
 /** What became of a write's intent by the time the service answers. */
@@ -61,6 +61,8 @@ export interface ServiceOutboxConfig {
   readonly logger: Logger;
   /** Where the drainer's and the reconciler's instruments go (docs/metrics.md). Default: the global provider. */
   readonly meterProvider?: MeterProvider;
+  /** Told of every audit's report, for the drift metrics (docs/metrics.md). Default none. */
+  readonly reconcilerMetrics?: ReconcilerMetrics;
 }
 
 /** Incremental audits every `intervalMs`, one at a time, from `start` to `stop`; a failed one is logged and the next runs on time. */
@@ -142,7 +144,13 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     ...(config.openfga.credentials ? { credentials: config.openfga.credentials } : {}),
   });
   // Drift at WARN (the audit logs it), a clean run at INFO.
-  const audit = owner ? () => auditOutboxIncremental({ db, spec, owner, reader, logger }) : async () => undefined;
+  const audit = owner
+    ? async () => {
+        const report = await auditOutboxIncremental({ db, spec, owner, reader, logger });
+        config.reconcilerMetrics?.recordAudit(report);
+        return report;
+      }
+    : async () => undefined;
   const audits = auditTimer(audit, owner ? (config.auditIntervalMs ?? 300_000) : 0, logger);
   const reconciler: Reconciler = {
     ...redriver,

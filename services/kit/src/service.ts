@@ -145,6 +145,7 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     auditIntervalMs: resolved.auditIntervalMs,
     logger,
     meterProvider: metrics.meterProvider,
+    reconcilerMetrics: metrics.agreement,
   });
   const gauges = observeOutbox({ db, spec: definition.outbox, meterProvider: metrics.meterProvider, logger });
   const context: ServiceContext = { name: definition.name, db, authorizer: createAuthorizer(resolved.openfga), outbox, options: resolved, logger };

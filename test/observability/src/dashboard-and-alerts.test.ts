@@ -4,12 +4,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
 import { parse, stringify } from 'yaml';
+import { ALERTS, dashboardAndAlertQueries, readAlertRules, readDashboard } from './dashboard-queries.js';
 import { documentedInstruments } from './instrument-table.js';
-import { promqlMetricNames } from './promql-names.js';
+import { parsePrometheusText } from './prometheus-text.js';
+import { promqlLabelNames, promqlMetricNames } from './promql-names.js';
+import { scrapeGaps } from './scrape-coverage.js';
 
-const DOCS = join(import.meta.dirname, '..', '..', '..', 'docs');
-const DASHBOARD = join(DOCS, 'grafana', 'outbox-dashboard.json');
-const ALERTS = join(DOCS, 'prometheus', 'outbox-alerts.yml');
 const ALERT_TESTS = join(import.meta.dirname, 'outbox-alerts.promtool.yml');
 
 const instruments = documentedInstruments();
@@ -18,26 +18,10 @@ const seriesOf = new Map(
   instruments.flatMap((i) => (i.kind === 'histogram' ? ['_bucket', '_sum', '_count'].map((s) => [i.prometheus + s, i.name] as const) : [[i.prometheus, i.name] as const])),
 );
 
-interface Panel {
-  readonly id: number;
-  readonly type: string;
-  readonly title: string;
-  readonly datasource?: { readonly uid: string };
-  readonly targets?: ReadonlyArray<{ readonly expr: string; readonly datasource?: { readonly uid: string } }>;
-  readonly panels?: readonly Panel[];
-}
-interface Rule {
-  readonly alert: string;
-  readonly expr: string;
-  readonly for?: string;
-  readonly labels?: Record<string, string>;
-  readonly annotations?: Record<string, string>;
-}
-
-const dashboard = JSON.parse(readFileSync(DASHBOARD, 'utf8')) as { panels: Panel[]; templating: { list: Array<{ name: string; type: string; definition?: string }> } };
+const dashboard = readDashboard();
 const panels = dashboard.panels.flatMap((p) => [p, ...(p.panels ?? [])]);
 const queries = panels.flatMap((p) => (p.targets ?? []).map((target) => ({ panel: p.title, expr: target.expr })));
-const rules = (parse(readFileSync(ALERTS, 'utf8')) as { groups: Array<{ name: string; rules: Rule[] }> }).groups.flatMap((g) => g.rules);
+const rules = readAlertRules();
 
 /** `promtool`'s path when it is installed (`apt-get install prometheus` on Debian). */
 const promtool = spawnSync('promtool', ['--version'], { encoding: 'utf8' }).status === 0 ? 'promtool' : undefined;
@@ -55,6 +39,41 @@ describe('promqlMetricNames', () => {
       'outbox_intent_superseded',
     ]);
     expect(promqlMetricNames('sum(rate(x_total{a="b or c"}[5m] offset 1h)) / sum without (instance) (y)')).toEqual(['x_total', 'y']);
+  });
+});
+
+describe('promqlLabelNames', () => {
+  test('finds the labels an expression matches on, groups and joins by, not label values or metric names', () => {
+    expect(promqlLabelNames('histogram_quantile(0.5, sum by (le, outbox_table) (rate(x_bucket{outbox_table=~"$table", a!="b=c"}[5m])))')).toEqual(['a', 'le', 'outbox_table']);
+    expect(promqlLabelNames('max by(t) (x) - on (t) group_left (mode) max by (t, mode) (y) > bool 0')).toEqual(['mode', 't']);
+    expect(promqlLabelNames('sum(rate(x_total[5m]))')).toEqual([]);
+  });
+});
+
+describe('scrapeGaps', () => {
+  const scrape = parsePrometheusText(
+    ['# TYPE a_total counter', 'a_total{outbox_table="t",kind="x"} 1', '# TYPE h histogram', 'h_bucket{outbox_table="t",le="+Inf"} 1', 'h_count{outbox_table="t"} 1'].join('\n'),
+  );
+  test('names each metric a query reads that the scrape lacks, and each label none of its metrics carries', () => {
+    expect(
+      scrapeGaps(
+        [
+          { source: 'panel "A"', expr: 'sum by (outbox_table, kind) (rate(a_total{outbox_table=~"$table"}[5m]))', shownLabels: ['outbox_table'] },
+          { source: 'panel "H"', expr: 'histogram_quantile(0.5, sum by (le, outbox_table) (rate(h_bucket[5m]))) / sum(h_count)', shownLabels: [] },
+        ],
+        scrape,
+      ),
+    ).toEqual([]); // `le` is on the buckets only, as it should be
+    expect(scrapeGaps([{ source: 'alert X', expr: 'max by (outbox_table) (g) > 0', shownLabels: ['mode'] }], scrape)).toEqual(['alert X: no g in the scrape']);
+    expect(scrapeGaps([{ source: 'alert Y', expr: 'a_total / h_count > 0', shownLabels: ['mode'] }], scrape)).toEqual(['alert Y: no sample of a_total, h_count has the label mode']);
+  });
+
+  test('reads every panel target, the table variable and every alert rule', () => {
+    const sources = dashboardAndAlertQueries().map((q) => q.source);
+    expect(sources).toContain('variable $table');
+    expect(sources).toContain('panel "Commit → delivered"');
+    expect(sources.filter((s) => s.startsWith('alert '))).toEqual(rules.map((r) => `alert ${r.alert}`));
+    expect(sources.filter((s) => s.startsWith('panel '))).toHaveLength(queries.length);
   });
 });
 
