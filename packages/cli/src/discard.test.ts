@@ -55,7 +55,7 @@ describe('discard', () => {
     });
     expect(run.stderr).toBe(
       `outbox: discard on ${b.spec.table} changed nothing: not discardable: ${b.superseded} superseded, ${b.delivered} delivered, ${b.deliverable} deliverable, ${b.discarded} discarded, 999999 unknown ` +
-        '(discard only poisoned rows no delivered successor covers: retire the superseded ones, retry the in-flight ones in a moment)\n',
+        '(discard only poisoned rows no delivered successor covers; retire the superseded ones)\n',
     );
     expect(await stateOf(b.spec.table, b.poisoned)).toBe('poisoned');
   });

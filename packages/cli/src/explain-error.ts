@@ -69,12 +69,13 @@ export function explainError(error: unknown): CliError {
   }
   if (error instanceof DiscardRefusedError) {
     const refused = error.refused.map((r) => `${r.id} ${r.refusal}`).join(', ');
-    return new CliError(
-      `discard on ${error.table} changed nothing: not discardable: ${refused}`,
-      'discard only poisoned rows no delivered successor covers: retire the superseded ones, retry the in-flight ones in a moment',
-      EXIT.problem,
-      { cause: error },
-    );
+    const has = (refusal: string) => error.refused.some((r) => r.refusal === refusal);
+    const hint = [
+      'discard only poisoned rows no delivered successor covers',
+      ...(has('superseded') ? ['retire the superseded ones'] : []),
+      ...(has('in-flight') ? ['retry the in-flight ones in a moment: a drainer holds their partition'] : []),
+    ].join('; ');
+    return new CliError(`discard on ${error.table} changed nothing: not discardable: ${refused}`, hint, EXIT.problem, { cause: error });
   }
   if (error instanceof RepairBudgetError) {
     return new CliError(
