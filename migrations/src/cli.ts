@@ -6,9 +6,10 @@
  * The model is written only when it differs from the store's latest one (OpenFGA models are
  * immutable: every write is a new id, and services pin the id they were given).
  *
- * The command line of @outbox/cli's discipline: `--help`, an unknown flag refused with one line and
- * exit 2 before anything runs (a mistyped `--sql-onyl` must not migrate the lot); every other
- * failure one line and exit 1 (3 when Postgres or OpenFGA does not answer).
+ * The command line of @outbox/cli's discipline and exit codes: `--help`; an unknown flag, or a
+ * variable unset or malformed, is one line and exit 2 before anything runs (a mistyped `--sql-onyl`
+ * must not migrate the lot); a failure once it runs is one line and exit 1, or 3 when Postgres or
+ * OpenFGA does not answer.
  */
 import { CredentialsMethod, FgaApiNotFoundError, OpenFgaClient, type AuthorizationModel } from '@openfga/sdk';
 import { CliError, createCommandLine, EXIT, exitWith, isUnreachable, maskUrl, networkReason, processIo, runCommandLine } from '@outbox/cli';
@@ -24,12 +25,21 @@ const ENVIRONMENT = `Environment:
   OPENFGA_STORE_ID    optional: when unset, the store named "outbox" (created on the first run)
   OPENFGA_API_TOKEN   optional: preshared key of the OpenFGA server`;
 
-/** A failure of this command: one line, exit 1 (the variables are read before anything changes). */
+/** A failure of this command once it runs: one line, exit 1. */
 const failure = (message: string, hint?: string, cause?: unknown) => new CliError(message, hint, EXIT.problem, { cause });
+/** A variable unset or malformed: one line, exit 2 (the variables are read before anything changes). */
+const badVariable = (message: string, hint?: string) => new CliError(message, hint, EXIT.usage);
 
 function required(name: string): string {
   const value = process.env[name];
-  if (!value) throw failure(`${name} is not set`, 'export it; see "pnpm migrate" in services/README.md');
+  if (!value) throw badVariable(`${name} is not set`, 'export it; see "pnpm migrate" in services/README.md');
+  return value;
+}
+
+/** DATABASE_URL, checked before anything is changed (pg reads a bare word as a socket path); printed masked only. */
+function databaseUrlFrom(name: string): string {
+  const value = required(name);
+  if (!/^postgres(ql)?:\/\//.test(value)) throw badVariable(`${name} is not a postgres:// URL: ${maskUrl(value)}`, 'e.g. postgres://user:password@127.0.0.1:5432/outbox');
   return value;
 }
 
@@ -130,7 +140,7 @@ function apiUrlFrom(name: string): string {
     url = undefined;
   }
   if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
-    throw failure(`${name} is not an http(s) URL: ${JSON.stringify(value)}`, 'e.g. http://127.0.0.1:8080');
+    throw badVariable(`${name} is not an http(s) URL: ${JSON.stringify(value)}`, 'e.g. http://127.0.0.1:8080');
   }
   // The SDK appends `/stores/…` as is, and OpenFGA answers 404 to `//stores/…`.
   return value.replace(/\/+$/, '');
@@ -140,7 +150,7 @@ function apiUrlFrom(name: string): string {
 function storeIdFrom(name: string): void {
   const value = process.env[name];
   if (value && !/^[0-7][0-9A-HJKMNP-TV-Z]{25}$/.test(value)) {
-    throw failure(`${name} is not an OpenFGA store id (a 26-character ULID): ${JSON.stringify(value)}`);
+    throw badVariable(`${name} is not an OpenFGA store id (a 26-character ULID): ${JSON.stringify(value)}`);
   }
 }
 
@@ -164,7 +174,7 @@ async function serialised<T>(databaseUrl: string, work: () => Promise<T>): Promi
 async function migrate(options: { readonly sqlOnly?: boolean }): Promise<void> {
   const sqlOnly = options.sqlOnly === true;
   // Every variable is read and checked before anything is changed (whether the store exists is known only later).
-  const databaseUrl = required('DATABASE_URL');
+  const databaseUrl = databaseUrlFrom('DATABASE_URL');
   const apiUrl = sqlOnly ? undefined : apiUrlFrom('OPENFGA_API_URL');
   if (!sqlOnly) storeIdFrom('OPENFGA_STORE_ID');
   try {

@@ -63,6 +63,19 @@ describe("a service's fga:drain", () => {
     expect(run.stderr).toBe('fga:drain: the vpc service: databaseUrl: environment variable DATABASE_URL is not set (export DATABASE_URL)\n');
   });
 
+  test.each([
+    ['DATABASE_URL', 'outbox', 'the vpc service: databaseUrl is not a postgres:// URL: (not a URL)'],
+    ['OPENFGA_API_URL', 'openfga:8080', 'the vpc service: openfga.apiUrl is not an http(s) URL (e.g. http://127.0.0.1:8080)'],
+    ['OPENFGA_API_URL', 'http://', 'the vpc service: openfga.apiUrl is not an http(s) URL (e.g. http://127.0.0.1:8080)'],
+    ['OPENFGA_STORE_ID', 'outbox', 'the vpc service: openfga.storeId is not an OpenFGA store id (a 26-character ULID): "outbox"'],
+    ['OPENFGA_MODEL_ID', 'latest', 'the vpc service: openfga.authorizationModelId is not an OpenFGA model id (a 26-character ULID): "latest"'],
+  ])('a malformed %s (%s) is a configuration error: one line, exit 2', async (name, value, line) => {
+    const run = await runCli([], { entry: FGA_DRAIN, env: { DATABASE_URL: t.url, ...openFgaEnv(fga), [name]: value } });
+    expect(run.code, run.stderr).toBe(2);
+    expect(run.stderr).toBe(`fga:drain: ${line}\n`);
+    expect(run.stdout).toBe('');
+  });
+
   test('drains the service\'s own outbox; exit 1 when it poisoned an intent', async () => {
     await t.db
       .insertInto('vpc.fga_register_outbox')
@@ -91,13 +104,13 @@ describe('pnpm migrate', () => {
     }
   });
 
-  test('--help lists the flag and the variables; a missing variable is one line', async () => {
+  test('--help lists the flag and the variables; a missing variable is one line, exit 2', async () => {
     const help = await runCli(['--help'], { entry: MIGRATE });
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('--sql-only');
     expect(help.stdout).toContain('DATABASE_URL        required');
     const missing = await runCli([], { entry: MIGRATE });
-    expect(missing.code).toBe(1);
+    expect(missing.code).toBe(2);
     expect(missing.stderr).toBe('migrate: DATABASE_URL is not set (export it; see "pnpm migrate" in services/README.md)\n');
   });
 });

@@ -125,7 +125,7 @@ describe('usage', () => {
   });
 
   test('--help on every command prints its usage and exits 0', async () => {
-    for (const command of ['status', 'list', 'show', 'drain', 'redrive', 'retire', 'audit', 'repair', 'doctor']) {
+    for (const command of ['status', 'list', 'show', 'drain', 'redrive', 'retire', 'discard', 'compact', 'audit', 'repair', 'doctor']) {
       const run = await runCli([command, '--help']);
       expect(run.code, command).toBe(0);
       expect(run.stdout).toContain(`Usage: outbox ${command} [options]`);

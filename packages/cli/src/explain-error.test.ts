@@ -1,4 +1,5 @@
 import { OutboxConfigError } from '@outbox/outbox';
+import { DiscardRefusedError } from '@outbox/reconciler';
 import { describe, expect, test } from 'vitest';
 import { CliError } from './cli-error.js';
 import { EXIT } from './exit-codes.js';
@@ -28,6 +29,15 @@ describe('explainError', () => {
     ['a config error of the libraries', new OutboxConfigError('partitionColumn', 'is required')],
   ])('%s is exit 2', (_what, error) => {
     expect(explainError(error).exitCode).toBe(EXIT.usage);
+  });
+
+  test('a refused discard is exit 1, its hint naming what to do with the ids refused (in-flight needs a drainer mid-claim)', () => {
+    const refused = explainError(new DiscardRefusedError('vpc.fga_register_outbox', [{ id: '3', refusal: 'in-flight' }, { id: '4', refusal: 'superseded' }]));
+    expect(refused.exitCode).toBe(EXIT.problem);
+    expect(refused.line('outbox')).toBe(
+      'outbox: discard on vpc.fga_register_outbox changed nothing: not discardable: 3 in-flight, 4 superseded ' +
+        '(discard only poisoned rows no delivered successor covers; retire the superseded ones; retry the in-flight ones in a moment: a drainer holds their partition)',
+    );
   });
 
   test('anything else is exit 1 and says it is unexpected; a CliError is kept as it is', () => {

@@ -1,6 +1,6 @@
 import { OutboxConfigError, OutboxTableError } from '@outbox/outbox';
 import { SQLSTATE, sqlState } from '@outbox/outbox/protocol';
-import { RepairBudgetError, RetireRefusedError } from '@outbox/reconciler';
+import { DiscardRefusedError, RepairBudgetError, RetireRefusedError } from '@outbox/reconciler';
 import { CliError } from './cli-error.js';
 import { EXIT } from './exit-codes.js';
 
@@ -66,6 +66,16 @@ export function explainError(error: unknown): CliError {
   if (error instanceof RetireRefusedError) {
     const refused = error.refused.map((r) => `${r.id} ${r.refusal}`).join(', ');
     return new CliError(`retire on ${error.table} changed nothing: not superseded: ${refused}`, 'retire only what `outbox redrive` reports superseded', EXIT.problem, { cause: error });
+  }
+  if (error instanceof DiscardRefusedError) {
+    const refused = error.refused.map((r) => `${r.id} ${r.refusal}`).join(', ');
+    const has = (refusal: string) => error.refused.some((r) => r.refusal === refusal);
+    const hint = [
+      'discard only poisoned rows no delivered successor covers',
+      ...(has('superseded') ? ['retire the superseded ones'] : []),
+      ...(has('in-flight') ? ['retry the in-flight ones in a moment: a drainer holds their partition'] : []),
+    ].join('; ');
+    return new CliError(`discard on ${error.table} changed nothing: not discardable: ${refused}`, hint, EXIT.problem, { cause: error });
   }
   if (error instanceof RepairBudgetError) {
     return new CliError(

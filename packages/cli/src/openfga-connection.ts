@@ -13,7 +13,20 @@ export interface OpenFgaConnection {
   readonly credentials?: { readonly method: CredentialsMethod.ApiToken; readonly config: { readonly token: string } };
 }
 
-/** The config's OpenFGA connection, or a usage error saying it is missing or which variable is unset. */
+/** OpenFGA's store and model ids are ULIDs; the SDK refuses any other only as an unexplained "must be in ULID format". */
+const ULID = /^[0-7][0-9A-HJKMNP-TV-Z]{25}$/;
+
+/** True for an http(s) URL the SDK can build requests on. */
+function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** The config's OpenFGA connection, or a usage error saying it is missing, which variable is unset, or which field is malformed. */
 export function openFgaConnection(config: CheckedConfig, env: NodeJS.ProcessEnv, command: string): OpenFgaConnection {
   const o = config.openfga;
   if (!o) throw new CliError(`${command} needs OpenFGA, and ${config.source} has no openfga section`, 'add openfga: { apiUrl, storeId }', EXIT.usage);
@@ -21,8 +34,11 @@ export function openFgaConnection(config: CheckedConfig, env: NodeJS.ProcessEnv,
   const apiUrl = value('apiUrl', o.apiUrl);
   const storeId = value('storeId', o.storeId);
   if (!apiUrl || !storeId) throw new CliError(`${config.source}: openfga.${apiUrl ? 'storeId' : 'apiUrl'} is empty`, undefined, EXIT.usage);
-  if (!/^https?:\/\//.test(apiUrl)) throw new CliError(`${config.source}: openfga.apiUrl is not an http(s) URL`, 'e.g. http://127.0.0.1:8080', EXIT.usage);
+  if (!isHttpUrl(apiUrl)) throw new CliError(`${config.source}: openfga.apiUrl is not an http(s) URL`, 'e.g. http://127.0.0.1:8080', EXIT.usage);
   const authorizationModelId = value('authorizationModelId', o.authorizationModelId);
+  for (const [field, id, what] of [['storeId', storeId, 'store'], ['authorizationModelId', authorizationModelId, 'model']] as const) {
+    if (id && !ULID.test(id)) throw new CliError(`${config.source}: openfga.${field} is not an OpenFGA ${what} id (a 26-character ULID): ${JSON.stringify(id)}`, undefined, EXIT.usage);
+  }
   const token = value('apiToken', o.apiToken);
   return {
     // The SDK appends `/stores/…` as is, and OpenFGA answers 404 to `//stores/…`.

@@ -1,3 +1,4 @@
+import type { RedrivenIntent } from '@outbox/reconciler';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 
 /*
@@ -12,8 +13,10 @@ const Id = Type.String({ pattern: '^[0-9]+$' });
 const Timestamp = Type.String({ format: 'date-time' });
 const Count = Type.Integer({ minimum: 0 });
 const strict = { additionalProperties: false } as const;
+/** Why a poisoned row is poisoned (docs/ledger.md); null when not poisoned, or poisoned before causes were recorded (read as exhausted). */
+const PoisonCause = Nullable(Type.Union([Type.Literal('exhausted'), Type.Literal('refused')]));
 
-/** The states `list --state` filters on and rows are shown in (docs/design.md §2). */
+/** The states `list --state` filters on and rows are shown in (docs/design.md §2; `discarded`: §10). */
 export const RowStateSchema = Type.Union([
   Type.Literal('deliverable'),
   Type.Literal('backing-off'),
@@ -21,6 +24,7 @@ export const RowStateSchema = Type.Union([
   Type.Literal('superseded'),
   Type.Literal('delivered'),
   Type.Literal('retired'),
+  Type.Literal('discarded'),
 ]);
 export type RowState = Static<typeof RowStateSchema>;
 
@@ -34,8 +38,12 @@ export const StatusOutbox = Type.Object(
     deliverable: Count,
     backingOff: Count,
     poisoned: Count,
+    /** `poisoned` by cause: `refused` for good by OpenFGA (revived only when asked), `exhausted` by transient failures. */
+    poisonedByCause: Type.Object({ exhausted: Count, refused: Count }, strict),
     superseded: Count,
     retired: Count,
+    /** Poisoned rows closed without their tuples ever being written (`outbox discard`). */
+    discarded: Count,
     oldestPendingAgeSeconds: Nullable(Type.Number({ minimum: 0 })),
     lastDeliveryAt: Nullable(Timestamp),
   },
@@ -57,6 +65,9 @@ export const ListedRow = Type.Object(
     retiredAt: Nullable(Timestamp),
     /** Whole, never cut (the table cuts it). */
     lastError: Nullable(Type.String()),
+    poisonCause: PoisonCause,
+    /** The sink's code of a refusal, e.g. OpenFGA's `validation_error`. */
+    poisonCode: Nullable(Type.String()),
   },
   strict,
 );
@@ -108,10 +119,22 @@ export const DrainOutput = Type.Object({ ok: Type.Boolean(), outboxes: Type.Arra
 export type DrainOutput = Static<typeof DrainOutput>;
 export type DrainOutbox = Static<typeof DrainOutbox>;
 
-const Intent = Type.Object({ id: Id, partitionKey: Type.String(), lastError: Nullable(Type.String()) }, strict);
+const Intent = Type.Object({ id: Id, partitionKey: Type.String(), lastError: Nullable(Type.String()), poisonCause: PoisonCause, poisonCode: Nullable(Type.String()) }, strict);
+export type IntentOutput = Static<typeof Intent>;
+
+/** A reconciler's intent as the JSON prints it: every field present, null where the row has none. */
+export function intentOutput(intent: RedrivenIntent): IntentOutput {
+  return { id: intent.id, partitionKey: intent.partitionKey, lastError: intent.lastError, poisonCause: intent.poisonCause ?? null, poisonCode: intent.poisonCode ?? null };
+}
+
+/** A refused intent a redrive left poisoned: asked to retry (`requested`), it is revived once `reviveAfter` has passed. */
+const WaitingIntent = Type.Object({ ...Intent.properties, requested: Type.Boolean(), reviveAfter: Nullable(Timestamp) }, strict);
+export type WaitingOutput = Static<typeof WaitingIntent>;
 export const RedriveOutput = Type.Object(
   {
     dryRun: Type.Boolean(),
+    /** Refused rows were asked to retry too (`--refused`). */
+    refused: Type.Boolean(),
     outboxes: Type.Array(
       Type.Object(
         {
@@ -120,9 +143,12 @@ export const RedriveOutput = Type.Object(
           revived: Type.Array(Intent),
           superseded: Type.Array(Intent),
           deferred: Type.Array(Intent),
+          /** Refused rows left poisoned (docs/ledger.md, "Redrive"): revived only with --refused, once their spacing passed. */
+          waiting: Type.Array(WaitingIntent),
           skipped: Type.Boolean(),
           more: Type.Boolean(),
           moreSuperseded: Type.Boolean(),
+          moreWaiting: Type.Boolean(),
         },
         strict,
       ),
@@ -132,17 +158,39 @@ export const RedriveOutput = Type.Object(
 );
 export type RedriveOutput = Static<typeof RedriveOutput>;
 
-export const RetireOutput = Type.Object(
+/** What `retire` and `discard` print besides the rows they closed: the ids refused, each with why. */
+const closeFields = {
+  outbox: Type.String(),
+  table: Type.String(),
+  reason: Type.String(),
+  refused: Type.Array(Type.Object({ id: Type.String(), refusal: Type.String() }, strict)),
+};
+export const RetireOutput = Type.Object({ ...closeFields, retired: Type.Array(Intent) }, strict);
+export type RetireOutput = Static<typeof RetireOutput>;
+export const DiscardOutput = Type.Object({ ...closeFields, discarded: Type.Array(Intent) }, strict);
+export type DiscardOutput = Static<typeof DiscardOutput>;
+
+export const CompactOutbox = Type.Object(
   {
-    outbox: Type.String(),
+    name: Type.String(),
     table: Type.String(),
-    reason: Type.String(),
-    retired: Type.Array(Intent),
-    refused: Type.Array(Type.Object({ id: Type.String(), refusal: Type.String() }, strict)),
+    /** `delivered + closed`. */
+    deleted: Count,
+    delivered: Count,
+    /** Retired and discarded rows. */
+    closed: Count,
+    scanned: Count,
+    batches: Count,
+    /** Another compaction of the table held its lock: this one did nothing. */
+    skipped: Type.Boolean(),
   },
   strict,
 );
-export type RetireOutput = Static<typeof RetireOutput>;
+export const CompactOutput = Type.Object(
+  { dryRun: Type.Boolean(), retentionMs: Count, closedRetentionMs: Count, outboxes: Type.Array(CompactOutbox) },
+  strict,
+);
+export type CompactOutput = Static<typeof CompactOutput>;
 
 const TupleKey = Type.Object(
   {
@@ -234,6 +282,8 @@ export const OUTPUT_SCHEMAS = Object.freeze({
   drain: DrainOutput,
   redrive: RedriveOutput,
   retire: RetireOutput,
+  discard: DiscardOutput,
+  compact: CompactOutput,
   audit: AuditOutput,
   repair: RepairOutput,
   doctor: DoctorOutput,

@@ -1,17 +1,18 @@
 import type { Command } from 'commander';
 import { defineAudit } from './audit-command.js';
 import type { CommandContext } from './command-context.js';
+import { defineDiscard, defineRetire } from './close-commands.js';
 import { createCommandLine } from './command-line.js';
+import { defineCompact } from './compact-command.js';
 import { defineDoctor } from './doctor-command.js';
 import { defineDrain } from './drain-command.js';
 import { defineList } from './list-command.js';
 import { defineRedrive } from './redrive-command.js';
 import { defineRepair } from './repair-command.js';
-import { defineRetire } from './retire-command.js';
 import { defineShow } from './show-command.js';
 import { defineStatus } from './status-command.js';
 
-/** Every command, in the order `outbox --help` lists them. `discard` and `compact` come with the ledger's next release (docs/cli.md). */
+/** Every command, in the order `outbox --help` lists them. */
 const COMMANDS = {
   status: defineStatus,
   list: defineList,
@@ -19,6 +20,8 @@ const COMMANDS = {
   drain: defineDrain,
   redrive: defineRedrive,
   retire: defineRetire,
+  discard: defineDiscard,
+  compact: defineCompact,
   audit: defineAudit,
   repair: defineRepair,
   doctor: defineDoctor,

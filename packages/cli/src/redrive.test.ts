@@ -1,11 +1,10 @@
-import { execFileSync } from 'node:child_process';
 import { tableNames } from '@outbox/outbox/protocol';
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { scriptedBacklog } from './testing/backlog.js';
+import { REFUSED_ERROR, scriptedBacklog } from './testing/backlog.js';
 import { assertOutputSchema } from './testing/output-schema-check.js';
-import { jsonOf, OUTBOX_BIN, runCli, TSX_LOADER } from './testing/run-outbox.js';
+import { jsonOf, runCli, runOnTerminal } from './testing/run-outbox.js';
 
 // redrive and retire through the bin, on the scripted backlog: what is revived, what is only
 // reported, what retire accepts, refuses and asks.
@@ -22,21 +21,25 @@ describe('redrive', () => {
     assertOutputSchema('redrive', doc);
     expect(doc).toEqual({
       dryRun: false,
+      refused: false,
       outboxes: [
         {
           name: b.spec.table,
           table: b.spec.table,
-          revived: [{ id: b.poisoned, partitionKey: 'vpc:c', lastError: expect.stringMatching(/^OpenFGA unreachable/) }],
-          superseded: [{ id: b.superseded, partitionKey: 'vpc:b', lastError: 'OpenFGA unreachable: connect ECONNREFUSED' }],
+          revived: [{ id: b.poisoned, partitionKey: 'vpc:c', lastError: expect.stringMatching(/^OpenFGA unreachable/), poisonCause: 'exhausted', poisonCode: null }],
+          superseded: [{ id: b.superseded, partitionKey: 'vpc:b', lastError: 'OpenFGA unreachable: connect ECONNREFUSED', poisonCause: 'exhausted', poisonCode: null }],
           deferred: [],
+          // Refused for good: a timer pass leaves it for a model fix, and says so.
+          waiting: [{ id: b.refused, partitionKey: 'vpc:g', lastError: REFUSED_ERROR, poisonCause: 'refused', poisonCode: 'validation_error', requested: false, reviveAfter: null }],
           skipped: false,
           more: false,
           moreSuperseded: false,
+          moreWaiting: false,
         },
       ],
     });
-    const status = jsonOf(await runCli(['status', '--json', ...flags(b.spec.table)])) as { outboxes: Record<string, number>[] };
-    expect(status.outboxes[0]).toMatchObject({ poisoned: 1, superseded: 1, deliverable: 3 });
+    const status = jsonOf(await runCli(['status', '--json', ...flags(b.spec.table)])) as { outboxes: Record<string, unknown>[] };
+    expect(status.outboxes[0]).toMatchObject({ poisoned: 2, poisonedByCause: { exhausted: 1, refused: 1 }, superseded: 1, deliverable: 3 });
   });
 
   test('the human report names the rows and the retire command to run', async () => {
@@ -45,15 +48,34 @@ describe('redrive', () => {
     expect(run.code, run.stderr).toBe(0);
     expect(run.stdout).toBe(
       [
-        `${b.spec.table}: revived 1, superseded 1, deferred 0`,
+        `${b.spec.table}: revived 1, superseded 1, deferred 0, waiting 1`,
         '  revived:',
         `    #${b.poisoned} vpc:c`,
         '  superseded (a later intent of the partition was delivered; never revived):',
         `    #${b.superseded} vpc:b: OpenFGA unreachable: connect ECONNREFUSED`,
         `  retire them: outbox retire --outbox ${b.spec.table} ${b.superseded} --reason "…"`,
+        '  waiting (refused by OpenFGA; retried only when asked: fix the cause, then pass --refused):',
+        `    #${b.refused} vpc:g: ${REFUSED_ERROR}`,
+        `  or discard them: outbox discard --outbox ${b.spec.table} ${b.refused} --reason "…"`,
         '',
       ].join('\n'),
     );
+  });
+
+  test('--refused revives the refused row too; the superseded one still never', async () => {
+    const b = await scriptedBacklog(t.db);
+    const run = await runCli(['redrive', '--refused', '--json', ...flags(b.spec.table)]);
+    expect(run.code, run.stderr).toBe(0);
+    const doc = jsonOf(run) as { refused: boolean; outboxes: { revived: { id: string; poisonCause: string }[]; superseded: { id: string }[]; waiting: unknown[] }[] };
+    assertOutputSchema('redrive', doc);
+    expect(doc.refused).toBe(true);
+    expect(doc.outboxes[0]?.revived.map((i) => [i.id, i.poisonCause])).toEqual([
+      [b.poisoned, 'exhausted'],
+      [b.refused, 'refused'],
+    ]);
+    expect(doc.outboxes[0]?.superseded.map((i) => i.id)).toEqual([b.superseded]);
+    expect(doc.outboxes[0]?.waiting).toEqual([]);
+    expect(jsonOf(await runCli(['show', b.refused, '--json', ...flags(b.spec.table)]))).toMatchObject({ state: 'deliverable', attempts: 0 });
   });
 
   test('--dry-run says what a pass would revive and leave superseded, and changes nothing', async () => {
@@ -87,7 +109,7 @@ describe('retire', () => {
       outbox: b.spec.table,
       table: b.spec.table,
       reason: 'deregistered during the outage',
-      retired: [{ id: b.superseded, partitionKey: 'vpc:b', lastError: 'OpenFGA unreachable: connect ECONNREFUSED' }],
+      retired: [{ id: b.superseded, partitionKey: 'vpc:b', lastError: 'OpenFGA unreachable: connect ECONNREFUSED', poisonCause: 'exhausted', poisonCode: null }],
       refused: [],
     });
     expect(jsonOf(await runCli(['show', b.superseded, '--json', ...flags(b.spec.table)]))).toMatchObject({ state: 'retired', retiredReason: 'deregistered during the outage' });
@@ -106,14 +128,12 @@ describe('retire', () => {
 
   test('on a terminal it shows the rows and asks; only a yes retires', async () => {
     const b = await scriptedBacklog(t.db);
-    const command = (answer: string) =>
-      `printf '${answer}\\n' | script -qec "${[process.execPath, '--import', TSX_LOADER, OUTBOX_BIN, 'retire', b.superseded, '--reason', 'asked', ...flags(b.spec.table)].join(' ')}" /dev/null; echo "exit=$?"`;
-    const no = execFileSync('sh', ['-c', command('n')], { env: { PATH: process.env.PATH ?? '' }, encoding: 'utf8' });
+    const no = runOnTerminal(['retire', b.superseded, '--reason', 'asked', ...flags(b.spec.table)], 'n');
     expect(no).toContain(`#${b.superseded} vpc:b superseded`);
     expect(no).toContain(`Retire 1 intent(s) of ${b.spec.table} with reason "asked"? [y/N]`);
     expect(no).toContain('outbox: nothing retired');
     expect(jsonOf(await runCli(['show', b.superseded, '--json', ...flags(b.spec.table)]))).toMatchObject({ state: 'superseded' });
-    const yes = execFileSync('sh', ['-c', command('y')], { env: { PATH: process.env.PATH ?? '' }, encoding: 'utf8' });
+    const yes = runOnTerminal(['retire', b.superseded, '--reason', 'asked', ...flags(b.spec.table)], 'y');
     expect(yes).toContain(`retired #${b.superseded} ("asked")`);
     expect(yes).toContain('exit=0');
   });

@@ -3,8 +3,8 @@ import { countedMaxAttemptsSql, coveringSuccessor as covers, rowStates, tableNam
 import { sql, type RawBuilder } from 'kysely';
 import type { RowState } from './output-schemas.js';
 
-/** What `list --state` takes: a row state, or `pending` (every row not delivered and not retired). */
-export const STATE_FILTERS = ['pending', 'deliverable', 'backing-off', 'poisoned', 'superseded', 'delivered', 'retired'] as const;
+/** What `list --state` takes: a row state, or `pending` (every row not delivered and not closed). */
+export const STATE_FILTERS = ['pending', 'deliverable', 'backing-off', 'poisoned', 'superseded', 'delivered', 'retired', 'discarded'] as const;
 export type StateFilter = (typeof STATE_FILTERS)[number];
 
 /** The `maxAttempts` rows are counted with, as the drainers and `outboxStats` count (docs/design.md §4). */
@@ -15,12 +15,15 @@ function coveringSuccessor(spec: OutboxSpec, select: RawBuilder<unknown>): RawBu
   return sql`(select ${select} from ${sql.raw(tableNames(spec).table)} s where ${covers(spec)})`;
 }
 
+/** SQL over `t`, a closed row: discarded (its tuples never written), else retired (`closed_as` NULL on rows closed before it existed). */
+const discarded = sql<boolean>`t.closed_as = 'discarded'`;
+
 /** SQL over the row `t`: its most specific state (a superseded row is shown superseded, not poisoned). */
 export function rowStateSql(spec: OutboxSpec): RawBuilder<RowState> {
   const t = rowStates('t');
   return sql<RowState>`case
     when ${t.delivered} then 'delivered'
-    when ${t.retired} then 'retired'
+    when ${t.retired} then case when ${discarded} then 'discarded' else 'retired' end
     when ${t.exhausted(countedMax(spec))} then case when exists ${coveringSuccessor(spec, sql`1`)} then 'superseded' else 'poisoned' end
     when t.next_attempt_at > now() then 'backing-off'
     else 'deliverable' end`;
@@ -52,7 +55,9 @@ export function stateFilterSql(spec: OutboxSpec, state: StateFilter): RawBuilder
     case 'delivered':
       return sql<boolean>`(${t.delivered})`;
     case 'retired':
-      return sql<boolean>`(${t.retired})`;
+      return sql<boolean>`(${t.retired} and t.closed_as is distinct from 'discarded')`;
+    case 'discarded':
+      return sql<boolean>`(${t.retired} and ${discarded})`;
   }
 }
 

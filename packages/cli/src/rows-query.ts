@@ -24,13 +24,15 @@ interface RowRecord {
   sent_at: Date | null;
   retired_at: Date | null;
   last_error: string | null;
+  poison_cause: 'exhausted' | 'refused' | null;
+  poison_code: string | null;
 }
 
 /** The columns every listed row carries, over `t`. */
 function rowColumns(spec: OutboxSpec): RawBuilder<unknown> {
   const n = tableNames(spec);
   return sql`t.id::text as id, t.${sql.raw(n.partition)} as key, ${rowStateSql(spec)} as state, t.attempt_count,
-    t.created_at, t.next_attempt_at, t.sent_at, t.retired_at, t.last_error`;
+    t.created_at, t.next_attempt_at, t.sent_at, t.retired_at, t.last_error, t.poison_cause, t.poison_code`;
 }
 
 function listed(row: RowRecord): ListedRow {
@@ -44,6 +46,8 @@ function listed(row: RowRecord): ListedRow {
     sentAt: row.sent_at?.toISOString() ?? null,
     retiredAt: row.retired_at?.toISOString() ?? null,
     lastError: row.last_error,
+    poisonCause: row.poison_cause,
+    poisonCode: row.poison_code,
   };
 }
 

@@ -12,18 +12,26 @@ interface ShowOptions extends TargetOptions {
   readonly json?: boolean;
 }
 
+/** The state line: the state, and for a poisoned row why, for a superseded one what to do. */
+function stateText(row: ShowOutput): string {
+  if (row.supersededBy) return `${row.state} by #${row.supersededBy} (delivered): retire it, never revive it`;
+  if (row.state === 'poisoned') return `poisoned (${row.poisonCause ?? 'exhausted'}${row.poisonCode ? `: ${row.poisonCode}` : ''})`;
+  if (row.state === 'discarded') return 'discarded: its tuples were never written';
+  return row.state;
+}
+
 /** The row as `field: value` lines, its payload pretty-printed below. */
 function showText(row: ShowOutput): string {
   const lines: [string, string | number | boolean | null][] = [
     ['outbox', row.outbox === row.table ? row.table : `${row.outbox} (${row.table})`],
     ['id', row.id],
     ['partition', row.partitionKey],
-    ['state', row.state + (row.supersededBy ? ` by #${row.supersededBy} (delivered): retire it, never revive it` : '')],
+    ['state', stateText(row)],
     ['attempts', `${row.attempts} of ${row.maxAttempts}`],
     ['created', row.createdAt],
     ['next attempt', row.nextAttemptAt],
     ['delivered', row.sentAt],
-    ['retired', row.retiredAt === null ? null : `${row.retiredAt}: ${row.retiredReason ?? ''}`],
+    ['closed', row.retiredAt === null ? null : `${row.retiredAt}: ${row.retiredReason ?? ''}`],
     ['head', row.isHead],
     ['last error', row.lastError],
   ];

@@ -14,16 +14,23 @@ interface StatusOptions extends TargetOptions {
   readonly watch?: number | true;
 }
 
-/** The human table's columns, in order: one line per column, from the row the JSON prints. */
+/** A count with the part of it an operator must look at: `3`, or `3 (2 refused)`. */
+const withPart = (total: number, part: number, label: string) => (part > 0 ? `${total} (${part} ${label})` : String(total));
+
+/**
+ * The human table's columns, in order: one line per column, from the row the JSON prints. Within
+ * 100 columns for six outboxes: `poisoned` names only its refused part (the rest exhausted) and
+ * `closed` its discarded part (the rest retired), the kinds that need a human (docs/cli.md, "status").
+ */
 const STATUS_COLUMNS: readonly (TextColumn & { readonly cell: (s: StatusOutbox, now: Date) => string })[] = [
   { header: 'outbox', cell: (s) => s.name },
   { header: 'pending', align: 'right', cell: (s) => String(s.pending) },
   { header: 'deliverable', align: 'right', cell: (s) => String(s.deliverable) },
   { header: 'backing-off', align: 'right', cell: (s) => String(s.backingOff) },
-  { header: 'poisoned', align: 'right', cell: (s) => String(s.poisoned) },
+  { header: 'poisoned', align: 'right', cell: (s) => withPart(s.poisoned, s.poisonedByCause.refused, 'refused') },
   { header: 'superseded', align: 'right', cell: (s) => String(s.superseded) },
-  { header: 'retired', align: 'right', cell: (s) => String(s.retired) },
-  { header: 'oldest-pending', align: 'right', cell: (s) => (s.oldestPendingAgeSeconds === null ? '-' : formatDuration(s.oldestPendingAgeSeconds)) },
+  { header: 'closed', align: 'right', cell: (s) => withPart(s.retired + s.discarded, s.discarded, 'discarded') },
+  { header: 'oldest', align: 'right', cell: (s) => (s.oldestPendingAgeSeconds === null ? '-' : formatDuration(s.oldestPendingAgeSeconds)) },
   { header: 'last-delivery', align: 'right', cell: (s, now) => (s.lastDeliveryAt === null ? 'never' : formatRelative(new Date(s.lastDeliveryAt), now)) },
 ];
 
@@ -91,8 +98,9 @@ export function defineStatus(command: Command, ctx: CommandContext): Command {
           else ctx.io.stdout.write(statusTable(outboxes, now));
           const poisoned = outboxes.filter((s) => s.poisoned > 0);
           if (!options.check || poisoned.length === 0) return EXIT.ok;
-          const where = poisoned.map((s) => `${s.name} ${s.poisoned}`).join(', ');
-          ctx.io.stderr.write(`${ctx.name}: poisoned rows: ${where} (see \`${ctx.name} list --state poisoned\`, then \`${ctx.name} redrive\`)\n`);
+          const where = poisoned.map((s) => `${s.name} ${withPart(s.poisoned, s.poisonedByCause.refused, 'refused')}`).join(', ');
+          const refused = poisoned.some((s) => s.poisonedByCause.refused > 0) ? ', with --refused once the cause of the refusals is fixed' : '';
+          ctx.io.stderr.write(`${ctx.name}: poisoned rows: ${where} (see \`${ctx.name} list --state poisoned\`, then \`${ctx.name} redrive\`${refused})\n`);
           return EXIT.problem;
         });
       }),

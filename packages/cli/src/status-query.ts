@@ -42,8 +42,11 @@ export async function outboxStatus(target: StatusTarget): Promise<StatusOutbox> 
     deliverable: count('deliverable'),
     backingOff: count('backing_off'),
     poisoned: count('poisoned'),
+    // As outboxStats counts them: rows poisoned before causes were recorded are exhausted.
+    poisonedByCause: { exhausted: count('poisoned') - count('refused'), refused: count('refused') },
     superseded: count('superseded'),
     retired: count('retired'),
+    discarded: count('discarded'),
     oldestPendingAgeSeconds: age === null || age === undefined ? null : Math.round(Number(age) * 1_000) / 1_000,
     lastDeliveryAt: last instanceof Date ? last.toISOString() : null,
   };

@@ -1,10 +1,10 @@
 import { useTestDatabase } from '@outbox/test-stack';
 import { beforeAll, describe, expect, test } from 'vitest';
-import { scriptedBacklog, type Backlog } from './testing/backlog.js';
+import { REFUSED_ERROR, scriptedBacklog, type Backlog } from './testing/backlog.js';
 import { assertOutputSchema } from './testing/output-schema-check.js';
 import { jsonOf, runCli } from './testing/run-outbox.js';
 
-// status, list and show on one scripted backlog (a row in every state), through the bin.
+// status, list and show on one scripted backlog (a row in every state, both poison causes), through the bin.
 const t = useTestDatabase();
 let backlog: Backlog;
 const target = () => ['--database-url', t.url, '--table', backlog.spec.table, '--partition-column', 'resource_id', '--max-attempts', '3'];
@@ -23,31 +23,38 @@ describe('status', () => {
     expect(outbox).toMatchObject({
       name: backlog.spec.table,
       table: backlog.spec.table,
-      pending: 4, // b (superseded), c (poisoned), d (backing off), e (deliverable)
+      pending: 5, // b (superseded), c (poisoned), d (backing off), e (deliverable), g (refused)
       deliverable: 2,
       backingOff: 1,
-      poisoned: 2,
+      poisoned: 3,
+      poisonedByCause: { exhausted: 2, refused: 1 }, // b and c ran out of attempts; OpenFGA refused g
       superseded: 1,
       retired: 1,
+      discarded: 1,
     });
+    const { password } = new URL(t.url);
+    expect(outbox?.database).toBe(t.url.replace(`:${password}@`, ':***@'));
     expect(outbox?.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(0);
     expect(Date.now() - Date.parse(outbox?.lastDeliveryAt as string)).toBeLessThan(60_000);
     expect(run.stderr).toBe('');
   });
 
-  test('the table shows the same counts, and the password of the URL nowhere', async () => {
+  test('the table shows the same counts, the refused and discarded parts named', async () => {
     const run = await runCli(['status', ...target()]);
     expect(run.code, run.stderr).toBe(0);
     const [header, row] = run.stdout.trimEnd().split('\n');
-    expect(header?.split(/\s+/)).toEqual(['outbox', 'pending', 'deliverable', 'backing-off', 'poisoned', 'superseded', 'retired', 'oldest-pending', 'last-delivery']);
-    expect(row?.split(/\s+/).slice(0, 7)).toEqual([backlog.spec.table, '4', '2', '1', '2', '1', '1']);
-    expect(row).toMatch(/\s\d+s ago$/);
+    expect(header?.split(/\s+/)).toEqual(['outbox', 'pending', 'deliverable', 'backing-off', 'poisoned', 'superseded', 'closed', 'oldest', 'last-delivery']);
+    // poisoned names its refused part, closed (retired + discarded) its discarded part.
+    expect(row).toMatch(new RegExp(`^${backlog.spec.table} +5 +2 +1 +3 \\(1 refused\\) +1 +2 \\(1 discarded\\) +\\d+s +\\d+s ago$`));
+    expect(header?.length).toBe(row?.length);
   });
 
   test('--check exits 1 while a row is poisoned, naming the outbox on stderr', async () => {
     const run = await runCli(['status', '--check', ...target()]);
     expect(run.code).toBe(1);
-    expect(run.stderr).toBe(`outbox: poisoned rows: ${backlog.spec.table} 2 (see \`outbox list --state poisoned\`, then \`outbox redrive\`)\n`);
+    expect(run.stderr).toBe(
+      `outbox: poisoned rows: ${backlog.spec.table} 3 (1 refused) (see \`outbox list --state poisoned\`, then \`outbox redrive\`, with --refused once the cause of the refusals is fixed)\n`,
+    );
   });
 
   test('--watch redraws until SIGINT, then exits 0', async () => {
@@ -87,21 +94,25 @@ describe('list', () => {
     expect(byId.get(backlog.backingOff)).toMatchObject({ state: 'backing-off', attempts: 1, lastError: 'OpenFGA 503: busy' });
     expect(byId.get(backlog.deliverable)).toMatchObject({ state: 'deliverable', attempts: 0 });
     expect(byId.get(backlog.retired)).toMatchObject({ state: 'retired' });
+    expect(byId.get(backlog.poisoned)).toMatchObject({ poisonCause: 'exhausted', poisonCode: null });
+    expect(byId.get(backlog.refused)).toMatchObject({ state: 'poisoned', poisonCause: 'refused', poisonCode: 'validation_error', lastError: REFUSED_ERROR });
+    expect(byId.get(backlog.discarded)).toMatchObject({ state: 'discarded', partitionKey: 'vpc:h' });
     expect(rows.map((r) => BigInt(r.id))).toEqual([...rows.map((r) => BigInt(r.id))].sort((a, b) => (a < b ? -1 : 1)));
   });
 
-  test('--state filters as docs/design.md §2 says: poisoned includes superseded, deliverable includes backing-off', async () => {
+  test('--state filters as docs/design.md §2 says: poisoned includes superseded and refused, deliverable includes backing-off', async () => {
     const ids = async (state: string) => {
       const run = await runCli(['list', '--json', '--state', state, ...target()]);
       expect(run.code, run.stderr).toBe(0);
       return (jsonOf(run) as { outboxes: { rows: { id: string }[] }[] }).outboxes[0]!.rows.map((r) => r.id);
     };
-    expect(await ids('poisoned')).toEqual([backlog.superseded, backlog.poisoned]);
+    expect(await ids('poisoned')).toEqual([backlog.superseded, backlog.poisoned, backlog.refused]);
     expect(await ids('superseded')).toEqual([backlog.superseded]);
     expect(await ids('deliverable')).toEqual([backlog.backingOff, backlog.deliverable]);
     expect(await ids('backing-off')).toEqual([backlog.backingOff]);
-    expect(await ids('pending')).toEqual([backlog.superseded, backlog.poisoned, backlog.backingOff, backlog.deliverable]);
+    expect(await ids('pending')).toEqual([backlog.superseded, backlog.poisoned, backlog.backingOff, backlog.deliverable, backlog.refused]);
     expect(await ids('retired')).toEqual([backlog.retired]);
+    expect(await ids('discarded')).toEqual([backlog.discarded]);
   });
 
   test('--key, --from-id/--to-id and --limit narrow the rows; the table cuts last_error', async () => {
@@ -156,6 +167,15 @@ describe('show', () => {
   test('a poisoned row without successor is not superseded; a retired row shows its reason', async () => {
     expect(jsonOf(await runCli(['show', backlog.poisoned, '--json', ...target()]))).toMatchObject({ state: 'poisoned', supersededBy: null });
     expect(jsonOf(await runCli(['show', backlog.retired, '--json', ...target()]))).toMatchObject({ state: 'retired', retiredReason: 'deregistered during the outage' });
+  });
+
+  test('a refused row says why it is poisoned; a discarded row that its tuples were never written', async () => {
+    const refused = await runCli(['show', backlog.refused, ...target()]);
+    expect(refused.stdout).toMatch(/^state +poisoned \(refused: validation_error\)$/m);
+    const discarded = await runCli(['show', backlog.discarded, ...target()]);
+    expect(discarded.stdout).toMatch(/^state +discarded: its tuples were never written$/m);
+    expect(discarded.stdout).toMatch(/^closed +\S+Z: project deleted; the grant is not wanted$/m);
+    expect(jsonOf(await runCli(['show', backlog.discarded, '--json', ...target()]))).toMatchObject({ state: 'discarded', retiredReason: 'project deleted; the grant is not wanted' });
   });
 
   test('an id with no row is exit 1, one line', async () => {

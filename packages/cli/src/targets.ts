@@ -53,7 +53,7 @@ export async function withTargets<T>(
       const field = outbox.databaseUrlField;
       const url = expandEnv(field, outbox.databaseUrl as string, env, config.source);
       if (url === undefined) throw new CliError(`${config.source}: ${field} is empty`, undefined, EXIT.usage);
-      if (!/^postgres(ql)?:\/\//.test(url)) throw new CliError(`${config.source}: ${field} is not a postgres:// URL (${maskUrl(url)})`, undefined, EXIT.usage);
+      if (!/^postgres(ql)?:\/\//.test(url)) throw new CliError(`${config.source}: ${field} is not a postgres:// URL: ${maskUrl(url)}`, undefined, EXIT.usage);
       let db = pools.get(url);
       if (!db) {
         const pool = new pg.Pool({ connectionString: url, max: 3, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });

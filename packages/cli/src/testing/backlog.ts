@@ -4,6 +4,7 @@ import { createOutboxTable, defineOutbox, enqueue, type IntentPayload, type Outb
 import { promoteHeads, tableNames } from '@outbox/outbox/protocol';
 import { createReconciler } from '@outbox/reconciler';
 import { sql } from 'kysely';
+import { silentLogger } from '../silent-logger.js';
 
 type Db = AnyKysely;
 
@@ -40,8 +41,12 @@ async function outcome(db: Db, spec: OutboxSpec, id: string, set: ReturnType<typ
 }
 
 export const deliver = (db: Db, spec: OutboxSpec, id: string) => outcome(db, spec, id, sql`sent_at = now()`);
+/** Poisoned as the drainer poisons: its transient attempts ran out. */
 export const poison = (db: Db, spec: OutboxSpec, id: string, error: string) =>
-  outcome(db, spec, id, sql`attempt_count = ${spec.maxAttempts}, last_error = ${error}, next_attempt_at = now()`);
+  outcome(db, spec, id, sql`attempt_count = ${spec.maxAttempts}, last_error = ${error}, next_attempt_at = now(), poison_cause = 'exhausted'`);
+/** Poisoned as the drainer poisons a permanent outcome: refused for good, with the sink's code. */
+export const refuse = (db: Db, spec: OutboxSpec, id: string, error: string, code: string) =>
+  outcome(db, spec, id, sql`attempt_count = ${spec.maxAttempts}, last_error = ${error}, next_attempt_at = now(), poison_cause = 'refused', poison_code = ${code}`);
 
 /** The ids of the scripted backlog, by what each row is. */
 export interface Backlog {
@@ -59,14 +64,21 @@ export interface Backlog {
   readonly deliverable: string;
   /** `vpc:f` register, superseded by its delivered deregister, then retired. */
   readonly retired: string;
+  /** `vpc:g` register, refused by OpenFGA for good (`validation_error`): waits for a model fix. */
+  readonly refused: string;
+  /** `vpc:h` register, poisoned (exhausted), no successor, then discarded. */
+  readonly discarded: string;
 }
+
+/** The refused row's error, as the OpenFGA sink words a 400. */
+export const REFUSED_ERROR = "OpenFGA 400 validation_error: relation 'vpc#owner' not found";
 
 /** The long error of the poisoned row: the table cuts it, --json has it whole. */
 export const LONG_ERROR = `OpenFGA unreachable: connect ECONNREFUSED 127.0.0.1:8080 ${'x'.repeat(120)} end`;
 
 /**
  * Writes the backlog, in id order: a delivered (a), superseded (b, its deregister delivered),
- * poisoned (c), backing-off (d), deliverable (e) and retired (f) row.
+ * poisoned (c), backing-off (d), deliverable (e), retired (f), refused (g) and discarded (h) row.
  */
 export async function scriptedBacklog(db: Db): Promise<Backlog> {
   const spec = await createBacklogTable(db);
@@ -85,6 +97,12 @@ export async function scriptedBacklog(db: Db): Promise<Backlog> {
   const retired = await enqueueIntent(db, spec, 'vpc:f', register('f'));
   await poison(db, spec, retired, 'OpenFGA unreachable');
   await deliver(db, spec, await enqueueIntent(db, spec, 'vpc:f', deregister('f')));
-  await createReconciler({ db, spec }).retire([retired], 'deregistered during the outage');
-  return { spec, delivered, superseded, supersededBy, poisoned, backingOff, deliverable, retired };
+  const reconciler = createReconciler({ db, spec, logger: silentLogger });
+  await reconciler.retire([retired], 'deregistered during the outage');
+  const refused = await enqueueIntent(db, spec, 'vpc:g', register('g'));
+  await refuse(db, spec, refused, REFUSED_ERROR, 'validation_error');
+  const discarded = await enqueueIntent(db, spec, 'vpc:h', register('h'));
+  await poison(db, spec, discarded, 'OpenFGA unreachable');
+  await reconciler.discardPoisoned({ ids: [discarded], reason: 'project deleted; the grant is not wanted' });
+  return { spec, delivered, superseded, supersededBy, poisoned, backingOff, deliverable, retired, refused, discarded };
 }

@@ -1,5 +1,5 @@
 // Runs the `outbox` bin as a child process through tsx, the way an operator runs it. Test-only.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 
@@ -41,4 +41,13 @@ export function jsonOf(run: CliRun): unknown {
   } catch {
     throw new Error(`not one JSON document on stdout (exit ${run.code}):\n${run.stdout}\nstderr:\n${run.stderr}`);
   }
+}
+
+/**
+ * Runs the bin with `args` on a pseudo-terminal (util-linux `script`) and types `answer` to its
+ * question; returns everything the terminal showed, then `exit=<code>`.
+ */
+export function runOnTerminal(args: readonly string[], answer: string): string {
+  const command = [process.execPath, '--import', TSX_LOADER, OUTBOX_BIN, ...args].join(' ');
+  return execFileSync('sh', ['-c', `printf '${answer}\\n' | script -qec "${command}" /dev/null; echo "exit=$?"`], { env: { PATH: process.env.PATH ?? '' }, encoding: 'utf8' });
 }
