@@ -7,9 +7,9 @@
  * immutable: every write is a new id, and services pin the id they were given).
  *
  * The command line of @outbox/cli's discipline and exit codes: `--help`; an unknown flag, or a
- * variable unset or malformed, is one line and exit 2 before anything runs (a mistyped `--sql-onyl`
- * must not migrate the lot); a failure once it runs is one line and exit 1, or 3 when Postgres or
- * OpenFGA does not answer.
+ * variable unset, malformed or naming a store that is not there, is one line and exit 2 (a mistyped
+ * `--sql-onyl` must not migrate the lot); a failure once it runs is one line and exit 1, or 3 when
+ * Postgres or OpenFGA does not answer.
  */
 import { CredentialsMethod, FgaApiNotFoundError, OpenFgaClient, type AuthorizationModel } from '@openfga/sdk';
 import { CliError, createCommandLine, EXIT, exitWith, isUnreachable, maskUrl, networkReason, processIo, runCommandLine } from '@outbox/cli';
@@ -116,7 +116,8 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
   try {
     await client.getStore();
   } catch (error) {
-    if (error instanceof FgaApiNotFoundError) throw failure(`OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID)`, `unset it to use (or create) the store named "${STORE_NAME}"`, error);
+    // The variable names a store that is not there: configuration, like a wrong password.
+    if (error instanceof FgaApiNotFoundError) throw new CliError(`OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID)`, `unset it to use (or create) the store named "${STORE_NAME}"`, EXIT.usage, { cause: error });
     throw error;
   }
   const wanted = authorizationModel() as unknown as Omit<AuthorizationModel, 'id'>;

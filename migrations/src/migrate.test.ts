@@ -175,9 +175,9 @@ test('pnpm migrate without OPENFGA_STORE_ID creates the store named outbox once,
   expect(second.output).toContain(`export OPENFGA_STORE_ID=${storeId}`);
 });
 
-test('pnpm migrate with an OPENFGA_STORE_ID that does not exist fails with a clear message, exit 1', async () => {
+test('pnpm migrate with an OPENFGA_STORE_ID that does not exist fails with a clear message, exit 2 (configuration)', async () => {
   const { code, output } = await runCli({ OPENFGA_STORE_ID: '01JBZZZZZZZZZZZZZZZZZZZZZZ' });
-  expect(code, output).toBe(1);
+  expect(code, output).toBe(2);
   expect(output).toContain('has no store 01JBZZZZZZZZZZZZZZZZZZZZZZ (OPENFGA_STORE_ID)');
   expect(output).not.toContain('export OPENFGA_MODEL_ID');
 });
