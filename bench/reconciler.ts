@@ -5,6 +5,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { createReconciler, type RedriveResult } from '@outbox/reconciler';
 import { selectPoisoned } from '../packages/reconciler/src/redrive-statements.js';
+import { successorCheck } from '../packages/reconciler/src/successor.js';
 import { knob, median, sorted } from './statistics.js';
 import type { SectionResult, TargetRow } from './summary.js';
 
@@ -68,10 +69,20 @@ const LAYOUTS: readonly Layout[] = [
   },
 ];
 
+/**
+ * Writes what a bulk load left dirty before anything is timed. Filling 1M rows (or building an index
+ * over them) forces a checkpoint whose writeback, fsync on, otherwise runs under the next passes:
+ * 2–5× their time on this machine, a cost of the bench's own set-up, not of a pass.
+ */
+async function quiesce(db: Db): Promise<void> {
+  await sql`checkpoint`.execute(db);
+}
+
 async function fill(db: Db, spec: OutboxSpec, layout: Layout): Promise<void> {
   const n = tableNames(spec);
   for (const statement of layout.fill) await sql.raw(statement.replaceAll('{table}', n.table)).execute(db);
   await sql.raw(`vacuum analyze ${n.table}`).execute(db);
+  await quiesce(db);
 }
 
 /** Puts back what a pass changed: the revived rows poisoned again, their successors head again. */
@@ -97,7 +108,7 @@ const STEPS: ReadonlyArray<[string, RegExp]> = [
   ['4 partition locks', /pg_advisory_xact_lock/],
   ['5b decide', /as contended/],
   ['6 revive', /set attempt_count = 0/],
-  ['6 reset heads', /is_head = false|want as \(/],
+  ['6 reset heads', /is_head = false|want as \(|_settle\(/],
 ];
 
 function byStep(statements: ReadonlyArray<{ sql: string; ms: number }>): Map<string, number> {
@@ -118,14 +129,16 @@ interface Figures {
   plan: string;
 }
 
-async function measure(db: Db, spec: OutboxSpec, partitionIndex: boolean): Promise<Figures> {
+async function measure(db: Db, spec: OutboxSpec): Promise<Figures> {
   const reconciler = createReconciler({ db, spec, batchSize: 1_000, logger: { info: () => undefined, warn: () => undefined, error: console.error } });
   await reconciler.start(); // verification only; the timer interval is far beyond the run
   const figures: Figures = { steps: [], passMs: [], selectMs: [], revived: 0, superseded: 0, plan: '' };
+  // Step 2 in the form the pass writes it for this table's indexes.
+  const check = await successorCheck(db, spec);
   try {
     for (let trial = 0; trial < TRIALS; trial += 1) {
       const selectStarted = performance.now();
-      await selectPoisoned(spec, 1_000, { partitionIndex }).execute(db);
+      await selectPoisoned(spec, 1_000, check).execute(db);
       figures.selectMs.push(performance.now() - selectStarted);
 
       recording = [];
@@ -141,7 +154,7 @@ async function measure(db: Db, spec: OutboxSpec, partitionIndex: boolean): Promi
       }
       await restore(db, spec, result);
     }
-    const explain = await sql<{ 'QUERY PLAN': string }>`explain (analyze, costs off, timing off, summary off) ${selectPoisoned(spec, 1_000, { partitionIndex })}`.execute(db);
+    const explain = await sql<{ 'QUERY PLAN': string }>`explain (analyze, buffers, costs off, timing off, summary off) ${selectPoisoned(spec, 1_000, check)}`.execute(db);
     figures.plan = explain.rows.map((r) => r['QUERY PLAN']).join('\n');
   } finally {
     await reconciler.stop();
@@ -152,8 +165,9 @@ async function measure(db: Db, spec: OutboxSpec, partitionIndex: boolean): Promi
 const ms = (value: number) => `${value.toFixed(0)} ms`;
 
 /**
- * One redrive pass over a 1M-row outbox, at the default configuration (no btree) and with the
- * optional plain `(partition, id)` btree. Knobs: BENCH_REDRIVE_ROWS_PER_PARTITION (1000), BENCH_REDRIVE_TRIALS (5).
+ * One redrive pass over a 1M-row outbox, at the default configuration (the delivered-rows index
+ * every table has since migration 0009) and with the optional plain `(partition, id)` btree added.
+ * Knobs: BENCH_REDRIVE_ROWS_PER_PARTITION (1000), BENCH_REDRIVE_TRIALS (5).
  */
 export async function benchReconciler(): Promise<SectionResult> {
   const stack = await startStack({ fastPostgres: false });
@@ -165,7 +179,7 @@ export async function benchReconciler(): Promise<SectionResult> {
     },
   });
   const rows: string[] = [];
-  const passes: Array<{ layout: string; without: number; withIndex: number }> = [];
+  const passes: Array<{ layout: string; byDefault: number; withBtree: number }> = [];
   const plans: string[] = [];
   const descriptions: string[] = [];
   try {
@@ -176,11 +190,12 @@ export async function benchReconciler(): Promise<SectionResult> {
       await fill(db, spec, layout);
       descriptions.push(`- *${layout.name}* (filled in ${((performance.now() - fillStarted) / 1_000).toFixed(1)} s): ${layout.description}.`);
 
-      const without = await measure(db, spec, false);
+      const byDefault = await measure(db, spec);
       const n = tableNames(spec);
       await sql.raw(`create index "${n.partitionIndex}" on ${n.table} (${n.partition}, id)`).execute(db);
       await sql.raw(`analyze ${n.table}`).execute(db);
-      const withIndex = await measure(db, spec, true);
+      await quiesce(db);
+      const withBtree = await measure(db, spec);
 
       const breakdown = (f: Figures) =>
         [...STEPS.map(([step]) => step), 'other']
@@ -190,9 +205,9 @@ export async function benchReconciler(): Promise<SectionResult> {
           .join(' · ');
       const row = (label: string, f: Figures) =>
         `| ${layout.name} | ${label} | ${ms(median(f.passMs))} | ${ms(sorted(f.passMs)[0] as number)}–${ms(sorted(f.passMs).at(-1) as number)} | ${ms(median(f.selectMs))} | ${breakdown(f)} | ${f.revived} | ${f.superseded} |`;
-      rows.push(row('no (default)', without), row('yes', withIndex));
-      passes.push({ layout: layout.name, without: median(without.passMs), withIndex: median(withIndex.passMs) });
-      plans.push(`*${layout.name}*, without the btree:`, '```', without.plan, '```', `*${layout.name}*, with the btree:`, '```', withIndex.plan, '```');
+      rows.push(row('delivered-rows (default)', byDefault), row('delivered-rows + plain btree', withBtree));
+      passes.push({ layout: layout.name, byDefault: median(byDefault.passMs), withBtree: median(withBtree.passMs) });
+      plans.push(`*${layout.name}*, default:`, '```', byDefault.plan, '```', `*${layout.name}*, with the plain btree:`, '```', withBtree.plan, '```');
     }
     const markdown = [
       `### Reconciler: one redrive pass over a ${ROWS.toLocaleString('en-US')}-row outbox`,
@@ -200,12 +215,14 @@ export async function benchReconciler(): Promise<SectionResult> {
       `One \`redrivePoisoned()\` pass (batchSize 1000) over ${ROWS.toLocaleString('en-US')} rows holding 1,000 poisoned rows in 1,000 partitions, stock ` +
         `Postgres (fsync on), median of ${TRIALS} passes (state restored between them). "Step 2" is the candidate select alone ` +
         '(the poisoned rows and their delivered-successor check); the pass adds the locks, the re-check, the revive and the head reset. ' +
-        'Target: ≤ 200 ms, at the default configuration (no btree) and with the plain `(partition, id)` btree ' +
-        '(`createOutboxTable(db, spec, { partitionIndex: true })`).',
+        'Target: ≤ 200 ms at the default configuration: the table as `createOutboxTable` makes it, whose delivered-rows index ' +
+        '`(partition, id) where sent_at is not null` (migration 0009) serves the successor check as one probe per poisoned row. ' +
+        'The second row of each layout adds the optional plain `(partition, id)` btree (`createOutboxTable(db, spec, { partitionIndex: true })`), ' +
+        'which the check no longer needs: the two rows run the same statements. A `CHECKPOINT` after each bulk load keeps its writeback out of the timed passes.',
       '',
       ...descriptions,
       '',
-      '| layout | btree | pass (median) | pass (range) | step 2 alone (median) | pass by step, ms (median) | revived | superseded |',
+      '| layout | indexes | pass (median) | pass (range) | step 2 alone (median) | pass by step, ms (median) | revived | superseded |',
       '| --- | --- | --- | --- | --- | --- | --- | --- |',
       ...rows,
       '',
@@ -218,11 +235,11 @@ export async function benchReconciler(): Promise<SectionResult> {
     const figure = (pick: (p: (typeof passes)[number]) => number) => passes.map((p) => `${p.layout} ${ms(pick(p))}`).join(', ');
     const targets: TargetRow[] = [
       {
-        target: `redrive pass over ${ROWS.toLocaleString('en-US')} rows, 1k poisoned in 1k partitions, ≤ 200 ms at the default configuration (no btree)`,
-        figure: figure((p) => p.without),
-        met: worst((p) => p.without) <= 200,
+        target: `redrive pass over ${ROWS.toLocaleString('en-US')} rows, 1k poisoned in 1k partitions, ≤ 200 ms at the default configuration (delivered-rows index, no plain btree)`,
+        figure: figure((p) => p.byDefault),
+        met: worst((p) => p.byDefault) <= 200,
       },
-      { target: 'the same with the optional `(partition, id)` btree ≤ 200 ms (issue 6)', figure: figure((p) => p.withIndex), met: worst((p) => p.withIndex) <= 200 },
+      { target: 'the same with the optional plain `(partition, id)` btree ≤ 200 ms (issue 6)', figure: figure((p) => p.withBtree), met: worst((p) => p.withBtree) <= 200 },
     ];
     return { markdown, targets };
   } finally {

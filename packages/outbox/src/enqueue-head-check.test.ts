@@ -89,3 +89,32 @@ describe('enqueue: the head check', () => {
     ]);
   });
 });
+
+describe('enqueue: the head is decided after the partition lock is granted', () => {
+  /** Resolves once backend `pid` waits for an advisory lock. */
+  async function waitsForLock(pid: number): Promise<void> {
+    for (let tries = 0; tries < 250; tries += 1) {
+      const waiting = await sql<{ n: string }>`select count(*) as n from pg_locks where pid = ${pid} and locktype = 'advisory' and not granted`.execute(t.db);
+      if (waiting.rows[0]?.n !== '0') return;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    throw new Error(`backend ${pid} never waited for an advisory lock`);
+  }
+
+  test.each([
+    ['commits', [true, false]],
+    ['rolls back', [true]],
+  ] as const)('a second enqueue of the partition waits, then sees what the holder did: the holder %s', async (end, heads) => {
+    const spec = await fresh();
+    await t.withTransactions(2, async ([a, b]) => {
+      const bPid = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(b!)).rows[0]!.pid;
+      await enqueue(a!, spec, { partitionKey: 'vpc:w', payload });
+      const second = enqueueMany(b!, spec, [{ partitionKey: 'vpc:w', payload }]);
+      await waitsForLock(bPid);
+      await (end === 'commits' ? a!.commit() : a!.rollback()).execute();
+      await second;
+      await b!.commit().execute();
+    });
+    expect((await headFlags(t.db, spec)).map((r) => r.is_head)).toEqual(heads);
+  });
+});

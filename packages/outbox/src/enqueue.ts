@@ -80,28 +80,27 @@ async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly
   const lock = await lockPartitionsIfReadCommitted(spec, distinct).execute(trx);
   const isolation = lock.rows[0]?.isolation ?? '';
   if (isolation !== READ_COMMITTED) throw notReadCommitted(isolation);
-  // After the lock, in its own statement: one probe per key for a deliverable row (docs/outbox-sql.md).
-  const live = await sql<{ key: string }>`
-    select u.k as key from unnest(${distinct}::text[]) as u(k)
-    cross join lateral (
-      select 1 from ${sql.raw(n.table)} x
-      where ${sql.raw(partitionRangeSql('x', n.partition, 'u.k'))}
+  // The first new row of each key is head unless the key has a deliverable row: one probe per key,
+  // in the insert itself, whose snapshot is taken after the lock was granted (docs/outbox-sql.md).
+  const seen = new Set<string>();
+  const firsts = keys.map((key) => {
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+  const table = sql.raw(n.table);
+  const inserted = await sql<{ id: string }>`
+    insert into ${table} (${sql.raw(n.partition)}, payload, is_head)
+    select u.k, u.p::jsonb, u.first and live.found is null
+    from unnest(${keys}::text[], ${payloads}::text[], ${firsts}::boolean[]) with ordinality as u(k, p, first, ord)
+    left join lateral (
+      select true as found from ${table} x
+      where u.first and ${sql.raw(partitionRangeSql('x', n.partition, 'u.k'))}
         and ${rowStates('x').deliverable(countedMaxAttemptsSql(spec))}
       order by x.${sql.raw(n.partition)}, x.id
       limit 1
-    ) found`.execute(trx);
-  const hasHead = new Set(live.rows.map((r) => r.key));
-  const heads = keys.map((key) => {
-    if (hasHead.has(key)) return false;
-    hasHead.add(key);
-    return true;
-  });
-
-  const inserted = await sql<{ id: string }>`
-    insert into ${sql.raw(n.table)} (${sql.raw(n.partition)}, payload, is_head)
-    select k, p::jsonb, h from unnest(${keys}::text[], ${payloads}::text[], ${heads}::boolean[])
-      with ordinality as x(k, p, h, ord)
-    order by ord
+    ) live on true
+    order by u.ord
     returning id`.execute(trx);
   return inserted.rows.map((r) => String(r.id)).sort(compareIds);
 }

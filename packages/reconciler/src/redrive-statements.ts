@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { OutboxSpec } from '@outbox/outbox';
-import { partitionLockKey, rowStates, tableNames, type PoisonCause } from '@outbox/outbox/protocol';
+import { partitionLockKey, recordedMaxAttemptsSql, rowStates, tableNames, type PoisonCause } from '@outbox/outbox/protocol';
+import { successorIndexPresent } from './partition-index.js';
 import { deliveredSuccessor, type SuccessorCheck } from './successor.js';
 
 // The statements of a pass, in the order it runs them (docs/design.md §6, "No snapshot window").
@@ -33,9 +34,14 @@ export function reconcilerLockKey(spec: OutboxSpec): RawBuilder<bigint> {
   return sql<bigint>`hashtextextended(${`outbox-reconciler:${spec.table}`}, 0)`;
 }
 
-/** Step 1: the reconciler lock, without waiting: a running pass makes this one redundant. */
+/**
+ * Step 1: the reconciler lock, without waiting (a running pass makes this one redundant); in the same
+ * round trip, the table's recorded `maxAttempts` and whether a btree serves the successor check.
+ */
 export function tryLockReconciler(spec: OutboxSpec) {
-  return sql<{ granted: boolean }>`select pg_try_advisory_xact_lock(${reconcilerLockKey(spec)}) as granted`;
+  return sql<{ granted: boolean; recorded: number | null; successor_index: boolean }>`
+    select pg_try_advisory_xact_lock(${reconcilerLockKey(spec)}) as granted,
+      ${recordedMaxAttemptsSql(spec)} as recorded, (${successorIndexPresent(spec)}) as successor_index`;
 }
 
 /** Asks to retry every refused row: revived once its spacing has passed, by this pass or a later one. */

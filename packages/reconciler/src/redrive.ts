@@ -1,6 +1,6 @@
 import { sql, type Transaction } from 'kysely';
 import { OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { assertRecordedMaxAttempts, compareIds, lockPartitions, resetHeads, SQLSTATE, sqlState, type PoisonCause } from '@outbox/outbox/protocol';
+import { assertRecordedMaxAttempts, compareIds, lockPartitions, maxAttemptsChangedError, resetHeads, SQLSTATE, sqlState, type PoisonCause } from '@outbox/outbox/protocol';
 import type { Logger } from './logger.js';
 import {
   decideCandidates,
@@ -13,7 +13,7 @@ import {
   type PoisonedRow,
   type RevivalSpacing,
 } from './redrive-statements.js';
-import { successorCheck } from './successor.js';
+import { successorCheck, type SuccessorCheck } from './successor.js';
 
 /** One poisoned intent a pass (or `retire`, or `discardPoisoned`) looked at. */
 export interface RedrivenIntent {
@@ -136,10 +136,12 @@ async function lockCandidatePartitions(trx: Transaction<unknown>, ctx: PassConte
 
 async function pass(trx: Transaction<unknown>, ctx: PassContext, options: RedriveOptions): Promise<RedriveResult> {
   const { spec } = ctx;
-  if (!(await tryLockReconciler(spec).execute(trx)).rows[0]?.granted) return SKIPPED;
-  await assertRecordedMaxAttempts(trx, spec, 'reconciler'); // again once the row locks are granted
+  const start = (await tryLockReconciler(spec).execute(trx)).rows[0];
+  if (!start?.granted) return SKIPPED;
+  // Checked again once the row locks are granted.
+  if (start.recorded !== null && Number(start.recorded) !== spec.maxAttempts) throw maxAttemptsChangedError(spec, Number(start.recorded), 'reconciler');
   if (options.refused) await requestRefusedRevivals(spec).execute(trx);
-  const check = await successorCheck(trx, spec);
+  const check: SuccessorCheck = { partitionIndex: start.successor_index };
   const step2 = classify((await selectPoisoned(spec, ctx.batchSize, check).execute(trx)).rows, ctx.batchSize);
   const { candidates, superseded, moreSuperseded, waitingFields } = step2;
   let more = step2.more;
