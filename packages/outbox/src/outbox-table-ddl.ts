@@ -5,8 +5,8 @@ import { tableNames } from './table-names.js';
 /** Options of the outbox table's DDL. */
 export interface OutboxTableOptions {
   /**
-   * Also create the plain btree `(partition, id)` in version 1 of the table. Default false. This
-   * release's table has it either way: late-write verification adds it (`lateWriteVerificationDdl`).
+   * Also create the plain btree `(partition, id)` in version 1 of the table. Default false: the
+   * ledger's delivered-rows index (`0009`) serves the redrive and the late-write probe without it.
    */
   readonly partitionIndex?: boolean;
 }
