@@ -1,5 +1,5 @@
 import { ConsistencyPreference, type OpenFgaClient, type TupleKey } from '@openfga/sdk';
-import { createDrainer, type DrainerEvent, type Sink } from '@outbox/drainer';
+import { createDrainer, DRAINER_DEFAULTS, type DrainerEvent, type Sink } from '@outbox/drainer';
 import { createOutboxTable, defineOutbox, enqueue, type AnyKysely } from '@outbox/outbox';
 import { sql } from 'kysely';
 import { kysely } from './bench-db.js';
@@ -64,7 +64,8 @@ export async function commitToReadable(url: string, db: AnyKysely, target: OpenF
       return outcomes;
     },
   };
-  const drainerDb = kysely(url, 2);
+  // A connection per open batch, and one for the late-write check.
+  const drainerDb = kysely(url, DRAINER_DEFAULTS.concurrentBatches + 1);
   const onEvent = (event: DrainerEvent) => {
     if (event.type === 'batch-claimed') batches += 1;
     else if (event.type === 'delivered') writeMs += event.deliverMs;
