@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { BEGIN, COMMIT_AND_BEGIN, runBatch } from './drain-batch.js';
-import { initialHeadLimit, nextHeadLimit } from './head-limit.js';
+import { initialHeadLimit, nextHeadLimit, type HeadLimit } from './head-limit.js';
 import { checkLateWrites } from './late-write-check.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
 import { ConnectionTurns, PassLanes } from './pass-lanes.js';
@@ -47,19 +47,19 @@ type Totals = { -readonly [K in keyof DrainResult]: DrainResult[K] };
  */
 export function createDrainPass(options: DrainPassOptions): DrainPass {
   const { config, stopping } = options;
-  let limit = initialHeadLimit(config.batchSize);
+  /** The last head limit a batch left: where a new lane starts, in this pass or the next. */
+  let carried = initialHeadLimit(config.batchSize);
   const turns = new ConnectionTurns();
   let current: PassLanes | undefined;
 
-  /** True when the lane should go on with another segment. */
-  async function segment(conn: AnyKysely, lanes: PassLanes, totals: Totals): Promise<boolean> {
+  /**
+   * True when the lane should go on with another segment. Each lane adapts a head limit of its own,
+   * as a drainer of its own would: lanes updating one limit in turn push it back and forth.
+   */
+  async function segment(conn: AnyKysely, lanes: PassLanes, own: { limit: HeadLimit }, totals: Totals): Promise<boolean> {
     const ending = () => stopping() || lanes.failed;
     const until = performance.now() + SEGMENT_MS;
     const goOn = () => !ending() && performance.now() < until;
-    // A full claim says more is claimable: another lane claims it while this batch is delivered.
-    const onClaimed = (count: number) => {
-      if (count === config.batchSize && !ending()) lanes.widen();
-    };
     let open = false;
     try {
       for (;;) {
@@ -67,9 +67,15 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
           await sql.raw(BEGIN).execute(conn);
           open = true;
         }
+        // A claim that stopped at one of its limits (a full batch, or as many heads as the head limit
+        // lets it take) left more claimable: another lane claims it while this batch is delivered.
+        const { limit } = own;
+        const onClaimed = (claimed: { count: number; heads: number }) => {
+          if ((claimed.count === config.batchSize || claimed.heads >= limit.heads) && !ending()) lanes.widen();
+        };
         const batch = await runBatch(conn, { config, limit, flushKeys: options.flushedPartitions(), mayChain: goOn, onClaimed });
         if (batch === undefined) return false;
-        limit = nextHeadLimit(limit, { batchSize: config.batchSize, claimedHeads: batch.heads, settled: batch.settled });
+        own.limit = carried = nextHeadLimit(limit, { batchSize: config.batchSize, claimedHeads: batch.heads, settled: batch.settled });
         // A batch that moved nothing ends its lane: it would spin (a skipped head, a 0 ms backoff), or the target is down.
         const progressed = batch.delivered + batch.poisoned > 0;
         const stay = batch.chained || (progressed && goOn());
@@ -96,12 +102,13 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
 
   /** One lane: segments until one ends it, with the late-write check between two. */
   async function lane(lanes: PassLanes, totals: Totals): Promise<void> {
+    const own = { limit: carried };
     let more = true;
     while (more && !stopping() && !lanes.failed) {
       more = await turns.take((granted) =>
         config.db.connection().execute((conn) => {
           granted();
-          return segment(conn, lanes, totals);
+          return segment(conn, lanes, own, totals);
         }),
       );
       // Between segments, so a long pass (a backlog) does not hold checks back; their corrections

@@ -68,8 +68,12 @@ describe('flush behind a backlog', () => {
     // The flush's own query, seen by a log hook on the drainer's pool, tells the sink calls when
     // the flush is registered: from then on every batch claims vpc:p first. A connection is left
     // for that query beside the open batches'.
+    let registered = false;
     let flushQueried: () => void = () => undefined;
-    const flushRegistered = new Promise<void>((resolve) => (flushQueried = resolve));
+    const flushRegistered = new Promise<void>((resolve) => (flushQueried = resolve)).then(() => void (registered = true));
+    // The batch that took vpc:p, once its sink call came.
+    let tookP: () => void = () => undefined;
+    const pTaken = new Promise<void>((resolve) => (tookP = resolve));
     const db = new Kysely({
       dialect: new PostgresDialect({ pool: t.pool({ max: concurrentBatches + 1 }) }),
       log: (event) => {
@@ -89,9 +93,13 @@ describe('flush behind a backlog', () => {
       logger: quiet,
       interval: 3_600_000,
       sink: {
-        // Every batch claimed before the flush registered waits for it: none claims twice meanwhile.
+        // A batch claimed before the flush registered waits for it; one claimed after, without
+        // vpc:p, waits for the batch that took vpc:p: no lane claims twice meanwhile.
         async deliver(intents, context) {
           calls.push(intents);
+          const claimedAfter = registered;
+          if (intents.some((i) => i.partitionKey === 'vpc:p')) tookP();
+          else if (claimedAfter) await Promise.race([pTaken, new Promise((resolve) => setTimeout(resolve, 5_000))]);
           flushed ??= drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 30_000 });
           await flushRegistered;
           await new Promise((resolve) => setImmediate(resolve)); // the flush's .then runs
@@ -103,8 +111,8 @@ describe('flush behind a backlog', () => {
     await flushed;
 
     // vpc:p's rows together, in one of the first batches claimed after the flush registered: ahead
-    // of it at most the batches claimed before (one per lane) and the claims that ran alongside the
-    // one that took it (one per other lane).
+    // of it at most the batches claimed before (one per lane) and those claimed alongside the one
+    // that took it (one per other lane).
     const callOf = (id: string) => calls.findIndex((call) => call.some((i) => i.id === id));
     const [first, second] = ofKey(ids, keys, 'vpc:p').map(callOf);
     expect(first).toBe(second);

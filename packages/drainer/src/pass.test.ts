@@ -156,12 +156,18 @@ describe('commit durability', () => {
   });
 });
 
+/** 150 partitions whose intent the target refuses for now, then 50 it takes, and the sink that says so. */
+async function throttledBacklog() {
+  const spec = await freshOutbox(t.db);
+  await enqueueRows(t.db, spec, Array.from({ length: 150 }, (_, i) => `bad:${i}`));
+  await enqueueRows(t.db, spec, Array.from({ length: 50 }, (_, i) => `good:${i}`));
+  const sink = createRecordingSink({ outcome: (i) => (i.partitionKey.startsWith('bad') ? { kind: 'transient', error: 'throttled' } : undefined) });
+  return { spec, sink };
+}
+
 describe('when a pass ends', () => {
   test('one batch open at a time: a batch that failed as a whole ends the pass (the target is likely down); the next pass goes on behind it', async () => {
-    const spec = await freshOutbox(t.db);
-    await enqueueRows(t.db, spec, Array.from({ length: 150 }, (_, i) => `bad:${i}`));
-    await enqueueRows(t.db, spec, Array.from({ length: 50 }, (_, i) => `good:${i}`));
-    const sink = createRecordingSink({ outcome: (i) => (i.partitionKey.startsWith('bad') ? { kind: 'transient', error: 'throttled' } : undefined) });
+    const { spec, sink } = await throttledBacklog();
     const drainer = createDrainer({ db: t.db, spec, sink, concurrentBatches: 1, logger: quiet, backoff: { baseMs: 60_000 } });
     // One batch of 100 failures: the pass stops there instead of trying the whole backlog against it.
     expect(await drainer.drainOnce()).toMatchObject({ batches: 1, claimed: 100, retried: 100, delivered: 0 });
@@ -289,10 +295,7 @@ describe('a pass with several batches open', () => {
   });
 
   test('a batch that failed as a whole ends its lane, not the pass: the other open batch delivers what it holds', async () => {
-    const spec = await freshOutbox(t.db);
-    await enqueueRows(t.db, spec, Array.from({ length: 150 }, (_, i) => `bad:${i}`));
-    await enqueueRows(t.db, spec, Array.from({ length: 50 }, (_, i) => `good:${i}`));
-    const sink = createRecordingSink({ outcome: (i) => (i.partitionKey.startsWith('bad') ? { kind: 'transient', error: 'throttled' } : undefined) });
+    const { spec, sink } = await throttledBacklog();
     const drainer = createDrainer({ db: t.db, spec, sink, concurrentBatches: 2, logger: quiet, backoff: { baseMs: 60_000 } });
     // Lane 1: 100 failures, and its lane ends. Lane 2 (opened by the full claim): 50 failures, 50
     // delivered, then nothing claimable. No third batch is tried against the failing target.

@@ -14,8 +14,7 @@ const MAX_BATCH_SIZE = 1_000;
 const MAX_CONCURRENT_BATCHES = 16;
 
 /**
- * The defaults of the options a pool is sized by (why each: {@link DrainerConfig}): a drainer holds
- * up to `concurrentBatches` connections, plus one for `flush` and the late-write check.
+ * The defaults a pool is sized by (docs/design.md §5, "Open batches"; why each: {@link DrainerConfig}).
  *
  * @example
  * const pool = new pg.Pool({ connectionString, max: DRAINER_DEFAULTS.concurrentBatches + 1 + serviceConnections });
