@@ -20,11 +20,12 @@ export interface DrainerConfig extends MeterOptions {
    * Batches one drainer keeps open at once, each in its own transaction on its own pooled
    * connection: the next batch is claimed and delivered while the Writes of the current one are in
    * flight, so OpenFGA does not idle between batches (docs/design.md §5, "Open batches"; partitions
-   * stay in order). Default 3, from 1 to 16: measured end to end into OpenFGA (docs/BENCHMARKS.md),
-   * one open batch reached about 0.6× of the direct SDK's pipelined writes. The pool needs one
-   * connection per open batch, plus one for `flush`'s status queries and the late-write check; on a
-   * smaller pool fewer batches open (the lanes wait their turn for a connection, one at a time, and
-   * never deadlock), and the service's own queries wait longer. 1 is the drainer of one batch at a time.
+   * stay in order). Default 3, from 1 to 16: end to end into OpenFGA, one open batch reached about
+   * 0.7× of the direct SDK's pipelined writes, three about 0.9×, four no more (docs/BENCHMARKS.md).
+   * The pool needs one connection per open batch, plus one for `flush`'s status queries and the
+   * late-write check; on a smaller pool fewer batches open (lanes wait their turn for a connection,
+   * one at a time, and never deadlock) and the service's own queries wait longer. 1 is the drainer
+   * of one batch at a time.
    */
   readonly concurrentBatches?: number;
   /**
