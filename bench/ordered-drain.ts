@@ -1,4 +1,4 @@
-import { createDrainer, type DrainerEvent, type Sink } from '@outbox/drainer';
+import { createDrainer, DRAINER_DEFAULTS, type DrainerEvent, type Sink } from '@outbox/drainer';
 import type { OutboxSpec } from '@outbox/outbox';
 import { kysely } from './bench-db.js';
 import { checkOrder, type OrderCheck } from './order-check.js';
@@ -15,6 +15,8 @@ export interface OrderedDrainOptions {
   /** Drainers side by side, each with its own pool (as processes would be). */
   readonly workers: number;
   readonly batchSize: number;
+  /** Batches each drainer keeps open. Default: the drainer's. Each drainer's pool has one connection more. */
+  readonly concurrentBatches?: number;
   readonly synchronousCommit?: boolean;
   /** Where to deliver. Default: a sink that reports every intent delivered at once. */
   readonly sink?: Sink;
@@ -47,12 +49,14 @@ export async function orderedDrain(options: OrderedDrainOptions): Promise<{ ms: 
       }
     : inner;
   const deadline = performance.now() + (options.deadlineMs ?? 600_000);
-  const dbs = Array.from({ length: options.workers }, () => kysely(options.url, 2));
+  const concurrentBatches = options.concurrentBatches ?? DRAINER_DEFAULTS.concurrentBatches;
+  // A connection per open batch and one for flush and the late-write check, as docs/design.md §5 sizes a pool.
+  const dbs = Array.from({ length: options.workers }, () => kysely(options.url, concurrentBatches + 1));
   let done = 0;
   const started = performance.now();
   await Promise.all(
     dbs.map(async (db) => {
-      const drainer = createDrainer({ db, spec: options.spec, sink, batchSize: options.batchSize, synchronousCommit: options.synchronousCommit ?? false, ...(options.lateWrites === false ? { lateWrites: false } : {}), ...(options.onEvent ? { onEvent: options.onEvent } : {}) });
+      const drainer = createDrainer({ db, spec: options.spec, sink, batchSize: options.batchSize, concurrentBatches, synchronousCommit: options.synchronousCommit ?? false, ...(options.lateWrites === false ? { lateWrites: false } : {}), ...(options.onEvent ? { onEvent: options.onEvent } : {}) });
       // A worker that finds every head taken by the others keeps polling, as a timer would, until
       // the whole backlog is delivered (with few partitions, one worker may hold all heads).
       while (done < options.rows) {

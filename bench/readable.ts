@@ -1,16 +1,18 @@
 import { ConsistencyPreference, type OpenFgaClient, type TupleKey } from '@openfga/sdk';
-import { createDrainer, type DrainerEvent, type Sink } from '@outbox/drainer';
+import { createDrainer, DRAINER_DEFAULTS, type DrainerEvent, type Sink } from '@outbox/drainer';
 import { createOutboxTable, defineOutbox, enqueue, type AnyKysely } from '@outbox/outbox';
 import { sql } from 'kysely';
 import { kysely } from './bench-db.js';
 import { freshStore, type OpenFgaTarget } from './openfga-store.js';
 import { paceWriters } from './paced-writers.js';
-import { ms, percentile, sleep, sorted } from './statistics.js';
+import { knob, ms, percentile, sleep, sorted } from './statistics.js';
 import type { TargetRow } from './summary.js';
 
 const RATE = 200;
 const PARTITIONS = 1_000;
 const WRITERS = 8;
+/** The drainer's open batches: its default unless BENCH_READABLE_BATCHES says (1 is the drainer of one batch at a time). */
+const OPEN_BATCHES = knob('BENCH_READABLE_BATCHES', DRAINER_DEFAULTS.concurrentBatches);
 
 /** Commit → readable, per intent, and how many reads it took. */
 export interface Readable {
@@ -64,12 +66,13 @@ export async function commitToReadable(url: string, db: AnyKysely, target: OpenF
       return outcomes;
     },
   };
-  const drainerDb = kysely(url, 2);
+  // A connection per open batch, and one for the late-write check.
+  const drainerDb = kysely(url, OPEN_BATCHES + 1);
   const onEvent = (event: DrainerEvent) => {
     if (event.type === 'batch-claimed') batches += 1;
     else if (event.type === 'delivered') writeMs += event.deliverMs;
   };
-  const drainer = createDrainer({ db: drainerDb, spec, sink: probing, listen: { connectionString: url }, onEvent });
+  const drainer = createDrainer({ db: drainerDb, spec, sink: probing, concurrentBatches: OPEN_BATCHES, listen: { connectionString: url }, onEvent });
   await drainer.start();
   let paced: { written: number; seconds: number };
   try {
@@ -111,7 +114,7 @@ export function describeReadable(r: Readable): { markdown: string; targets: Targ
   const p99 = percentile(r.latencies, 0.99);
   return {
     markdown: [
-      `### Commit → tuple readable in OpenFGA (postgres datastore): ${RATE} commits/s over ${PARTITIONS.toLocaleString('en-US')} partitions, LISTEN, one drainer (defaults), the OpenFGA sink`,
+      `### Commit → tuple readable in OpenFGA (postgres datastore): ${RATE} commits/s over ${PARTITIONS.toLocaleString('en-US')} partitions, LISTEN, one drainer (defaults${OPEN_BATCHES === DRAINER_DEFAULTS.concurrentBatches ? '' : `, but ${OPEN_BATCHES} open batches`}), the OpenFGA sink`,
       '',
       `${WRITERS} writers commit one intent (one tuple) per transaction; as soon as the sink call that carried an intent returns,`,
       'its tuple is read back (a `read` of the exact key, as docs/design.md §7 proves a landing), again every 2 ms until found.',

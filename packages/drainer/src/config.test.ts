@@ -62,6 +62,18 @@ describe('batchSize', () => {
   });
 });
 
+describe('concurrentBatches', () => {
+  test('an integer from 1 to 16: each open batch holds a pooled connection', () => {
+    expect(accepts({ concurrentBatches: 1 })).not.toThrow();
+    expect(accepts({ concurrentBatches: 16 })).not.toThrow();
+    for (const value of [0, -1, 17, 2.5, Number.NaN, '3']) {
+      const error = configError({ concurrentBatches: value });
+      expect(error.field).toBe('concurrentBatches');
+      expect(error.message).toMatch(/^concurrentBatches: expected an integer from 1 to 16/);
+    }
+  });
+});
+
 describe('backoff', () => {
   test.each([
     ['NaN base', { baseMs: Number.NaN }, 'backoff.baseMs'],

@@ -14,14 +14,16 @@ export interface Drainer {
    * during the start wins (nothing is left running). It can start again after `stop()`.
    */
   start(): Promise<void>;
-  /** Stops the timer and listener and waits for the in-flight batch. Waiting flushes (even one still on its first query) reject. */
+  /** Stops the timer and listener and waits for every open batch. Waiting flushes (even one still on its first query) reject. */
   stop(): Promise<void>;
   /**
-   * One pass, after the one in flight: batches until nothing is claimable, or until one in which
-   * nothing was delivered or poisoned (the target is likely down). Rejects with {@link DrainerStoppedError} after `stop()`.
+   * One pass, after the one in flight: batches, up to `concurrentBatches` open at once, until nothing
+   * is claimable, or until each lane of batches ran one in which nothing was delivered or poisoned
+   * (the target is likely down); the counts are the sums over its batches. Rejects with
+   * {@link DrainerStoppedError} after `stop()`.
    */
   drainOnce(): Promise<DrainResult>;
-  /** Asks for a pass soon; coalesces with a running one (at most one more pass is scheduled). */
+  /** Asks for a pass soon; coalesces with a running one (which opens another batch if it has room; at most one more pass is scheduled). */
   kick(): void;
   /**
    * Resolves when every intent of `partitionKey` committed and deliverable at the call is delivered;
@@ -68,7 +70,7 @@ export function createDrainer(options: DrainerConfig): Drainer {
       return running;
     }
     let progressed = false;
-    const current = pass()
+    const current = pass.run()
       .then((result) => {
         progressed = result.delivered + result.poisoned > 0;
         return result;
@@ -87,6 +89,7 @@ export function createDrainer(options: DrainerConfig): Drainer {
 
   function kick(): void {
     if (stopping) return;
+    pass.widen(); // new commits, or a flush: a lane with room claims them while the open batches deliver
     runPass().catch(() => undefined); // failures are logged and emitted inside the pass
   }
 

@@ -34,6 +34,8 @@ export interface BatchOptions {
   readonly flushKeys: readonly string[];
   /** Whether the pass would go on after this batch, the condition of chaining it. */
   readonly mayChain: () => boolean;
+  /** Told what the claim took (intents, of which heads) before they are delivered: the pass may open another batch meanwhile. */
+  readonly onClaimed?: (claimed: { readonly count: number; readonly heads: number }) => void;
 }
 
 /**
@@ -52,6 +54,7 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
   });
   if (batch.intents.length === 0) return undefined;
   emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
+  options.onClaimed?.({ count: batch.intents.length, heads: batch.heads });
   const deliverStarted = performance.now();
   const outcomes = await deliverBatch(config.sink, batch.intents, config.deliveryTimeoutMs);
   const deliverMs = performance.now() - deliverStarted;

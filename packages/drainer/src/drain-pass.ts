@@ -1,8 +1,9 @@
 import { sql } from 'kysely';
 import { BEGIN, COMMIT_AND_BEGIN, runBatch } from './drain-batch.js';
-import { initialHeadLimit, nextHeadLimit } from './head-limit.js';
+import { initialHeadLimit, nextHeadLimit, type HeadLimit } from './head-limit.js';
 import { checkLateWrites } from './late-write-check.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
+import { ConnectionTurns, PassLanes } from './pass-lanes.js';
 import { isSinkHalt } from './sink.js';
 import type { AnyKysely } from '@outbox/outbox';
 
@@ -18,7 +19,7 @@ export interface DrainResult {
   readonly halted: boolean;
 }
 
-/** How long a pass keeps one pooled connection before handing it back between two batches. */
+/** How long a lane keeps one pooled connection before handing it back between two batches. */
 const SEGMENT_MS = 200;
 
 export interface DrainPassOptions {
@@ -29,18 +30,36 @@ export interface DrainPassOptions {
   readonly stopping: () => boolean;
 }
 
-/**
- * What runs one pass (`Drainer.drainOnce`), in segments of batches on one pooled connection, each
- * batch its own transaction (docs/drainer.md, "A pass"). The head limit carries over between passes.
- */
-export function createDrainPass(options: DrainPassOptions): () => Promise<DrainResult> {
-  const { config, stopping } = options;
-  let limit = initialHeadLimit(config.batchSize);
+/** What runs passes: single flight is the caller's (`createDrainer`). */
+export interface DrainPass {
+  /** One pass (`Drainer.drainOnce`). */
+  readonly run: () => Promise<DrainResult>;
+  /** Opens another batch in the pass in flight, if it has room (commits were notified, a flush waits); nothing when no pass runs. */
+  readonly widen: () => void;
+}
 
-  /** True when the pass should go on with another segment. */
-  async function segment(conn: AnyKysely, totals: { -readonly [K in keyof DrainResult]: DrainResult[K] }): Promise<boolean> {
+type Totals = { -readonly [K in keyof DrainResult]: DrainResult[K] };
+
+/**
+ * One pass: up to `concurrentBatches` lanes, each running batches in segments on a pooled
+ * connection of its own, each batch its own transaction (docs/drainer.md, "A pass"; docs/design.md
+ * §5, "Open batches"). The head limit carries over between passes.
+ */
+export function createDrainPass(options: DrainPassOptions): DrainPass {
+  const { config, stopping } = options;
+  /** The last head limit a batch left: where a new lane starts, in this pass or the next. */
+  let carried = initialHeadLimit(config.batchSize);
+  const turns = new ConnectionTurns();
+  let current: PassLanes | undefined;
+
+  /**
+   * True when the lane should go on with another segment. Each lane adapts a head limit of its own,
+   * as a drainer of its own would: lanes updating one limit in turn push it back and forth.
+   */
+  async function segment(conn: AnyKysely, lanes: PassLanes, own: { limit: HeadLimit }, totals: Totals): Promise<boolean> {
+    const ending = () => stopping() || lanes.failed;
     const until = performance.now() + SEGMENT_MS;
-    const goOn = () => !stopping() && performance.now() < until;
+    const goOn = () => !ending() && performance.now() < until;
     let open = false;
     try {
       for (;;) {
@@ -48,10 +67,16 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
           await sql.raw(BEGIN).execute(conn);
           open = true;
         }
-        const batch = await runBatch(conn, { config, limit, flushKeys: options.flushedPartitions(), mayChain: goOn });
+        // A claim that stopped at one of its limits (a full batch, or as many heads as the head limit
+        // lets it take) left more claimable: another lane claims it while this batch is delivered.
+        const { limit } = own;
+        const onClaimed = (claimed: { count: number; heads: number }) => {
+          if ((claimed.count === config.batchSize || claimed.heads >= limit.heads) && !ending()) lanes.widen();
+        };
+        const batch = await runBatch(conn, { config, limit, flushKeys: options.flushedPartitions(), mayChain: goOn, onClaimed });
         if (batch === undefined) return false;
-        limit = nextHeadLimit(limit, { batchSize: config.batchSize, claimedHeads: batch.heads, settled: batch.settled });
-        // A batch that moved nothing ends the pass: it would spin (a skipped head, a 0 ms backoff), or the target is down.
+        own.limit = carried = nextHeadLimit(limit, { batchSize: config.batchSize, claimedHeads: batch.heads, settled: batch.settled });
+        // A batch that moved nothing ends its lane: it would spin (a skipped head, a 0 ms backoff), or the target is down.
         const progressed = batch.delivered + batch.poisoned > 0;
         const stay = batch.chained || (progressed && goOn());
         if (!batch.chained) {
@@ -66,7 +91,8 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
         totals.poisoned += batch.poisoned;
         totals.released += batch.released;
         batch.announce();
-        if (!stay) return progressed && !stopping();
+        // After a chained settle, a transaction is open: ending now rolls it back instead of claiming in it.
+        if (!stay || ending()) return progressed && !ending();
       }
     } finally {
       // The transaction of a failed batch, or the empty one that found nothing to claim.
@@ -74,15 +100,34 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
     }
   }
 
+  /** One lane: segments until one ends it, with the late-write check between two. */
+  async function lane(lanes: PassLanes, totals: Totals): Promise<void> {
+    const own = { limit: carried };
+    let more = true;
+    while (more && !stopping() && !lanes.failed) {
+      more = await turns.take((granted) =>
+        config.db.connection().execute((conn) => {
+          granted();
+          return segment(conn, lanes, own, totals);
+        }),
+      );
+      // Between segments, so a long pass (a backlog) does not hold checks back; their corrections
+      // are intents like any other, and this pass delivers them.
+      if (await checkDue()) more = true;
+    }
+  }
+
   let lastCheck = -Infinity;
+  let checking = false;
   /**
    * The late-write check (docs/agreement.md), at most once an `interval`, for up to one segment's
    * time. Its failure (the target unreadable) is logged: the rows stay due. True when it enqueued corrections.
    */
   async function checkDue(): Promise<boolean> {
     const { lateWrites, spec, logger, emit } = config;
-    if (!lateWrites || stopping() || performance.now() - lastCheck < config.interval) return false;
+    if (!lateWrites || checking || stopping() || performance.now() - lastCheck < config.interval) return false;
     lastCheck = performance.now();
+    checking = true; // one lane at a time: a check may outlast an interval
     let enqueued = false;
     try {
       for (;;) {
@@ -108,21 +153,19 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
     } catch (error) {
       logger.warn(`late-write check failed, its partitions stay due: ${error instanceof Error ? error.message : String(error)}`, { table: spec.table });
       return enqueued;
+    } finally {
+      checking = false;
     }
   }
 
-  return async function pass(): Promise<DrainResult> {
-    const { db, spec, logger, emit } = config;
-    const totals = { batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false };
+  async function run(): Promise<DrainResult> {
+    const { spec, logger, emit } = config;
+    const totals: Totals = { batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false };
     try {
       await options.verify();
-      let more = true;
-      while (more && !stopping()) {
-        more = await db.connection().execute((conn) => segment(conn, totals));
-        // Between segments, so a long pass (a backlog) does not hold checks back; their corrections
-        // are intents like any other, and this pass delivers them.
-        if (await checkDue()) more = true;
-      }
+      if (stopping()) return totals;
+      current = new PassLanes(config.concurrentBatches, (lanes) => lane(lanes, totals));
+      await current.finished;
     } catch (error) {
       const halted = isSinkHalt(error);
       const err = error instanceof Error ? error : new Error(String(error));
@@ -130,7 +173,16 @@ export function createDrainPass(options: DrainPassOptions): () => Promise<DrainR
       emit({ type: 'pass-failed', table: spec.table, error: err, halted });
       if (halted) return { ...totals, halted: true };
       throw err;
+    } finally {
+      current = undefined;
     }
     return totals;
+  }
+
+  return {
+    run,
+    widen: () => {
+      if (!stopping()) current?.widen();
+    },
   };
 }

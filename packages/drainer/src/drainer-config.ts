@@ -17,6 +17,18 @@ export interface DrainerConfig extends MeterOptions {
    */
   readonly batchSize?: number;
   /**
+   * Batches one drainer keeps open at once, each in its own transaction on its own pooled
+   * connection: the next batch is claimed and delivered while the Writes of the current one are in
+   * flight, so OpenFGA does not idle between batches (docs/design.md §5, "Open batches"; partitions
+   * stay in order). Default 3, from 1 to 16: end to end into OpenFGA, one open batch reached about
+   * 0.7× of the direct SDK's pipelined writes, three about 0.9×, four no more (docs/BENCHMARKS.md).
+   * The pool needs one connection per open batch, plus one for `flush`'s status queries and the
+   * late-write check; on a smaller pool fewer batches open (lanes wait their turn for a connection,
+   * one at a time, and never deadlock) and the service's own queries wait longer. 1 is the drainer
+   * of one batch at a time.
+   */
+  readonly concurrentBatches?: number;
+  /**
    * Milliseconds between scheduled passes (`start()`). Default 1000, at most 2147483647 (Node's
    * timer limit): the schedule is what guarantees progress when notifications are lost; LISTEN cuts
    * latency below it.

@@ -5,7 +5,7 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
 import { claimBatch } from './claim.js';
 import { deliveryOrder, enqueueRows, freshOutbox } from './testing/fixture.js';
-import { createDrainer, createRecordingSink } from './index.js';
+import { createDrainer, createRecordingSink, type Intent } from './index.js';
 
 const t = useTestDatabase();
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
@@ -58,19 +58,24 @@ describe('the claim with flushed partitions', () => {
 });
 
 describe('flush behind a backlog', () => {
-  test('a flush called while a pass delivers a backlog is served by the next batch, not after the backlog; every partition keeps id order', async () => {
+  test.each([1, 3])('a flush called while a pass delivers a backlog (%i open batches) is served by the next batch claimed, not after the backlog; every partition keeps id order', async (concurrentBatches) => {
     const spec = await freshOutbox(t.db);
     // 2,000 partitions of one row each, older than vpc:p's two rows: without priority vpc:p's head
     // is the last of 2,001 in claim order, twenty batches away.
     const keys = [...backlog(2_000), 'vpc:p', 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
 
-    // The flush's own query, seen by a log hook on the drainer's pool, tells the first sink call
-    // when the flush is registered: from then on every batch claims vpc:p first.
+    // The flush's own query, seen by a log hook on the drainer's pool, tells the sink calls when
+    // the flush is registered: from then on every batch claims vpc:p first. A connection is left
+    // for that query beside the open batches'.
+    let registered = false;
     let flushQueried: () => void = () => undefined;
-    const flushRegistered = new Promise<void>((resolve) => (flushQueried = resolve));
+    const flushRegistered = new Promise<void>((resolve) => (flushQueried = resolve)).then(() => void (registered = true));
+    // The batch that took vpc:p, once its sink call came.
+    let tookP: () => void = () => undefined;
+    const pTaken = new Promise<void>((resolve) => (tookP = resolve));
     const db = new Kysely({
-      dialect: new PostgresDialect({ pool: t.pool({ max: 3 }) }),
+      dialect: new PostgresDialect({ pool: t.pool({ max: concurrentBatches + 1 }) }),
       log: (event) => {
         if (event.level === 'query' && /order by id$/.test(event.query.sql.trim()) && event.query.parameters.includes('vpc:p')) flushQueried();
       },
@@ -78,19 +83,26 @@ describe('flush behind a backlog', () => {
     let flushed: Promise<void> | undefined;
     const sink = createRecordingSink();
     const deliver = sink.deliver.bind(sink);
+    // In the order the batches were claimed (a sink call starts as its claim returns).
+    const calls: Array<readonly Intent[]> = [];
     const drainer = createDrainer({
       db,
       spec,
       batchSize: 100,
+      concurrentBatches,
       logger: quiet,
       interval: 3_600_000,
       sink: {
+        // A batch claimed before the flush registered waits for it; one claimed after, without
+        // vpc:p, waits for the batch that took vpc:p: no lane claims twice meanwhile.
         async deliver(intents, context) {
-          if (sink.calls.length === 0) {
-            flushed = drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 30_000 });
-            await flushRegistered;
-            await new Promise((resolve) => setImmediate(resolve)); // the flush's .then runs
-          }
+          calls.push(intents);
+          const claimedAfter = registered;
+          if (intents.some((i) => i.partitionKey === 'vpc:p')) tookP();
+          else if (claimedAfter) await Promise.race([pTaken, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+          flushed ??= drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 30_000 });
+          await flushRegistered;
+          await new Promise((resolve) => setImmediate(resolve)); // the flush's .then runs
           return deliver(intents, context);
         },
       },
@@ -98,10 +110,15 @@ describe('flush behind a backlog', () => {
     const pass = await drainer.drainOnce();
     await flushed;
 
-    // The batch in flight when the flush came, then vpc:p's rows in the very next one.
-    const callOf = (id: string) => sink.calls.findIndex((call) => call.some((i) => i.id === id));
-    expect(ofKey(ids, keys, 'vpc:p').map(callOf)).toEqual([1, 1]);
-    expect(sink.calls[1]!.slice(-2).map((i) => i.partitionKey)).toEqual(['vpc:p', 'vpc:p']);
+    // vpc:p's rows together, in one of the first batches claimed after the flush registered: ahead
+    // of it at most the batches claimed before (one per lane) and those claimed alongside the one
+    // that took it (one per other lane).
+    const callOf = (id: string) => calls.findIndex((call) => call.some((i) => i.id === id));
+    const [first, second] = ofKey(ids, keys, 'vpc:p').map(callOf);
+    expect(first).toBe(second);
+    expect(first).toBeGreaterThanOrEqual(1);
+    expect(first).toBeLessThanOrEqual(2 * concurrentBatches - 1);
+    expect(calls[first!]!.slice(-2).map((i) => i.partitionKey)).toEqual(['vpc:p', 'vpc:p']);
     // Nothing lost, nothing twice, and order within each partition.
     expect(pass.delivered).toBe(2_002);
     expect(new Set(sink.delivered.map((i) => i.id)).size).toBe(2_002);

@@ -1,5 +1,6 @@
 export { createDrainer, type Drainer } from './create-drainer.js';
 export type { DrainerConfig, LateWritesOptions } from './drainer-config.js';
+export { DRAINER_DEFAULTS } from './resolve-drainer-config.js';
 export type { DrainResult } from './drain-pass.js';
 export { isSinkHalt, SinkHaltError, type Intent, type Outcome, type Sink, type SinkContext } from './sink.js';
 export { createRecordingSink, type RecordingSink, type RecordingSinkOptions } from './recording-sink.js';

@@ -13,7 +13,7 @@ describe('a pass and its transactions', () => {
   const backendState = async (db: AnyKysely, pid: number) =>
     (await sql<{ state: string }>`select state from pg_stat_activity where pid = ${pid}`.execute(db)).rows[0]?.state;
 
-  test('each batch commits before the next is delivered, in READ COMMITTED even on a serializable pool; the pass leaves its connection idle', async () => {
+  test('one batch open at a time: each commits before the next is delivered, in READ COMMITTED even on a serializable pool; the pass leaves its connection idle', async () => {
     const spec = await freshOutbox(t.db);
     const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c']);
     const pool = t.pool({ max: 1, options: '-c default_transaction_isolation=serializable' });
@@ -30,7 +30,7 @@ describe('a pass and its transactions', () => {
         return undefined;
       },
     });
-    await createDrainer({ db, spec, sink, batchSize: 1, logger: quiet }).drainOnce();
+    await createDrainer({ db, spec, sink, batchSize: 1, concurrentBatches: 1, logger: quiet }).drainOnce();
     expect(sink.delivered.map((i) => i.id)).toEqual(ids);
     expect(seenBefore).toEqual([
       [false, false, false],
@@ -56,7 +56,8 @@ describe('a pass and its transactions', () => {
       },
     });
     const sink = createRecordingSink();
-    const result = await createDrainer({ db, spec, sink, batchSize: 10, logger: quiet }).drainOnce();
+    // One lane: the statements of one connection, in order.
+    const result = await createDrainer({ db, spec, sink, batchSize: 10, concurrentBatches: 1, logger: quiet }).drainOnce();
     expect(result).toMatchObject({ batches: 4, delivered: 35 });
     expect(sink.delivered.map((i) => i.id)).toEqual(ids);
     const settles = statements.filter((q) => q.includes('_settle"('));
@@ -74,7 +75,7 @@ describe('a pass and its transactions', () => {
     });
     // A long backoff: with the default (full jitter from 0 ms) the failed row could be due again
     // within the same pass and make a second batch.
-    await createDrainer({ db, spec: failing, sink: flaky, batchSize: 10, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    await createDrainer({ db, spec: failing, sink: flaky, batchSize: 10, concurrentBatches: 1, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
     const failedBatch = statements.filter((q) => q.includes('_settle"('));
     expect(failedBatch).toHaveLength(1);
     expect(failedBatch[0]).not.toContain('commit');
@@ -95,7 +96,7 @@ describe('a pass and its transactions', () => {
         return intents.map(() => ({ kind: 'delivered' as const }));
       },
     };
-    const drainer = createDrainer({ db, spec, sink: flaky, batchSize: 1, logger: quiet });
+    const drainer = createDrainer({ db, spec, sink: flaky, batchSize: 1, concurrentBatches: 1, logger: quiet });
     expect(await drainer.drainOnce()).toMatchObject({ batches: 1, delivered: 1, halted: true });
     expect(await backendState(t.db, pid)).toBe('idle');
     // The halted batch's row was not counted against, and the first batch stayed committed.
@@ -145,23 +146,29 @@ describe('commit durability', () => {
         if (call) claims.push(call[1]!);
       },
     });
-    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, logger: quiet }).drainOnce();
+    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, concurrentBatches: 1, logger: quiet }).drainOnce();
     await enqueueRows(t.db, spec, ['vpc:c']);
-    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, logger: quiet, synchronousCommit: true }).drainOnce();
-    // The claim's p_synchronous_commit argument; each pass ends with an empty claim.
+    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, concurrentBatches: 1, logger: quiet, synchronousCommit: true }).drainOnce();
+    // The claim's p_synchronous_commit argument; each pass (of one lane) ends with an empty claim.
     expect(claims).toEqual(['false', 'false', 'false', 'true', 'true']);
     expect((await outboxRows(t.db, spec)).every((r) => r.sent)).toBe(true);
     await db.destroy();
   });
 });
 
+/** 150 partitions whose intent the target refuses for now, then 50 it takes, and the sink that says so. */
+async function throttledBacklog() {
+  const spec = await freshOutbox(t.db);
+  await enqueueRows(t.db, spec, Array.from({ length: 150 }, (_, i) => `bad:${i}`));
+  await enqueueRows(t.db, spec, Array.from({ length: 50 }, (_, i) => `good:${i}`));
+  const sink = createRecordingSink({ outcome: (i) => (i.partitionKey.startsWith('bad') ? { kind: 'transient', error: 'throttled' } : undefined) });
+  return { spec, sink };
+}
+
 describe('when a pass ends', () => {
-  test('a batch that failed as a whole ends the pass (the target is likely down); the next pass goes on behind it', async () => {
-    const spec = await freshOutbox(t.db);
-    await enqueueRows(t.db, spec, Array.from({ length: 150 }, (_, i) => `bad:${i}`));
-    await enqueueRows(t.db, spec, Array.from({ length: 50 }, (_, i) => `good:${i}`));
-    const sink = createRecordingSink({ outcome: (i) => (i.partitionKey.startsWith('bad') ? { kind: 'transient', error: 'throttled' } : undefined) });
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } });
+  test('one batch open at a time: a batch that failed as a whole ends the pass (the target is likely down); the next pass goes on behind it', async () => {
+    const { spec, sink } = await throttledBacklog();
+    const drainer = createDrainer({ db: t.db, spec, sink, concurrentBatches: 1, logger: quiet, backoff: { baseMs: 60_000 } });
     // One batch of 100 failures: the pass stops there instead of trying the whole backlog against it.
     expect(await drainer.drainOnce()).toMatchObject({ batches: 1, claimed: 100, retried: 100, delivered: 0 });
     // Full jitter can draw a delay of a few ms: pin the failed rows' backoff to a minute.
@@ -216,4 +223,115 @@ describe('when a pass ends', () => {
     expect(events).toEqual(['pass-failed']);
     expect(logged.join('\n')).toMatch(/drain pass failed: .*runtime\.missing/);
   });
+});
+
+describe('a pass with several batches open', () => {
+  /** A Kysely on a pool of `max` that counts the claim calls it sends. */
+  const countingClaims = (max: number) => {
+    const claims = { n: 0 };
+    const db = new KyselyClass({
+      dialect: new PostgresDialect({ pool: t.pool({ max }) }),
+      log: (event) => {
+        if (event.query.sql.includes('_claim"(')) claims.n += 1;
+      },
+    });
+    return { db, claims };
+  };
+
+  /** A sink whose calls take `ms`, counting how many run at once. */
+  const slowSink = (ms: number, outcome?: Parameters<typeof createRecordingSink>[0]) => {
+    const sink = createRecordingSink(outcome);
+    const state = { inFlight: 0, mostInFlight: 0 };
+    const slow: Sink = {
+      deliver: async (intents, context) => {
+        state.inFlight += 1;
+        state.mostInFlight = Math.max(state.mostInFlight, state.inFlight);
+        try {
+          await new Promise((resolve) => setTimeout(resolve, ms));
+          return await sink.deliver(intents, context);
+        } finally {
+          state.inFlight -= 1;
+        }
+      },
+    };
+    return { sink, slow, state };
+  };
+
+  test('an idle pass opens one batch: one empty claim, whatever concurrentBatches', async () => {
+    const spec = await freshOutbox(t.db);
+    const { db, claims } = countingClaims(4);
+    const result = await createDrainer({ db, spec, sink: createRecordingSink(), concurrentBatches: 3, logger: quiet }).drainOnce();
+    expect(result).toEqual({ batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false });
+    expect(claims.n).toBe(1);
+    await db.destroy();
+  });
+
+  test('a backlog: as many batches in the sink at once as concurrentBatches, never more; the pass counts them all, each batch with its own events', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, Array.from({ length: 300 }, (_, i) => `vpc:${i % 100}`));
+    const { db } = countingClaims(4);
+    const { sink, slow, state } = slowSink(20);
+    const claimed: number[] = [];
+    const delivered: number[] = [];
+    const result = await createDrainer({
+      db,
+      spec,
+      sink: slow,
+      batchSize: 10,
+      concurrentBatches: 3,
+      logger: quiet,
+      onEvent: (e) => {
+        if (e.type === 'batch-claimed') claimed.push(e.count);
+        if (e.type === 'delivered') delivered.push(e.ids.length);
+      },
+    }).drainOnce();
+    expect(state.mostInFlight).toBe(3);
+    expect(result).toMatchObject({ claimed: 300, delivered: 300, retried: 0, poisoned: 0, released: 0, halted: false });
+    expect(claimed).toHaveLength(result.batches);
+    expect(delivered).toHaveLength(result.batches);
+    expect(claimed.reduce((a, b) => a + b, 0)).toBe(300);
+    expect(new Set(sink.delivered.map((i) => i.id))).toEqual(new Set(ids));
+    await db.destroy();
+  });
+
+  test('a batch that failed as a whole ends its lane, not the pass: the other open batch delivers what it holds', async () => {
+    const { spec, sink } = await throttledBacklog();
+    const drainer = createDrainer({ db: t.db, spec, sink, concurrentBatches: 2, logger: quiet, backoff: { baseMs: 60_000 } });
+    // Lane 1: 100 failures, and its lane ends. Lane 2 (opened by the full claim): 50 failures, 50
+    // delivered, then nothing claimable. No third batch is tried against the failing target.
+    expect(await drainer.drainOnce()).toMatchObject({ batches: 2, claimed: 200, retried: 150, delivered: 50 });
+    expect(sink.calls).toHaveLength(2);
+  });
+
+  test('a sink halt in one open batch ends the pass halted: the other lanes end with the batch they hold, nothing is counted against an intent, no lock is left', async () => {
+    const spec = await freshOutbox(t.db);
+    const ids = await enqueueRows(t.db, spec, Array.from({ length: 60 }, (_, i) => `vpc:${i}`));
+    let calls = 0;
+    let callsAfterHalt = 0;
+    const { sink, slow, state } = slowSink(30);
+    const halting: Sink = {
+      deliver: async (intents, context) => {
+        calls += 1;
+        if (calls === 3) throw new SinkHaltError('credentials refused');
+        if (calls > 3) callsAfterHalt += 1;
+        return slow.deliver(intents, context);
+      },
+    };
+    const db = t.kysely({ max: 4 });
+    const result = await createDrainer({ db, spec, sink: halting, batchSize: 5, concurrentBatches: 3, logger: quiet }).drainOnce();
+    expect(result.halted).toBe(true);
+    expect(state.inFlight).toBe(0); // the pass ended after the other open batches did
+    // At most the batches the two other lanes had claimed when the halt came (the released rows may be among them).
+    expect(callsAfterHalt).toBeLessThanOrEqual(2);
+    const rows = await outboxRows(t.db, spec);
+    expect(rows.filter((r) => r.sent).map((r) => r.id).sort()).toEqual(sink.delivered.map((i) => i.id).sort());
+    expect(result.delivered).toBe(sink.delivered.length);
+    expect(rows.every((r) => r.attempt_count === 0)).toBe(true);
+    // Nothing held: another drainer delivers the rest, each row once.
+    const rest = createRecordingSink();
+    await createDrainer({ db: t.db, spec, sink: rest, concurrentBatches: 1, logger: quiet }).drainOnce();
+    expect([...sink.delivered, ...rest.delivered].map((i) => i.id).sort()).toEqual([...ids].sort());
+    await db.destroy();
+  });
+
 });

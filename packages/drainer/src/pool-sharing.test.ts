@@ -76,8 +76,12 @@ describe('a small pool shared with the service', () => {
     const sink = createRecordingSink();
     const drainer = createDrainer({ db, spec, sink, logger: quiet, interval: 50, listen: { connectionString: t.url } });
     await drainer.start();
-    // The service holds both connections for a second.
+    // The service holds both connections for a second (from when both run: a pass of the timer may hold one a moment).
     const hogs = Promise.all([sql`select pg_sleep(1)`.execute(db), sql`select pg_sleep(1)`.execute(db)]);
+    await waitUntil('both connections held by the service', async () => {
+      const sleeping = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity where query = 'select pg_sleep(1)' and state = 'active'`.execute(t.db);
+      return sleeping.rows[0]?.n === 2;
+    });
     let maxWaiting = 0;
     const writes = (async () => {
       for (let i = 0; i < 300; i += 1) {

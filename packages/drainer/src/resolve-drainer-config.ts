@@ -10,6 +10,16 @@ import type { Sink } from './sink.js';
 export const MAX_TIMER_MS = 2_147_483_647;
 /** A batch's settle takes one advisory lock per partition in it (docs/design.md §5: bound keys per batch). */
 const MAX_BATCH_SIZE = 1_000;
+/** Each open batch holds a pooled connection while its lane runs: past a handful, a pool is the limit, not OpenFGA. */
+const MAX_CONCURRENT_BATCHES = 16;
+
+/**
+ * The defaults a pool is sized by (docs/design.md §5, "Open batches"; why each: {@link DrainerConfig}).
+ *
+ * @example
+ * const pool = new pg.Pool({ connectionString, max: DRAINER_DEFAULTS.concurrentBatches + 1 + serviceConnections });
+ */
+export const DRAINER_DEFAULTS = { batchSize: 100, concurrentBatches: 3 } as const;
 
 /** A {@link DrainerConfig} checked, with its defaults filled in and its hooks guarded; frozen. */
 export interface ResolvedDrainerConfig {
@@ -17,6 +27,7 @@ export interface ResolvedDrainerConfig {
   readonly spec: OutboxSpec;
   readonly sink: Sink;
   readonly batchSize: number;
+  readonly concurrentBatches: number;
   readonly interval: number;
   readonly deliveryTimeoutMs: number;
   readonly backoff: Readonly<Required<BackoffOptions>>;
@@ -84,7 +95,12 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
     throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
   }
   if (!config.sink || typeof config.sink.deliver !== 'function') throw new OutboxConfigError('sink', 'expected an object with deliver(intents, context)');
-  const batchSize = integerInRange('batchSize', config.batchSize, { fallback: 100, min: 1, max: MAX_BATCH_SIZE });
+  const batchSize = integerInRange('batchSize', config.batchSize, { fallback: DRAINER_DEFAULTS.batchSize, min: 1, max: MAX_BATCH_SIZE });
+  const concurrentBatches = integerInRange('concurrentBatches', config.concurrentBatches, {
+    fallback: DRAINER_DEFAULTS.concurrentBatches,
+    min: 1,
+    max: MAX_CONCURRENT_BATCHES,
+  });
   const interval = integerInRange('interval', config.interval, { fallback: 1_000, min: 1, max: MAX_TIMER_MS });
   const deliveryTimeoutMs = integerInRange('deliveryTimeoutMs', config.deliveryTimeoutMs, { fallback: 30_000, min: 1, max: MAX_TIMER_MS });
   const backoff = resolveBackoff(config.backoff);
@@ -99,6 +115,7 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
     spec: config.spec,
     sink: config.sink,
     batchSize,
+    concurrentBatches,
     interval,
     deliveryTimeoutMs,
     backoff,

@@ -9,6 +9,11 @@ import pg from 'pg';
  * arrive as an uncaught exception. The query in flight still fails, the pool drops the client, and
  * the next checkout opens a new connection.
  *
+ * `max` is shared by the service's requests and its outbox: while it drains a backlog the drainer
+ * holds a connection per open batch (`concurrentBatches`, default 3), and `flush` and the
+ * late-write check take one more at times (docs/design.md §5, "Open batches"). A smaller pool opens
+ * fewer batches and never deadlocks, but requests then wait behind the drainer's segments.
+ *
  * @example
  * const db = new Kysely({ dialect: new PostgresDialect({ pool: createServicePool(databaseUrl, 10, logger) }) });
  */

@@ -1,0 +1,80 @@
+/**
+ * The lanes of one pass (docs/design.md §5, "Open batches"): each lane runs batches one after
+ * another on a connection of its own, so up to `max` batches are open at once. The first lane opens
+ * with the pass; {@link PassLanes.widen} opens another while there is room. The pass is over when
+ * the last open lane ends; a lane that fails ends the others after their current batch.
+ */
+export class PassLanes {
+  readonly #max: number;
+  readonly #lane: (lanes: PassLanes) => Promise<void>;
+  #open = 0;
+  #over = false;
+  #failure: { readonly error: unknown } | undefined;
+  readonly #finished: Promise<void>;
+  #settle!: { resolve: () => void; reject: (error: unknown) => void };
+
+  /** Opens the first lane at once; `lane` runs one lane to its end (it should end soon once {@link failed} is true). */
+  constructor(max: number, lane: (lanes: PassLanes) => Promise<void>) {
+    this.#max = max;
+    this.#lane = lane;
+    this.#finished = new Promise<void>((resolve, reject) => (this.#settle = { resolve, reject }));
+    this.widen();
+  }
+
+  /** Resolves once every lane has ended; rejects with the first lane's failure, after the others ended too. */
+  get finished(): Promise<void> {
+    return this.#finished;
+  }
+
+  /** True once a lane failed: the others stop after their current batch and no lane opens. */
+  get failed(): boolean {
+    return this.#failure !== undefined;
+  }
+
+  /** Lanes running now. */
+  get open(): number {
+    return this.#open;
+  }
+
+  /** Opens one more lane, unless `max` are open, a lane failed, or the pass is over. True if it opened one. */
+  widen(): boolean {
+    if (this.#over || this.#failure || this.#open >= this.#max) return false;
+    this.#open += 1;
+    // A microtask later, so that a lane never runs inside its opener's call stack.
+    void Promise.resolve()
+      .then(() => this.#lane(this))
+      .catch((error: unknown) => {
+        this.#failure ??= { error };
+      })
+      .finally(() => {
+        this.#open -= 1;
+        if (this.#open > 0) return;
+        this.#over = true;
+        if (this.#failure) this.#settle.reject(this.#failure.error);
+        else this.#settle.resolve();
+      });
+    return true;
+  }
+}
+
+/**
+ * Lets one lane at a time wait for a pooled connection: a pass then queues one request on the pool
+ * at most, however many lanes it runs, and a service's own queries are never queued behind several.
+ */
+export class ConnectionTurns {
+  #tail: Promise<void> = Promise.resolve();
+
+  /** Waits for the turns before this one, then for `acquire`, which calls `granted` once it holds its connection. */
+  async take<T>(acquire: (granted: () => void) => Promise<T>): Promise<T> {
+    let granted!: () => void;
+    const mine = new Promise<void>((resolve) => (granted = resolve));
+    const before = this.#tail;
+    this.#tail = before.then(() => mine);
+    await before;
+    try {
+      return await acquire(granted);
+    } finally {
+      granted(); // a checkout that failed gives up its turn too
+    }
+  }
+}
