@@ -57,7 +57,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
    * as a drainer of its own would: lanes updating one limit in turn push it back and forth.
    */
   async function segment(conn: AnyKysely, lanes: PassLanes, own: { limit: HeadLimit }, totals: Totals): Promise<boolean> {
-    const ending = () => stopping() || lanes.failed;
+    const ending = () => stopping() || lanes.failed || lanes.stalled;
     const until = performance.now() + SEGMENT_MS;
     const goOn = () => !ending() && performance.now() < until;
     let open = false;
@@ -76,8 +76,9 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
         const batch = await runBatch(conn, { config, limit, flushKeys: options.flushedPartitions(), mayChain: goOn, onClaimed });
         if (batch === undefined) return false;
         own.limit = carried = nextHeadLimit(limit, { batchSize: config.batchSize, claimedHeads: batch.heads, settled: batch.settled });
-        // A batch that moved nothing ends its lane: it would spin (a skipped head, a 0 ms backoff), or the target is down.
+        // A batch that moved nothing ends the pass (every lane after its current batch): it would spin (a skipped head, a 0 ms backoff), or the target is down.
         const progressed = batch.delivered + batch.poisoned > 0;
+        if (!progressed) lanes.stall();
         const stay = batch.chained || (progressed && goOn());
         if (!batch.chained) {
           open = false; // a failed COMMIT ends the transaction too
@@ -104,7 +105,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
   async function lane(lanes: PassLanes, totals: Totals): Promise<void> {
     const own = { limit: carried };
     let more = true;
-    while (more && !stopping() && !lanes.failed) {
+    while (more && !stopping() && !lanes.failed && !lanes.stalled) {
       more = await turns.take((granted) =>
         config.db.connection().execute((conn) => {
           granted();

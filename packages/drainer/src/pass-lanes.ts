@@ -2,13 +2,15 @@
  * The lanes of one pass (docs/design.md §5, "Open batches"): each lane runs batches one after
  * another on a connection of its own, so up to `max` batches are open at once. The first lane opens
  * with the pass; {@link PassLanes.widen} opens another while there is room. The pass is over when
- * the last open lane ends; a lane that fails ends the others after their current batch.
+ * the last open lane ends; a lane that fails, or a batch that moved nothing, ends the others after
+ * their current batch.
  */
 export class PassLanes {
   readonly #max: number;
   readonly #lane: (lanes: PassLanes) => Promise<void>;
   #open = 0;
   #over = false;
+  #stalled = false;
   #failure: { readonly error: unknown } | undefined;
   readonly #finished: Promise<void>;
   #settle!: { resolve: () => void; reject: (error: unknown) => void };
@@ -31,14 +33,28 @@ export class PassLanes {
     return this.#failure !== undefined;
   }
 
+  /**
+   * True once a batch moved nothing (every intent failed transiently or was released): the target
+   * is likely down, so the pass ends as a one-batch pass would, instead of each lane spending an
+   * attempt of rows whose backoff is short. No lane opens; the others stop after their current batch.
+   */
+  get stalled(): boolean {
+    return this.#stalled;
+  }
+
+  /** Marks the pass {@link stalled}. */
+  stall(): void {
+    this.#stalled = true;
+  }
+
   /** Lanes running now. */
   get open(): number {
     return this.#open;
   }
 
-  /** Opens one more lane, unless `max` are open, a lane failed, or the pass is over. True if it opened one. */
+  /** Opens one more lane, unless `max` are open, a lane failed, the pass stalled, or it is over. True if it opened one. */
   widen(): boolean {
-    if (this.#over || this.#failure || this.#open >= this.#max) return false;
+    if (this.#over || this.#failure || this.#stalled || this.#open >= this.#max) return false;
     this.#open += 1;
     // A microtask later, so that a lane never runs inside its opener's call stack.
     void Promise.resolve()

@@ -294,7 +294,21 @@ describe('a pass with several batches open', () => {
     await db.destroy();
   });
 
-  test('a batch that failed as a whole ends its lane, not the pass: the other open batch delivers what it holds', async () => {
+  test('a batch that moved nothing ends the pass: with the target down and a 0 ms backoff, each row is attempted once a pass, not once a lane', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, Array.from({ length: 40 }, (_, i) => `vpc:${i % 20}`));
+    const sink = createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'OpenFGA unreachable' }) });
+    const db = t.kysely({ max: 4 });
+    const drainer = createDrainer({ db, spec, sink, batchSize: 5, concurrentBatches: 3, logger: quiet, backoff: { baseMs: 0, maxMs: 0 } });
+    const result = await drainer.drainOnce();
+    expect(result).toMatchObject({ delivered: 0, poisoned: 0 });
+    expect(result.batches).toBeLessThanOrEqual(3); // the batches open when the first one failed, and no more
+    const attempts = (await outboxRows(t.db, spec)).map((r) => r.attempt_count);
+    expect(Math.max(...attempts)).toBe(1);
+    await db.destroy();
+  });
+
+  test('a batch that failed as a whole ends the pass after the other open batch delivered what it holds', async () => {
     const { spec, sink } = await throttledBacklog();
     const drainer = createDrainer({ db: t.db, spec, sink, concurrentBatches: 2, logger: quiet, backoff: { baseMs: 60_000 } });
     // Lane 1: 100 failures, and its lane ends. Lane 2 (opened by the full claim): 50 failures, 50
