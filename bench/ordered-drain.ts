@@ -2,7 +2,7 @@ import { createDrainer, DRAINER_DEFAULTS, type DrainerEvent, type Sink } from '@
 import type { OutboxSpec } from '@outbox/outbox';
 import { kysely } from './bench-db.js';
 import { checkOrder, type OrderCheck } from './order-check.js';
-import { sleep } from './statistics.js';
+import { knob, sleep } from './statistics.js';
 
 const noopSink: Sink = { deliver: async (intents) => intents.map(() => ({ kind: 'delivered' as const })) };
 
@@ -49,7 +49,8 @@ export async function orderedDrain(options: OrderedDrainOptions): Promise<{ ms: 
       }
     : inner;
   const deadline = performance.now() + (options.deadlineMs ?? 600_000);
-  const concurrentBatches = options.concurrentBatches ?? DRAINER_DEFAULTS.concurrentBatches;
+  // BENCH_CONCURRENT_BATCHES: every section's drainers with another setting than the default (a comparison run).
+  const concurrentBatches = options.concurrentBatches ?? knob('BENCH_CONCURRENT_BATCHES', DRAINER_DEFAULTS.concurrentBatches);
   // A connection per open batch and one for flush and the late-write check, as docs/design.md §5 sizes a pool.
   const dbs = Array.from({ length: options.workers }, () => kysely(options.url, concurrentBatches + 1));
   let done = 0;
