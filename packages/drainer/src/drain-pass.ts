@@ -51,13 +51,15 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
   let carried = initialHeadLimit(config.batchSize);
   const turns = new ConnectionTurns();
   let current: PassLanes | undefined;
+  /** Whether the pass is ending: stopped, a lane failed, or a batch moved nothing. */
+  const passEnding = (lanes: PassLanes) => stopping() || lanes.failed || lanes.stalled;
 
   /**
    * True when the lane should go on with another segment. Each lane adapts a head limit of its own,
    * as a drainer of its own would: lanes updating one limit in turn push it back and forth.
    */
   async function segment(conn: AnyKysely, lanes: PassLanes, own: { limit: HeadLimit }, totals: Totals): Promise<boolean> {
-    const ending = () => stopping() || lanes.failed || lanes.stalled;
+    const ending = () => passEnding(lanes);
     const until = performance.now() + SEGMENT_MS;
     const goOn = () => !ending() && performance.now() < until;
     let open = false;
@@ -105,7 +107,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
   async function lane(lanes: PassLanes, totals: Totals): Promise<void> {
     const own = { limit: carried };
     let more = true;
-    while (more && !stopping() && !lanes.failed && !lanes.stalled) {
+    while (more && !passEnding(lanes)) {
       more = await turns.take((granted) =>
         config.db.connection().execute((conn) => {
           granted();

@@ -130,15 +130,10 @@ export async function auditOutboxIncremental(options: IncrementalAuditOptions): 
   }
   // A first run, or many changes (the scan then costs fewer Reads than re-reading each changed partition):
   // the scan sees every change read above.
-  const findings = first || changed.size > scanAbove ? (await fullFindings(ctx)).findings : await changedFindings(ctx, changed);
+  const { findings } = await findDrift(ctx, first || changed.size > scanAbove ? undefined : [...changed]);
   await writeAuditCursors(ctx.db, table, ctx.spec.table, next);
   const report = auditReport({ outbox: ctx.spec.table, mode: 'incremental', objectTypes: ctx.owner.objectTypes, reads: ctx.reads, startedAt }, findings, sampleSize);
   logOutcome(options.logger, report);
   return report;
-}
-
-async function changedFindings(ctx: AuditContext, changed: ReadonlySet<string>): Promise<Findings> {
-  const confirmed = await confirmPartitions(ctx, changed);
-  return { compared: changed.size, liveTuples: 0, candidates: changed.size, pending: confirmed.pending.length, drifted: confirmed.drifted };
 }
 
