@@ -1,5 +1,5 @@
 import { enqueueMany, type AnyKysely, type IntentPayload } from '@outbox/outbox';
-import { lockPartitions, partitionRangeSql, rowStates, tableNames } from '@outbox/outbox/protocol';
+import { lockPartitions, partitionRangeSql, planByIndex, rowStates, tableNames } from '@outbox/outbox/protocol';
 import { sql } from 'kysely';
 import { keysAtRisk, lateWriteCorrections, tupleKeyOf, type KeyAtRisk } from './late-write-keys.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
@@ -47,7 +47,8 @@ export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelay
   async function partitionStates(trx: AnyKysely, keys: readonly string[]) {
     const result = await sql<{ partition_key: string; pending: boolean; last_delivered: string | null }>`
       select u.k as partition_key,
-        exists (select 1 from ${table} p where ${range('p', 'u.k')} and ${rowStates('p').pending}) as pending,
+        (select true from ${table} p where ${range('p', 'u.k')} and ${rowStates('p').pending}
+         order by p.${key}, p.id limit 1) is not null as pending,
         (select x.id::text from ${table} x where ${range('x', 'u.k')} and ${rowStates('x').delivered}
          order by x.${key} desc, x.id desc limit 1) as last_delivered
       from unnest(${[...keys]}::text[]) as u(k)`.execute(trx);
@@ -58,6 +59,7 @@ export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelay
     .transaction()
     .setIsolationLevel('read committed')
     .execute(async (trx) => {
+      await planByIndex().execute(trx);
       const due = await sql<{ id: string; partition_key: string; window_from: Date; candidates: number }>`
         with candidates as (
           select t.${key} as k, min(t.verify_after) as first_due from ${table} t where t.verify_after <= now()

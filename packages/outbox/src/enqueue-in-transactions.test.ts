@@ -1,6 +1,7 @@
 import { useTestDatabase } from '@outbox/test-stack';
+import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { enqueue } from './enqueue.js';
+import { enqueue, enqueueMany } from './enqueue.js';
 import { freshOutboxes, headFlags } from './testing/outbox-tables.js';
 
 // Enqueue inside the caller's transaction: two calls in one transaction, and savepoints.
@@ -51,5 +52,35 @@ describe('enqueue in savepoints (Kysely controlled transactions) keeps exactly o
       { resource_id: 'vpc:s', is_head: true },
       { resource_id: 'vpc:s', is_head: false },
     ]);
+  });
+});
+
+describe('the planner settings enqueue plans its insert under', () => {
+  const settings = async (trx: Parameters<typeof enqueue>[0]) =>
+    (await sql<{ sort: string; seqscan: string; jit: string }>`select current_setting('enable_sort') as sort, current_setting('enable_seqscan') as seqscan, current_setting('jit') as jit`.execute(trx)).rows[0];
+
+  test('are the caller\'s again once enqueue returns, whatever the caller had set, and the next statements plan as before', async () => {
+    const spec = await fresh();
+    await t.db.transaction().execute(async (trx) => {
+      const before = await settings(trx);
+      await enqueueMany(trx, spec, [{ partitionKey: 'vpc:a', payload }, { partitionKey: 'vpc:b', payload }]);
+      expect(await settings(trx)).toEqual(before);
+      await sql`set local enable_sort = off`.execute(trx);
+      await sql`set local jit = on`.execute(trx);
+      await enqueue(trx, spec, { partitionKey: 'vpc:c', payload });
+      expect(await settings(trx)).toEqual({ ...before, sort: 'off', jit: 'on' });
+    });
+  });
+
+  test('are left alone when enqueue refuses the transaction (not READ COMMITTED)', async () => {
+    const spec = await fresh();
+    await t.db
+      .transaction()
+      .setIsolationLevel('repeatable read')
+      .execute(async (trx) => {
+        const before = await settings(trx);
+        await expect(enqueue(trx, spec, { partitionKey: 'vpc:a', payload })).rejects.toThrow(/READ COMMITTED/);
+        expect(await settings(trx)).toEqual(before);
+      });
   });
 });

@@ -4,6 +4,7 @@ import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, PayloadError } from './errors.js';
 import { compareIds } from './ids.js';
 import { countedMaxAttemptsSql } from './max-attempts.js';
+import { INDEX_PLAN_SETTINGS } from './index-plans.js';
 import { lockPartitions } from './partition-lock.js';
 import { partitionRangeSql } from './partition-range.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
@@ -32,12 +33,27 @@ function requireTransaction(trx: AnyKysely): void {
 
 const READ_COMMITTED = 'read committed';
 
-/** The partitions' advisory locks, taken only under READ COMMITTED; returns the isolation level either way. */
+/**
+ * The partitions' advisory locks, and {@link INDEX_PLAN_SETTINGS} off for the insert's head probe,
+ * only under READ COMMITTED; returns the isolation level either way, and the caller's values of
+ * those settings (the insert puts them back as it runs, once it is planned).
+ */
 function lockPartitionsIfReadCommitted(spec: OutboxSpec, keys: readonly string[]) {
   const readCommitted = sql<boolean>`current_setting('transaction_isolation') = ${READ_COMMITTED}`;
-  return sql<{ isolation: string }>`
-    with locks as (${lockPartitions(spec, keys, readCommitted)})
-    select current_setting('transaction_isolation') as isolation, (select count(*) from locks) as locked`;
+  const current = INDEX_PLAN_SETTINGS.map((name) => sql`current_setting(${name})`);
+  const off = INDEX_PLAN_SETTINGS.map((name, i) => sql`case when ${readCommitted} then set_config(${name}, 'off', true) end as ${sql.ref(`off_${i}`)}`);
+  // The caller's values are read in a CTE scanned before the select list sets the new ones.
+  return sql<{ isolation: string; caller: string[] }>`
+    with locks as (${lockPartitions(spec, keys, readCommitted)}),
+      caller as materialized (select array[${sql.join(current)}] as v)
+    select current_setting('transaction_isolation') as isolation, (select count(*) from locks) as locked, caller.v as caller, ${sql.join(off)}
+    from caller`;
+}
+
+/** A CTE that sets the probe's planner settings back to `caller`'s values when the statement runs (after it was planned). */
+function restorePlannerSettings(caller: readonly string[]) {
+  const restores = INDEX_PLAN_SETTINGS.map((name, i) => sql`set_config(${name}, ${caller[i] ?? 'on'}, true) as ${sql.ref(`restored_${i}`)}`);
+  return sql`restored as materialized (select ${sql.join(restores)})`;
 }
 
 function notReadCommitted(isolation: string): OutboxConfigError {
@@ -80,6 +96,7 @@ async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly
   const lock = await lockPartitionsIfReadCommitted(spec, distinct).execute(trx);
   const isolation = lock.rows[0]?.isolation ?? '';
   if (isolation !== READ_COMMITTED) throw notReadCommitted(isolation);
+  const caller = lock.rows[0]?.caller ?? [];
   // The first new row of each key is head unless the key has a deliverable row: one probe per key,
   // in the insert itself, whose snapshot is taken after the lock was granted (docs/outbox-sql.md).
   const seen = new Set<string>();
@@ -90,9 +107,10 @@ async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly
   });
   const table = sql.raw(n.table);
   const inserted = await sql<{ id: string }>`
+    with ${restorePlannerSettings(caller)}
     insert into ${table} (${sql.raw(n.partition)}, payload, is_head)
     select u.k, u.p::jsonb, u.first and live.found is null
-    from unnest(${keys}::text[], ${payloads}::text[], ${firsts}::boolean[]) with ordinality as u(k, p, first, ord)
+    from restored, unnest(${keys}::text[], ${payloads}::text[], ${firsts}::boolean[]) with ordinality as u(k, p, first, ord)
     left join lateral (
       select true as found from ${table} x
       where u.first and ${sql.raw(partitionRangeSql('x', n.partition, 'u.k'))}

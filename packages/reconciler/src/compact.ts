@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { rowStates, tableNames } from '@outbox/outbox/protocol';
+import { planByIndex, rowStates, tableNames } from '@outbox/outbox/protocol';
 import type { Logger } from './logger.js';
 
 const DAY_MS = 86_400_000;
@@ -143,7 +143,7 @@ export async function compactOutbox(options: CompactOptions): Promise<Compaction
         .setIsolationLevel('read committed')
         .execute(async (trx) => {
           // Every read here has an index in its order: never a scan or a sort of the table.
-          await sql`select set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)`.execute(trx);
+          await planByIndex().execute(trx);
           return statement.execute(trx);
         })
     ).rows[0];
