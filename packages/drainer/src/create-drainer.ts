@@ -59,7 +59,13 @@ export function createDrainer(options: DrainerConfig): Drainer {
       throw error;
     }));
   const flushes = new FlushWaiters({ config, kick: () => kick(), stopping: () => stopping });
-  const pass = createDrainPass({ config, verify, flushedPartitions: () => flushes.partitions(), stopping: () => stopping });
+  const pass = createDrainPass({
+    config,
+    verify,
+    flushedPartitions: () => flushes.partitions(),
+    committed: (recorded) => flushes.committed(recorded),
+    stopping: () => stopping,
+  });
 
   // Single flight: one pass at a time in this process; a kick during a pass schedules one more.
   let running: Promise<DrainResult> | undefined;
@@ -89,7 +95,7 @@ export function createDrainer(options: DrainerConfig): Drainer {
 
   function kick(): void {
     if (stopping) return;
-    pass.widen(); // new commits, or a flush: a lane with room claims them while the open batches deliver
+    pass.moreClaimable(); // new commits, or a flush: another lane may claim them while the open batches deliver
     runPass().catch(() => undefined); // failures are logged and emitted inside the pass
   }
 

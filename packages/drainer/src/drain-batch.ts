@@ -12,6 +12,12 @@ export const COMMIT_AND_BEGIN = `commit; ${BEGIN}`;
 /** What a chained settle, unread, is taken to say: a full run nearly always leaves a next head. */
 const FULL_RUN_SETTLED: SettledPartitions = { partitions: 1, withNextHead: 1 };
 
+/** The ids a batch delivered, and those it poisoned with their errors. */
+export interface CommittedOutcomes {
+  readonly delivered: readonly string[];
+  readonly poisoned: ReadonlyArray<{ readonly id: string; readonly error: string }>;
+}
+
 /** What one batch did. */
 export interface BatchResult {
   readonly claimed: number;
@@ -24,6 +30,8 @@ export interface BatchResult {
   readonly settled: SettledPartitions;
   /** The settle went out with the COMMIT and the next BEGIN. */
   readonly chained: boolean;
+  /** What a waiting `flush` learns once the batch committed. */
+  readonly recorded: CommittedOutcomes;
   /** Emits the outcome events; called once the batch committed. */
   readonly announce: () => void;
 }
@@ -34,8 +42,11 @@ export interface BatchOptions {
   readonly flushKeys: readonly string[];
   /** Whether the pass would go on after this batch, the condition of chaining it. */
   readonly mayChain: () => boolean;
-  /** Told what the claim took (intents, of which heads) before they are delivered: the pass may open another batch meanwhile. */
-  readonly onClaimed?: (claimed: { readonly count: number; readonly heads: number }) => void;
+  /**
+   * Told what the claim took (intents, of which heads, in how long) before they are delivered: the
+   * pass may open another batch meanwhile. What it answers is called once the delivery is over.
+   */
+  readonly onClaimed?: (claimed: { readonly count: number; readonly heads: number; readonly claimMs: number }) => (() => void) | void;
 }
 
 /**
@@ -53,10 +64,16 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
     flushKeys: options.flushKeys,
   });
   if (batch.intents.length === 0) return undefined;
-  emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs: performance.now() - claimStarted });
-  options.onClaimed?.({ count: batch.intents.length, heads: batch.heads });
+  const claimMs = performance.now() - claimStarted;
+  emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs });
+  const deliveryOver = options.onClaimed?.({ count: batch.intents.length, heads: batch.heads, claimMs });
   const deliverStarted = performance.now();
-  const outcomes = await deliverBatch(config.sink, batch.intents, config.deliveryTimeoutMs);
+  let outcomes;
+  try {
+    outcomes = await deliverBatch(config.sink, batch.intents, config.deliveryTimeoutMs);
+  } finally {
+    deliveryOver?.();
+  }
   const deliverMs = performance.now() - deliverStarted;
   const fullRun = batch.heads === 1 && batch.intents.length === batchSize && options.mayChain();
   const recorded = await recordOutcomes(conn, spec, applyOrdering(batch.intents, outcomes), {
@@ -66,6 +83,7 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
   });
   return {
     chained: recorded.settled === undefined,
+    recorded: { delivered: recorded.delivered.map((i) => i.id), poisoned: recorded.poisoned.map((r) => ({ id: r.intent.id, error: r.error })) },
     heads: batch.heads,
     settled: recorded.settled ?? FULL_RUN_SETTLED,
     claimed: batch.intents.length,

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { BEGIN, COMMIT_AND_BEGIN, runBatch } from './drain-batch.js';
+import { BEGIN, COMMIT_AND_BEGIN, runBatch, type CommittedOutcomes } from './drain-batch.js';
 import { initialHeadLimit, nextHeadLimit, type HeadLimit } from './head-limit.js';
 import { checkLateWrites } from './late-write-check.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
@@ -27,6 +27,8 @@ export interface DrainPassOptions {
   /** Checks the table; inside the pass, so that a failed check is reported like any failed pass. */
   readonly verify: () => Promise<void>;
   readonly flushedPartitions: () => readonly string[];
+  /** Told what each batch delivered and poisoned, right after its commit. */
+  readonly committed: (recorded: CommittedOutcomes) => void;
   readonly stopping: () => boolean;
 }
 
@@ -34,8 +36,8 @@ export interface DrainPassOptions {
 export interface DrainPass {
   /** One pass (`Drainer.drainOnce`). */
   readonly run: () => Promise<DrainResult>;
-  /** Opens another batch in the pass in flight, if it has room (commits were notified, a flush waits); nothing when no pass runs. */
-  readonly widen: () => void;
+  /** Tells the pass in flight that more is claimable (commits were notified, a flush waits); nothing when no pass runs. */
+  readonly moreClaimable: () => void;
 }
 
 type Totals = { -readonly [K in keyof DrainResult]: DrainResult[K] };
@@ -70,10 +72,11 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
           open = true;
         }
         // A claim that stopped at one of its limits (a full batch, or as many heads as the head limit
-        // lets it take) left more claimable: another lane claims it while this batch is delivered.
+        // lets it take) left more claimable: another lane may claim it while this batch is delivered.
         const { limit } = own;
-        const onClaimed = (claimed: { count: number; heads: number }) => {
-          if ((claimed.count === config.batchSize || claimed.heads >= limit.heads) && !ending()) lanes.widen();
+        const onClaimed = (claimed: { count: number; heads: number; claimMs: number }) => {
+          lanes.want((claimed.count === config.batchSize || claimed.heads >= limit.heads) && !ending());
+          return lanes.delivering(claimed.claimMs);
         };
         const batch = await runBatch(conn, { config, limit, flushKeys: options.flushedPartitions(), mayChain: goOn, onClaimed });
         if (batch === undefined) return false;
@@ -94,6 +97,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
         totals.poisoned += batch.poisoned;
         totals.released += batch.released;
         batch.announce();
+        options.committed(batch.recorded);
         // After a chained settle, a transaction is open: ending now rolls it back instead of claiming in it.
         if (!stay || ending()) return progressed && !ending();
       }
@@ -184,8 +188,8 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
 
   return {
     run,
-    widen: () => {
-      if (!stopping()) current?.widen();
+    moreClaimable: () => {
+      if (!stopping()) current?.want();
     },
   };
 }

@@ -77,7 +77,7 @@ describe('flush behind a backlog', () => {
     const db = new Kysely({
       dialect: new PostgresDialect({ pool: t.pool({ max: concurrentBatches + 1 }) }),
       log: (event) => {
-        if (event.level === 'query' && /order by id$/.test(event.query.sql.trim()) && event.query.parameters.includes('vpc:p')) flushQueried();
+        if (event.level === 'query' && /order by x\."resource_id", x\.id$/.test(event.query.sql.trim()) && event.query.parameters.includes('vpc:p')) flushQueried();
       },
     });
     let flushed: Promise<void> | undefined;

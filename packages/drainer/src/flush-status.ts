@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { type OutboxSpec, type AnyKysely } from '@outbox/outbox';
-import { tableNames } from '@outbox/outbox/protocol';
+import { partitionRangeSql, planByIndex, tableNames } from '@outbox/outbox/protocol';
 
 export interface IntentStatus {
   readonly id: string;
@@ -10,14 +10,29 @@ export interface IntentStatus {
   readonly lastError: string | null;
 }
 
-/** The ids a flush of `partitionKey` waits for, in id order: committed and deliverable now (poisoned ones are the reconciler's). */
-export async function pendingIntentIds(db: AnyKysely, spec: OutboxSpec, partitionKey: string): Promise<string[]> {
+/** The statement behind {@link pendingIntentIds}, to run under `planByIndex()`. */
+export function pendingIntentIdsStatement(spec: OutboxSpec, partitionKey: string) {
   const n = tableNames(spec);
-  const result = await sql<{ id: string }>`
-    select id from ${sql.raw(n.table)}
-    where ${sql.raw(n.partition)} = ${partitionKey}
-      and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}
-    order by id`.execute(db);
+  return sql<{ id: string }>`
+    select x.id from (select ${partitionKey}::text as key) k
+    join ${sql.raw(n.table)} x on ${sql.raw(partitionRangeSql('x', n.partition, 'k.key'))}
+    where x.sent_at is null and x.retired_at is null and x.attempt_count < ${spec.maxAttempts}
+    order by x.${sql.raw(n.partition)}, x.id`;
+}
+
+/**
+ * The ids a flush of `partitionKey` waits for, in id order: committed and deliverable now (poisoned
+ * ones are the reconciler's). Planned by index, in a transaction of its own: a partition's look-up
+ * must never walk the whole backlog (docs/outbox-sql.md, "Looking up a partition's rows").
+ */
+export async function pendingIntentIds(db: AnyKysely, spec: OutboxSpec, partitionKey: string): Promise<string[]> {
+  const result = await db
+    .transaction()
+    .setIsolationLevel('read committed')
+    .execute(async (trx) => {
+      await planByIndex().execute(trx);
+      return pendingIntentIdsStatement(spec, partitionKey).execute(trx);
+    });
   return result.rows.map((r) => String(r.id));
 }
 

@@ -1,4 +1,5 @@
 import { OutboxConfigError } from '@outbox/outbox';
+import type { CommittedOutcomes } from './drain-batch.js';
 import { DrainerStoppedError, FlushPoisonedError, FlushTimeoutError } from './errors.js';
 import { intentStatuses, pendingIntentIds } from './flush-status.js';
 import { integerInRange, MAX_TIMER_MS, type ResolvedDrainerConfig } from './resolve-drainer-config.js';
@@ -92,6 +93,25 @@ export class FlushWaiters {
       if (waiter.waiting.length > 0) keys.add(waiter.partitionKey);
     }
     return [...keys];
+  }
+
+  /**
+   * Told what a batch of this drainer delivered and poisoned, once it committed: the waiters it
+   * settles finish at once, without waiting for the pass to end and a status query to see it.
+   */
+  committed(recorded: CommittedOutcomes): void {
+    if (this.#waiters.size === 0) return;
+    const delivered = new Set(recorded.delivered);
+    const poisoned = new Map(recorded.poisoned.map((p) => [p.id, p.error]));
+    for (const waiter of this.#polled()) {
+      const id = waiter.waiting.find((w) => poisoned.has(w));
+      if (id !== undefined) {
+        waiter.finish(new FlushPoisonedError(waiter.partitionKey, id, poisoned.get(id) ?? null));
+        continue;
+      }
+      waiter.waiting = waiter.waiting.filter((w) => !delivered.has(w));
+      if (waiter.waiting.length === 0) waiter.finish();
+    }
   }
 
   /** Told when a pass ends, and whether it delivered or poisoned anything. */

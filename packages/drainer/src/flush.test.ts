@@ -1,9 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
+import { planByIndex } from '@outbox/outbox/protocol';
 import { Kysely as KyselyClass, PostgresDialect, sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { enqueueRows, freshOutbox, outboxRows, outboxTable, payload, quiet } from './testing/fixture.js';
-import { createDrainer, createRecordingSink, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError } from './index.js';
+import { pendingIntentIdsStatement } from './flush-status.js';
+import { createDrainer, createRecordingSink, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, type Outcome } from './index.js';
 
 // flush(): what it waits for, how it ends, and how its waiters share one poller.
 const t = useTestDatabase();
@@ -19,6 +21,25 @@ function countingDb(max = 4) {
     },
   });
   return { db, counts };
+}
+
+/**
+ * A drainer on a pool of one connection, one intent a batch, whose sink holds the intents of
+ * vpc:held until `end()` and gives the others `outcome`: while that batch delivers, it holds the
+ * only connection, so no status query can run.
+ */
+function drainerHeldOnSecondBatch(spec: Awaited<ReturnType<typeof freshOutbox>>, outcome: () => Outcome | undefined) {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const sink = createRecordingSink({ outcome: async (intent) => (intent.partitionKey === 'vpc:held' ? held.then(() => undefined) : outcome()) });
+  const { db } = countingDb(1);
+  const drainer = createDrainer({ db, spec, sink, logger: quiet, interval: 3_600_000, batchSize: 1, concurrentBatches: 1 });
+  const end = async () => {
+    release();
+    await drainer.stop();
+    await db.destroy();
+  };
+  return { drainer, end };
 }
 
 describe('flush', () => {
@@ -54,6 +75,52 @@ describe('flush', () => {
     expect(error).toBeInstanceOf(FlushTimeoutError);
     expect((error as FlushTimeoutError).pendingIds).toEqual([id]);
     expect(Date.now() - started).toBeLessThan(2_000);
+    await drainer.stop();
+  });
+
+  test('resolves when the batch that delivered its intents commits, while the next batch holds the only connection (no status query could run)', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:f', 'vpc:held']);
+    const run = drainerHeldOnSecondBatch(spec, () => undefined);
+    try {
+      await run.drainer.flush({ partitionKey: 'vpc:f', timeoutMs: 5_000 });
+      expect((await outboxRows(t.db, spec)).map((r) => [r.resource_id, r.sent])).toEqual([['vpc:f', true], ['vpc:held', false]]);
+    } finally {
+      await run.end();
+    }
+  });
+
+  test('rejects when the batch that poisoned its intent commits, while the next batch holds the only connection', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:bad', 'vpc:held']);
+    const run = drainerHeldOnSecondBatch(spec, () => ({ kind: 'permanent', error: 'validation_error: no such relation' }));
+    try {
+      const error = await run.drainer.flush({ partitionKey: 'vpc:bad', timeoutMs: 5_000 }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(FlushPoisonedError);
+      expect((error as FlushPoisonedError).lastError).toBe('validation_error: no such relation');
+      expect((await outboxRows(t.db, spec)).map((r) => [r.resource_id, r.sent])).toEqual([['vpc:bad', false], ['vpc:held', false]]);
+    } finally {
+      await run.end();
+    }
+  });
+
+  test('its look-up of the partition walks the partition-head index, even when the partial indexes were vacuumed empty before a backlog came', async () => {
+    const spec = await freshOutbox(t.db);
+    const table = outboxTable(spec);
+    await sql`insert into ${table} (resource_id, payload, sent_at) select 'vpc:' || (g % 2000), '{}', now() from generate_series(1, 20000) g`.execute(t.db);
+    await sql`vacuum analyze ${table}`.execute(t.db);
+    await sql`insert into ${table} (resource_id, payload, is_head) select 'vpc:hot', '{}', g = 1 from generate_series(1, 20000) g`.execute(t.db);
+    const plan = await t.db.transaction().execute(async (trx) => {
+      await planByIndex().execute(trx);
+      const explained = await sql<{ 'QUERY PLAN': string }>`explain ${pendingIntentIdsStatement(spec, 'vpc:cold')}`.execute(trx);
+      return explained.rows.map((r) => r['QUERY PLAN']).join('\n');
+    });
+    // Without the settings: an index scan of the pending index filtered on the key, reading all 20,000 pending rows.
+    expect(plan).toContain(`Index Scan using ${spec.tableName}_partition_head_idx`);
+    expect(plan).not.toContain('pending_idx');
+    expect(plan).not.toMatch(/Sort|Seq Scan/);
+    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, interval: 3_600_000 });
+    await drainer.flush({ partitionKey: 'vpc:cold', timeoutMs: 1_000 }); // nothing pending for it: at once
     await drainer.stop();
   });
 

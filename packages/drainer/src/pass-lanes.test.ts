@@ -1,4 +1,4 @@
-import { describe, expect, test } from 'vitest';
+import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest';
 import { ConnectionTurns, PassLanes } from './pass-lanes.js';
 
 // The scheduling of a pass's lanes, without a database: lanes are promises the test settles.
@@ -67,6 +67,87 @@ describe('PassLanes', () => {
     expect(await started()).toBe(1);
     ends[0]!.resolve();
     await expect(lanes.finished).resolves.toBeUndefined();
+  });
+});
+
+describe('PassLanes: when another lane opens', () => {
+  beforeEach(() => vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] }));
+  afterEach(() => vi.useRealTimers());
+
+  test('a delivery faster than its claim opens no lane, however much is claimable (a fast sink: lanes would only contend)', async () => {
+    const { lane, started } = manualLanes();
+    const lanes = new PassLanes(3, lane);
+    expect(await started()).toBe(1);
+    for (let batch = 0; batch < 5; batch += 1) {
+      lanes.want(true);
+      const over = lanes.delivering(2);
+      await vi.advanceTimersByTimeAsync(1);
+      over();
+      await vi.advanceTimersByTimeAsync(10); // the lane settles and claims again
+    }
+    expect(await started()).toBe(1);
+  });
+
+  test('a delivery that outlasts its claim opens one lane then; a third waits until both lanes deliver past their claims', async () => {
+    const { lane, started } = manualLanes();
+    const lanes = new PassLanes(3, lane);
+    lanes.want(true);
+    lanes.delivering(5);
+    await vi.advanceTimersByTimeAsync(4);
+    expect(await started()).toBe(1);
+    await vi.advanceTimersByTimeAsync(2);
+    expect(await started()).toBe(2);
+    // The new lane's claim stopped at a limit too; while it has not begun delivering, nothing opens.
+    lanes.want(true);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(await started()).toBe(2);
+    lanes.delivering(3);
+    await vi.advanceTimersByTimeAsync(2);
+    expect(await started()).toBe(2);
+    await vi.advanceTimersByTimeAsync(2);
+    expect(await started()).toBe(3);
+    // At the limit: nothing more, whatever is claimable.
+    lanes.want(true);
+    lanes.delivering(0);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(lanes.open).toBe(3);
+  });
+
+  test('nothing more claimable (a claim that took all there was), or a stalled or failed pass: a slow delivery opens nothing', async () => {
+    const { ends, lane, started } = manualLanes();
+    const lanes = new PassLanes(3, lane);
+    lanes.want(true);
+    lanes.want(false);
+    const over = lanes.delivering(1);
+    await vi.advanceTimersByTimeAsync(50);
+    expect(await started()).toBe(1);
+    over();
+    lanes.stall();
+    lanes.want(true);
+    lanes.delivering(1);
+    await vi.advanceTimersByTimeAsync(50);
+    expect(await started()).toBe(1);
+    ends[0]!.resolve();
+    await lanes.finished;
+    // A kick racing the end of the pass opens nothing.
+    lanes.want(true);
+    await vi.advanceTimersByTimeAsync(50);
+    expect(await started()).toBe(1);
+  });
+
+  test('a delivery that ends before its claim time arms nothing: a kick during the next, slow delivery opens a lane', async () => {
+    const { lane, started } = manualLanes();
+    const lanes = new PassLanes(2, lane);
+    lanes.want(true);
+    lanes.delivering(10)();
+    await vi.advanceTimersByTimeAsync(50);
+    expect(await started()).toBe(1);
+    lanes.want(false);
+    lanes.delivering(10);
+    await vi.advanceTimersByTimeAsync(20);
+    expect(await started()).toBe(1);
+    lanes.want(); // commits were notified
+    expect(await started()).toBe(2);
   });
 });
 

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { defineOutbox, type AnyKysely } from '@outbox/outbox';
 import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely as KyselyClass, PostgresDialect, sql } from 'kysely';
@@ -309,12 +310,14 @@ describe('a pass with several batches open', () => {
   });
 
   test('a batch that failed as a whole ends the pass after the other open batch delivered what it holds', async () => {
-    const { spec, sink } = await throttledBacklog();
+    const { spec, sink: failing } = await throttledBacklog();
+    // A target slower than a claim: a second batch opens while the first is delivered.
+    const sink = { ...failing, deliver: async (...args: Parameters<Sink['deliver']>) => (await sleep(200), failing.deliver(...args)) };
     const drainer = createDrainer({ db: t.db, spec, sink, concurrentBatches: 2, logger: quiet, backoff: { baseMs: 60_000 } });
-    // Lane 1: 100 failures, and its lane ends. Lane 2 (opened by the full claim): 50 failures, 50
-    // delivered, then nothing claimable. No third batch is tried against the failing target.
+    // Lane 1: 100 failures, and its lane ends. Lane 2 (opened by the full claim, while lane 1
+    // delivers): 50 failures, 50 delivered, then nothing claimable. No third batch is tried against the failing target.
     expect(await drainer.drainOnce()).toMatchObject({ batches: 2, claimed: 200, retried: 150, delivered: 50 });
-    expect(sink.calls).toHaveLength(2);
+    expect(failing.calls).toHaveLength(2);
   });
 
   test('a sink halt in one open batch ends the pass halted: the other lanes end with the batch they hold, nothing is counted against an intent, no lock is left', async () => {
