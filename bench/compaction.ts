@@ -7,6 +7,7 @@ import { createDatabase, startStack } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { claimBatch } from '../packages/drainer/src/claim.js';
+import { ratioTarget, type SectionResult } from './summary.js';
 
 // `pnpm bench compaction`: intents pushed through one outbox while compaction keeps its retention
 // (docs/ledger.md). 10M by default, the long run; BENCH_COMPACTION_ROWS for a smaller one.
@@ -132,7 +133,7 @@ async function claimMs(db: Db, spec: OutboxSpec, rounds = 200): Promise<number> 
 }
 
 /** The compaction benchmark (issue 19): a bounded table, the claim beside an empty table's, compaction and drain rates. */
-export async function benchCompaction(): Promise<string> {
+export async function benchCompaction(): Promise<SectionResult> {
   const stack = await startStack({ fastPostgres: false });
   try {
     const url = await createDatabase(stack.postgresUrl, `bench_compaction_${Date.now()}`);
@@ -162,7 +163,7 @@ export async function benchCompaction(): Promise<string> {
 
     const rate = (rows: number, ms: number) => Math.round(rows / (ms / 1000)).toLocaleString('en');
     const implied = Math.round((ROWS / (on.drainMs / 1000)) * (RETENTION_MS / 1000));
-    return [
+    const markdown = [
       `### Compaction: ${ROWS.toLocaleString('en')} intents through one outbox, retention ${RETENTION_MS / 1000} s — \`BENCH_COMPACTION_ROWS=${ROWS} pnpm bench compaction\``,
       '',
       `${KEYS.toLocaleString('en')} partitions (register payloads of two tuples), ${WORKERS} writers (1,000 intents a transaction, paused above ${MAX_BACKLOG.toLocaleString('en')} pending),`,
@@ -184,6 +185,25 @@ export async function benchCompaction(): Promise<string> {
       `updates left is reused, not returned), ${packedBytesPerRow.toFixed(0)} bytes packed (VACUUM FULL).`,
       `Compacting that table at once (retention 0, nothing else running): ${alone.deleted.toLocaleString('en')} rows in ${(aloneMs / 1000).toFixed(1)} s, ${rate(alone.deleted, aloneMs)} rows/s.`,
     ].join('\n');
+    const bound = implied + KEYS + MAX_BACKLOG;
+    const delivered = off.endRows.toLocaleString('en');
+    return {
+      markdown,
+      targets: [
+        {
+          target: `compaction on (issue 19): the table stays bounded at what the retention implies (${ROWS.toLocaleString('en')} intents pushed)`,
+          figure: `largest ${on.maxRows.toLocaleString('en')} live rows, ${(on.maxRows / bound).toFixed(2)}× the ${bound.toLocaleString('en')} implied; without compaction ${off.maxRows.toLocaleString('en')}`,
+          met: null,
+        },
+        ratioTarget('compaction on (issue 19): claim ≤ 1.2× an empty table', claims.on / claims.empty, { atMost: 1.2 }, `${claims.on.toFixed(2)} vs ${claims.empty.toFixed(2)} ms`),
+        ratioTarget(`claim beside ${delivered} delivered rows (compaction off) ≤ 1.2× an empty table (issue 23: 10M)`, claims.off / claims.empty, { atMost: 1.2 }, `${claims.off.toFixed(2)} vs ${claims.empty.toFixed(2)} ms`),
+        {
+          target: 'compaction (issue 19): rows deleted per second of compaction time, and the drain rate beside it',
+          figure: `${rate(on.deleted, on.compactMs)} rows/s while draining (${rate(alone.deleted, aloneMs)} alone); drain ${rate(ROWS, on.drainMs)} rows/s on, ${rate(ROWS, off.drainMs)} off`,
+          met: null,
+        },
+      ],
+    };
   } finally {
     await stack.stop();
   }

@@ -2,7 +2,7 @@ import { createOutboxTable, defineOutbox, enqueueMany, type AnyKysely } from '@o
 import { createDatabase, startStack } from '@outbox/test-stack';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { kysely } from './bench-db.js';
@@ -47,6 +47,23 @@ async function next<T extends MemoryDrainerMessage['type']>(child: ChildProcess,
 const command = (child: ChildProcess, message: MemoryDrainerCommand) => child.send(message);
 
 /**
+ * How the drainer process runs: BENCH_MEMORY_BUILT=1 loads the built packages (dist/, as a service
+ * installs them; `pnpm build` first) instead of their source through tsx; BENCH_MEMORY_NODE_FLAGS
+ * (space-separated, each starting with --) are Node/V8 flags for it, e.g. `--max-old-space-size=96`.
+ */
+function drainerProcess(): { built: boolean; nodeFlags: string[]; label: string } {
+  const built = process.env.BENCH_MEMORY_BUILT === '1';
+  const nodeFlags = (process.env.BENCH_MEMORY_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+  const bad = nodeFlags.find((flag) => !/^--[a-z0-9-]+(=\S+)?$/.test(flag));
+  if (bad !== undefined) throw new Error(`BENCH_MEMORY_NODE_FLAGS: ${JSON.stringify(bad)} is not a --flag or --flag=value`);
+  if (built && !existsSync(resolve(import.meta.dirname, '../packages/drainer/dist/index.js'))) {
+    throw new Error('BENCH_MEMORY_BUILT=1 needs the built packages: run pnpm build first');
+  }
+  const label = [built ? 'built packages (dist/)' : 'packages from source through tsx', ...(nodeFlags.length > 0 ? [`node ${nodeFlags.join(' ')}`] : [])].join(', ');
+  return { built, nodeFlags, label };
+}
+
+/**
  * A drainer process's memory over a sustained load (issue 23): one drainer (defaults, LISTEN, the
  * OpenFGA sink into OpenFGA on the postgres datastore) in a process of its own while writers here
  * commit BENCH_MEMORY_RATE (1,000) intents/s, 10 a transaction, for BENCH_MEMORY_SECONDS (120; the
@@ -56,6 +73,7 @@ const command = (child: ChildProcess, message: MemoryDrainerCommand) => child.se
 export async function benchMemory(): Promise<SectionResult> {
   const seconds = knob('BENCH_MEMORY_SECONDS', 120);
   const rate = knob('BENCH_MEMORY_RATE', 1_000);
+  const { built, nodeFlags } = drainerProcess();
   const stack = await startStack({ openfgaDatastore: 'postgres', fastPostgres: false });
   const dir = mkdtempSync(join(tmpdir(), 'outbox-bench-memory-'));
   let db: AnyKysely | undefined;
@@ -68,9 +86,10 @@ export async function benchMemory(): Promise<SectionResult> {
     const target = { apiUrl: stack.openfga.apiUrl, token: stack.openfga.presharedKey };
     const store = await freshStore(target);
     const config: MemoryDrainerConfig = { databaseUrl: url, table: spec.table, apiUrl: target.apiUrl, storeId: store.storeId, token: target.token };
-    child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', resolve(import.meta.dirname, 'memory-drainer.ts'), JSON.stringify(config)], {
+    child = spawn(process.execPath, [...nodeFlags, '--expose-gc', '--import', 'tsx', resolve(import.meta.dirname, 'memory-drainer.ts'), JSON.stringify(config)], {
       cwd: resolve(import.meta.dirname, '..'),
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: built ? { ...process.env, TSX_TSCONFIG_PATH: resolve(import.meta.dirname, 'tsconfig.built.json') } : process.env,
     });
     const running = child;
     const samples: Sample[] = [];
@@ -110,7 +129,7 @@ export async function benchMemory(): Promise<SectionResult> {
     await next(running, 'stopped');
     await once(running, 'exit');
     child = undefined;
-    return report({ samples: measured, seconds: written.seconds, enqueued, delivered, rate, snapshot, warmUp, live });
+    return report({ samples: measured, seconds: written.seconds, enqueued, delivered, rate, snapshot, warmUp, live, process: drainerProcess().label });
   } finally {
     child?.kill('SIGKILL');
     await db?.destroy();
@@ -129,6 +148,8 @@ interface Measured {
   readonly warmUp: number;
   /** Heap used right after a full collection, at the end of the warm-up and at the end. */
   readonly live: { readonly early: number; readonly late: number };
+  /** How the drainer process ran (source or built, Node flags). */
+  readonly process: string;
 }
 
 function report(m: Measured): SectionResult {
@@ -157,7 +178,7 @@ function report(m: Measured): SectionResult {
   const heapSlope = perMinute('heapUsed');
   return {
     markdown: [
-      `### A drainer process's memory over ${Math.round(m.seconds)} s at ${count(m.rate)} intents/s (OpenFGA sink, LISTEN, defaults)`,
+      `### A drainer process's memory over ${Math.round(m.seconds)} s at ${count(m.rate)} intents/s (OpenFGA sink, LISTEN, defaults; ${m.process})`,
       '',
       `One drainer in a process of its own; writers in the bench process commit ${INTENTS_PER_TRANSACTION} intents a transaction over ${count(PARTITIONS)}`,
       `partitions: ${count(m.enqueued)} enqueued (${count(m.enqueued / m.seconds)}/s reached), ${count(m.delivered)} delivered by the end.`,
@@ -185,7 +206,7 @@ function report(m: Measured): SectionResult {
     ].join('\n'),
     targets: [
       {
-        target: `drainer process RSS over a sustained load (~${count(m.rate)} intents/s, ${Math.round(m.seconds)} s here; the issue asks 10 min): slope`,
+        target: `drainer process RSS over a sustained load (~${count(m.rate)} intents/s, ${Math.round(m.seconds)} s here; the issue asks 10 min; ${m.process}): slope`,
         figure:
           `RSS ${rssSlope.toFixed(1)} MB/min, heap used ${heapSlope.toFixed(1)} MB/min; live heap after a full GC ` +
           `${(m.live.early / MB).toFixed(1)} → ${(m.live.late / MB).toFixed(1)} MB (${count(m.delivered)} delivered)`,
