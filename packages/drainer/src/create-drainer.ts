@@ -96,7 +96,9 @@ export function createDrainer(options: DrainerConfig): Drainer {
   function kick(): void {
     if (stopping) return;
     pass.moreClaimable(); // new commits, or a flush: another lane may claim them while the open batches deliver
-    runPass().catch(() => undefined); // failures are logged and emitted inside the pass
+    // Under a steady load a pass can last as long as the load: a handler per kick on it would pile up.
+    if (running) again = true;
+    else runPass().catch(() => undefined); // failures are logged and emitted inside the pass
   }
 
   let timer: NodeJS.Timeout | undefined;

@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { resolve } from 'node:path';
+import { queryObjects } from 'node:v8';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
@@ -95,4 +96,25 @@ describe('the process', () => {
     const stoppedAt = Number(/stopped (\d+)/.exec(out)?.[1]);
     expect(Date.now() - stoppedAt).toBeLessThan(1_500);
   }, 30_000);
+});
+
+describe('kicks during a long pass', () => {
+  test('leave nothing behind that lives as long as the pass (a steady load keeps one pass running, and notifies a hundred times a second)', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:a']);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const sink = createRecordingSink({ outcome: () => held.then(() => undefined) });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 3_600_000 });
+    const pass = drainer.drainOnce();
+    await waitUntil('the pass delivers', () => sink.calls.length === 1);
+    // Live promises, counted after a full collection, before and after 10,000 kicks into the held pass.
+    const before = queryObjects(Promise, { format: 'count' });
+    for (let i = 0; i < 10_000; i += 1) drainer.kick();
+    const after = queryObjects(Promise, { format: 'count' });
+    expect(after - before).toBeLessThan(1_000);
+    release();
+    await pass;
+    await drainer.stop();
+  });
 });
