@@ -41,7 +41,7 @@ async function main(): Promise<void> {
   // The knobs set for this run, so that its heading says how it was scaled.
   const knobs = Object.entries(process.env)
     .filter(([key]) => key.startsWith('BENCH_'))
-    .map(([key, value]) => `${key}=${value} `)
+    .map(([key, value = '']) => `${key}=${/\s/.test(value) ? `"${value}"` : value} `)
     .join('');
   const command = `${knobs}pnpm bench ${wanted.join(' ')}`.trim();
   console.log(

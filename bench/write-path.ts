@@ -56,10 +56,11 @@ async function outboxCreate({ db, client, spec, drainer, steps }: Setup, object:
   await step(steps, 'check', authorize(client));
   const transaction = db.transaction().execute(async (trx) => {
     await sql`insert into bench.resources (id, project, owner) values (${object}, ${PROJECT}, ${USER})`.execute(trx);
-    await enqueue(trx, spec, { partitionKey: object, payload: { writes: tuplesOf(object) } });
+    return enqueue(trx, spec, { partitionKey: object, payload: { writes: tuplesOf(object) } });
   });
-  await step(steps, 'row + intent', transaction);
-  await step(steps, 'flush', drainer.flush({ partitionKey: object, timeoutMs: 30_000 }));
+  const id = await step(steps, 'row + intent', transaction);
+  // With the id enqueue returned, as the example services' settle passes it.
+  await step(steps, 'flush', drainer.flush({ partitionKey: object, ids: [id], timeoutMs: 30_000 }));
 }
 
 /** The check both paths make first, as a service authorizes a create (no cache: docs/design.md §8). */

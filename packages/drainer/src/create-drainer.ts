@@ -31,9 +31,11 @@ export interface Drainer {
    * backlog. Rejects with {@link FlushPoisonedError}, {@link FlushTimeoutError}, or
    * {@link DrainerStoppedError}. `partitionKey` is a string (`''` included: rows with an empty key
    * group under it), `timeoutMs` (default 10000) an integer from 1 to 2147483647; anything else
-   * rejects with an `OutboxConfigError` naming `flush.partitionKey` or `flush.timeoutMs`.
+   * rejects with an `OutboxConfigError` naming `flush.partitionKey` or `flush.timeoutMs`. With
+   * `ids` (what `enqueue` returned for this partition) it waits for those intents only, and spares
+   * the look-up of the partition's pending ones.
    */
-  flush(options: { partitionKey: string; timeoutMs?: number }): Promise<void>;
+  flush(options: { partitionKey: string; ids?: readonly string[]; timeoutMs?: number }): Promise<void>;
 }
 
 /**

@@ -1,8 +1,17 @@
-import { OutboxConfigError } from '@outbox/outbox';
+import { MAX_INTENTS_PER_ENQUEUE, OutboxConfigError } from '@outbox/outbox';
+import { compareIds } from '@outbox/outbox/protocol';
 import type { CommittedOutcomes } from './drain-batch.js';
 import { DrainerStoppedError, FlushPoisonedError, FlushTimeoutError } from './errors.js';
 import { intentStatuses, pendingIntentIds } from './flush-status.js';
 import { integerInRange, MAX_TIMER_MS, type ResolvedDrainerConfig } from './resolve-drainer-config.js';
+
+/** `flush.ids`, checked: the decimal ids `enqueue` returned, in id order. */
+function intentIds(ids: unknown): string[] {
+  if (!Array.isArray(ids) || ids.length === 0 || ids.length > MAX_INTENTS_PER_ENQUEUE || !ids.every((id) => typeof id === 'string' && /^[1-9]\d{0,18}$/.test(id))) {
+    throw new OutboxConfigError('flush.ids', `expected the 1 to ${MAX_INTENTS_PER_ENQUEUE} ids enqueue returned (decimal strings), got ${JSON.stringify(ids)?.slice(0, 100)}`);
+  }
+  return [...new Set(ids as string[])].sort(compareIds);
+}
 
 /** One waiting `flush`. */
 interface FlushWaiter {
@@ -35,19 +44,20 @@ export class FlushWaiters {
   }
 
   /** `Drainer.flush`. */
-  async flush(options: { partitionKey: string; timeoutMs?: number }): Promise<void> {
-    if (!options || typeof options !== 'object') throw new OutboxConfigError('flush', 'expected { partitionKey, timeoutMs? }');
+  async flush(options: { partitionKey: string; ids?: readonly string[]; timeoutMs?: number }): Promise<void> {
+    if (!options || typeof options !== 'object') throw new OutboxConfigError('flush', 'expected { partitionKey, ids?, timeoutMs? }');
     // '' is a key like any other (rows written with an empty key group under it); undefined or a number is not.
     if (typeof options.partitionKey !== 'string') {
       throw new OutboxConfigError('flush.partitionKey', `expected a string, got ${String(options.partitionKey)}`);
     }
     const partitionKey = options.partitionKey;
+    const ids = options.ids === undefined ? undefined : intentIds(options.ids);
     const timeoutMs = integerInRange('flush.timeoutMs', options.timeoutMs, { fallback: 10_000, min: 1, max: MAX_TIMER_MS });
     if (this.#options.stopping()) throw new DrainerStoppedError();
-    return this.#wait(partitionKey, timeoutMs);
+    return this.#wait(partitionKey, ids, timeoutMs);
   }
 
-  #wait(partitionKey: string, timeoutMs: number): Promise<void> {
+  #wait(partitionKey: string, given: readonly string[] | undefined, timeoutMs: number): Promise<void> {
     const { config, kick } = this.#options;
     return new Promise<void>((resolve, reject) => {
       let done = false;
@@ -67,7 +77,8 @@ export class FlushWaiters {
       const deadline = setTimeout(() => waiter.finish(new FlushTimeoutError(partitionKey, timeoutMs, waiter.waiting)), timeoutMs);
       // Registered before the first query: a stop() from here on rejects this flush at once.
       this.#waiters.add(waiter);
-      pendingIntentIds(config.db, config.spec, partitionKey).then(
+      // The ids enqueue returned spare the look-up of the partition (a transaction of four statements).
+      (given ? Promise.resolve(given) : pendingIntentIds(config.db, config.spec, partitionKey)).then(
         (ids) => {
           if (done) return;
           if (ids.length === 0) return waiter.finish();

@@ -124,6 +124,26 @@ describe('flush', () => {
     await drainer.stop();
   });
 
+  test('with the ids enqueue returned: waits for those intents only, without looking the partition up', async () => {
+    const spec = await freshOutbox(t.db);
+    const [, mine] = await enqueueRows(t.db, spec, ['vpc:i', 'vpc:i']);
+    let lookUps = 0;
+    const db = new KyselyClass({
+      dialect: new PostgresDialect({ pool: t.pool({ max: 2 }) }),
+      log: (event) => void (/order by x\."resource_id", x\.id$/.test(event.query.sql.trim()) && (lookUps += 1)),
+    });
+    const drainer = createDrainer({ db, spec, sink: createRecordingSink(), logger: quiet, interval: 3_600_000 });
+    await drainer.flush({ partitionKey: 'vpc:i', ids: [mine!], timeoutMs: 5_000 });
+    expect(lookUps).toBe(0);
+    // Partition order: its earlier intent went first.
+    expect((await outboxRows(t.db, spec)).map((r) => r.sent)).toEqual([true, true]);
+    for (const ids of [[], ['12x'], [1], 'x', Array.from({ length: 1_001 }, (_, i) => String(i + 1))]) {
+      await expect(drainer.flush({ partitionKey: 'vpc:i', ids: ids as string[] })).rejects.toThrow(/flush\.ids/);
+    }
+    await drainer.stop();
+    await db.destroy();
+  });
+
   test('resolves at once when nothing is pending for the partition', async () => {
     const spec = await freshOutbox(t.db);
     const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });

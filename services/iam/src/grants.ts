@@ -82,8 +82,8 @@ export function grantRoutes(app: ServiceApp, ctx: ServiceContext): void {
             .where('user_id', '=', userId)
             .execute();
         }
-        await enqueue(trx, iamOutbox, { partitionKey, payload: intent.payload });
-        return { previous: current.relations, intent };
+        const id = await enqueue(trx, iamOutbox, { partitionKey, payload: intent.payload });
+        return { previous: current.relations, intent, id };
       });
       const grant = {
         project_id: projectId,
@@ -94,7 +94,7 @@ export function grantRoutes(app: ServiceApp, ctx: ServiceContext): void {
         deleted: [...result.intent.deleted],
         changed: result.intent.changed,
       };
-      return writeAnswer(reply, grant, await ctx.outbox.settle(partitionKey), 200);
+      return writeAnswer(reply, grant, await ctx.outbox.settle(partitionKey, [result.id]), 200);
     },
   );
   app.get(

@@ -32,12 +32,11 @@ export function organizationRoutes(app: ServiceApp, ctx: ServiceContext): void {
       // The audit's owner mapping expects the same tuple of the row (iam-owner.ts).
       const tuple = organizationOwnerTuple(id, caller);
       const partitionKey = grantTupleKey(tuple.user, tuple.object);
-      const row = await db.transaction().execute(async (trx) => {
+      const { row, intent } = await db.transaction().execute(async (trx) => {
         const inserted = await trx.insertInto('iam.organizations').values({ id, name, created_by: caller }).returningAll().executeTakeFirstOrThrow();
-        await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [tuple], relations: [tuple.relation] } });
-        return inserted;
+        return { row: inserted, intent: await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [tuple], relations: [tuple.relation] } }) };
       });
-      return writeAnswer(reply, row, await ctx.outbox.settle(partitionKey), 201);
+      return writeAnswer(reply, row, await ctx.outbox.settle(partitionKey, [intent]), 201);
     },
   );
   app.get(

@@ -35,16 +35,15 @@ export function projectRoutes(app: ServiceApp, ctx: ServiceContext): void {
       // The audit's owner mapping expects the same tuple of the row (iam-owner.ts).
       const tuple = projectOrganizationTuple(id, organization.id);
       const partitionKey = grantTupleKey(tuple.user, tuple.object);
-      const row = await db.transaction().execute(async (trx) => {
+      const { row, intent } = await db.transaction().execute(async (trx) => {
         const inserted = await trx
           .insertInto('iam.projects')
           .values({ id, organization_id: organization.id, name: body.name, created_by: caller })
           .returningAll()
           .executeTakeFirstOrThrow();
-        await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [tuple], relations: [tuple.relation] } });
-        return inserted;
+        return { row: inserted, intent: await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [tuple], relations: [tuple.relation] } }) };
       });
-      return writeAnswer(reply, row, await ctx.outbox.settle(partitionKey), 201);
+      return writeAnswer(reply, row, await ctx.outbox.settle(partitionKey, [intent]), 201);
     },
   );
   app.get(

@@ -108,16 +108,15 @@ export function createRegisterService<const N extends string, C extends Readonly
           const id = randomUUID();
           const object = objectOf(id);
           const payload: IntentPayload = { writes: registrationTuples(object, values.project_id, caller) };
-          const inserted = await db.transaction().execute(async (trx) => {
+          const { inserted, intent } = await db.transaction().execute(async (trx) => {
             const created = await trx
               .insertInto(table.qualifiedName)
               .values({ ...values, id, created_by: caller })
               .returningAll()
               .executeTakeFirstOrThrow();
-            await enqueue(trx, spec, { partitionKey: object, payload });
-            return created as ResourceRow;
+            return { inserted: created as ResourceRow, intent: await enqueue(trx, spec, { partitionKey: object, payload }) };
           });
-          return writeAnswer(reply, inserted, await outbox.settle(object), 201);
+          return writeAnswer(reply, inserted, await outbox.settle(object, [intent]), 201);
         },
       );
 
@@ -175,16 +174,15 @@ export function createRegisterService<const N extends string, C extends Readonly
           const user = `user:${request.caller}`;
           const allowed = (await authorizer.check(user, 'can_delete', object)) || (await authorizer.check(user, 'can_delete', `project:${found.project_id}`));
           if (!allowed) throw new HttpError(403, 'forbidden', `${user} is not allowed can_delete on ${object}`);
-          const deleted = await db.transaction().execute(async (trx) => {
+          const deregistration = await db.transaction().execute(async (trx) => {
             const gone = await trx.deleteFrom(table.qualifiedName).where('id', '=', found.id).returningAll().executeTakeFirst();
             // Deleted meanwhile by someone else, whose transaction enqueued the deregistration.
             if (!gone) return undefined;
             // The tuples the registration wrote: the owner is the creator, not necessarily the caller.
-            await enqueue(trx, spec, { partitionKey: object, payload: { deletes: registrationTuples(object, gone.project_id, gone.created_by) } });
-            return gone;
+            return enqueue(trx, spec, { partitionKey: object, payload: { deletes: registrationTuples(object, gone.project_id, gone.created_by) } });
           });
-          if (!deleted) throw new HttpError(404, 'not_found', `no ${fgaType} ${JSON.stringify(found.id)}`);
-          const delivery = await outbox.settle(object);
+          if (!deregistration) throw new HttpError(404, 'not_found', `no ${fgaType} ${JSON.stringify(found.id)}`);
+          const delivery = await outbox.settle(object, [deregistration]);
           if (delivery.status === 'delivered') return reply.code(204).send(null);
           return reply.code(202).send({ id: found.id, deleted: true, note: delivery.note });
         },

@@ -25,9 +25,10 @@ export interface ServiceOutbox {
   audit(): Promise<AuditReport | undefined>;
   /**
    * After a commit that enqueued into `partitionKey`: waits for delivery when flush-on-write is on
-   * (read-your-writes), and reports `pending` instead of failing when it does not finish.
+   * (read-your-writes), and reports `pending` instead of failing when it does not finish. `ids`
+   * (what enqueue returned) makes it wait for those intents without looking the partition up.
    */
-  settle(partitionKey: string): Promise<Delivery>;
+  settle(partitionKey: string, ids?: readonly string[]): Promise<Delivery>;
   /** Counts of the outbox by state (pending, deliverable, poisoned, superseded, retired). */
   stats(): Promise<OutboxStats>;
   /** Redrive now, refused intents included (after a model change, or an operator's request), as many passes as keep reviving; then a drain pass. */
@@ -167,12 +168,12 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     drainer,
     reconciler,
     audit,
-    async settle(partitionKey) {
+    async settle(partitionKey, ids) {
       if (!config.flushOnWrite) {
         return { status: 'pending', note: 'flush on write is off: the drainer delivers the intent on its schedule' };
       }
       try {
-        await drainer.flush({ partitionKey, timeoutMs: config.flushTimeoutMs });
+        await drainer.flush({ partitionKey, ...(ids ? { ids } : {}), timeoutMs: config.flushTimeoutMs });
         return { status: 'delivered' };
       } catch (error) {
         logger.warn(`write committed, delivery pending for ${partitionKey}`, { error: error instanceof Error ? error.message : String(error) });
