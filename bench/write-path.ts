@@ -212,7 +212,7 @@ function report(concurrent: readonly Trial[], alone: readonly Trial[], perCaller
       ...alone.map((t, i) => line(t, i, 1)),
       '',
       'One caller, where a create\'s time goes (ms per create, mean over the trials; the drainer\'s claims and Writes are',
-      'inside `flush`, which also holds the wake-up on NOTIFY, the settle, and flush\'s own two status queries):',
+      'inside `flush`, which also holds the wake-up on NOTIFY and the settle, and resolves on the commit of the batch that delivered):',
       '',
       `- naive: ${breakdown(alone.map((t) => t.naive))}`,
       `- outbox: ${breakdown(alone.map((t) => t.outbox))}`,
