@@ -73,7 +73,7 @@ function drainerProcess(): { built: boolean; nodeFlags: string[]; label: string 
 export async function benchMemory(): Promise<SectionResult> {
   const seconds = knob('BENCH_MEMORY_SECONDS', 120);
   const rate = knob('BENCH_MEMORY_RATE', 1_000);
-  const { built, nodeFlags } = drainerProcess();
+  const drainerRun = drainerProcess();
   const stack = await startStack({ openfgaDatastore: 'postgres', fastPostgres: false });
   const dir = mkdtempSync(join(tmpdir(), 'outbox-bench-memory-'));
   let db: AnyKysely | undefined;
@@ -86,10 +86,10 @@ export async function benchMemory(): Promise<SectionResult> {
     const target = { apiUrl: stack.openfga.apiUrl, token: stack.openfga.presharedKey };
     const store = await freshStore(target);
     const config: MemoryDrainerConfig = { databaseUrl: url, table: spec.table, apiUrl: target.apiUrl, storeId: store.storeId, token: target.token };
-    child = spawn(process.execPath, [...nodeFlags, '--expose-gc', '--import', 'tsx', resolve(import.meta.dirname, 'memory-drainer.ts'), JSON.stringify(config)], {
+    child = spawn(process.execPath, [...drainerRun.nodeFlags, '--expose-gc', '--import', 'tsx', resolve(import.meta.dirname, 'memory-drainer.ts'), JSON.stringify(config)], {
       cwd: resolve(import.meta.dirname, '..'),
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: built ? { ...process.env, TSX_TSCONFIG_PATH: resolve(import.meta.dirname, 'tsconfig.built.json') } : process.env,
+      env: drainerRun.built ? { ...process.env, TSX_TSCONFIG_PATH: resolve(import.meta.dirname, 'tsconfig.built.json') } : process.env,
     });
     const running = child;
     const samples: Sample[] = [];
@@ -129,7 +129,7 @@ export async function benchMemory(): Promise<SectionResult> {
     await next(running, 'stopped');
     await once(running, 'exit');
     child = undefined;
-    return report({ samples: measured, seconds: written.seconds, enqueued, delivered, rate, snapshot, warmUp, live, process: drainerProcess().label });
+    return report({ samples: measured, seconds: written.seconds, enqueued, delivered, rate, snapshot, warmUp, live, process: drainerRun.label });
   } finally {
     child?.kill('SIGKILL');
     await db?.destroy();

@@ -82,7 +82,7 @@ export class PassLanes {
 
   /** Opens one more lane, unless `max` are open, a lane failed, the pass stalled, or it is over. True if it opened one. */
   widen(): boolean {
-    if (this.#over || this.#failure || this.#stalled || this.#open >= this.#max) return false;
+    if (!this.#roomForLane()) return false;
     this.#open += 1;
     // A microtask later, so that a lane never runs inside its opener's call stack.
     void Promise.resolve()
@@ -101,13 +101,17 @@ export class PassLanes {
     return true;
   }
 
+  /** Fewer than `max` lanes are open, and the pass is neither over, failed nor stalled. */
+  #roomForLane(): boolean {
+    return !this.#over && !this.#failure && !this.#stalled && this.#open < this.#max;
+  }
+
   /** Opens a lane now, or arms the timer for when the open lanes will all have outlasted their claims. */
   #consider(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     // A lane still claiming or settling takes what is claimable next itself.
-    if (!this.#wanted || this.#deliveries.size < this.#open || this.#open >= this.#max) return;
-    if (this.#over || this.#failure || this.#stalled) return;
+    if (!this.#wanted || this.#deliveries.size < this.#open || !this.#roomForLane()) return;
     let readyAt = 0;
     for (const d of this.#deliveries) readyAt = Math.max(readyAt, d.since + d.claimMs);
     const wait = readyAt - performance.now();
