@@ -80,7 +80,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
         };
         const batch = await runBatch(conn, { config, limit, flushKeys: options.flushedPartitions(), mayChain: goOn, onClaimed });
         if (batch === undefined) return false;
-        own.limit = carried = nextHeadLimit(limit, { batchSize: config.batchSize, claimedHeads: batch.heads, settled: batch.settled });
+        own.limit = carried = nextHeadLimit(limit, { batchSize: config.batchSize, claimed: batch.claimed, claimedHeads: batch.heads, settled: batch.settled });
         // A batch that moved nothing ends the pass (every lane after its current batch): it would spin (a skipped head, a 0 ms backoff), or the target is down.
         const progressed = batch.delivered + batch.poisoned > 0;
         if (!progressed) lanes.stall();
