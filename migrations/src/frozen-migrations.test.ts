@@ -88,6 +88,7 @@ test('each migration sends the SQL it shipped with: a change to a shipped migrat
       "0009_ledger_life": "bad48d77bb1a2033",
       "0010_late_write_verification": "692ca41a2215ec6c",
       "0011_claim_v5": "332fa4b83bdc8a26",
+      "0012_enqueue_function_v1": "20e607d6e3c19981",
     }
   `);
 });

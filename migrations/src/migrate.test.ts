@@ -67,6 +67,10 @@ async function beforeLateWriteVerification(db: Kysely<unknown>, spec: OutboxSpec
 async function beforeClaimV5(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
   await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[], boolean)`).execute(db);
 }
+/** Takes away what 0012 added: enqueue's function (that build's enqueue sent its own statements). */
+async function beforeEnqueueFunction(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
+  await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_enqueue"(text[], jsonb[], integer)`).execute(db);
+}
 /** A build before 0009_ledger_life: no ledger columns, no delivered-rows index. */
 const withoutLedger = (db: Kysely<unknown>, spec: OutboxSpec) => executeStatements(db, dropLedgerLifeDdlV1(spec));
 
@@ -80,6 +84,7 @@ test.each([
     build: 'before claim v3',
     // A claim without p_flush_keys (v2) and a settle marked v1.
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
       await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[])`).execute(db);
       await oldClaim(db, spec, 'v2', claimParams.v2);
@@ -87,40 +92,50 @@ test.each([
       await beforeLateWriteVerification(db, spec);
       await withoutLedger(db, spec);
     },
-    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification', '0011_claim_v5'],
+    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification', '0011_claim_v5', '0012_enqueue_function_v1'],
   },
   {
     build: 'before claim v4',
     // The same signatures, with bodies marked claim v3 and settle v2.
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
       await oldClaim(db, spec, 'v3', claimParams.v3);
       await oldSettle(db, spec, 'v2');
       await beforeLateWriteVerification(db, spec);
       await withoutLedger(db, spec);
     },
-    pending: ['0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification', '0011_claim_v5'],
+    pending: ['0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification', '0011_claim_v5', '0012_enqueue_function_v1'],
   },
   {
     build: 'before late-write verification',
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
       await beforeLateWriteVerification(db, spec);
     },
-    pending: ['0010_late_write_verification', '0011_claim_v5'],
+    pending: ['0010_late_write_verification', '0011_claim_v5', '0012_enqueue_function_v1'],
   },
   {
     build: 'before claim v5',
-    leave: beforeClaimV5,
-    pending: ['0011_claim_v5'],
+    leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeEnqueueFunction(db, spec);
+      await beforeClaimV5(db, spec);
+    },
+    pending: ['0011_claim_v5', '0012_enqueue_function_v1'],
+  },
+  {
+    build: 'before enqueue v1',
+    leave: beforeEnqueueFunction,
+    pending: ['0012_enqueue_function_v1'],
   },
 ])('a database migrated by the build $build: the next migrate brings every outbox\'s functions and columns up to date', async ({ leave, pending }) => {
   const db = open();
   for (const spec of specs) {
     await leave(db, spec);
-    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates|column verify_after|column poison_cause/);
+    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates|column verify_after|column poison_cause|_enqueue \(enqueue;/);
   }
-  await sql`drop table public.outbox_audit_cursor`.execute(db);
+  await sql`drop table if exists public.outbox_audit_cursor`.execute(db);
   await sql`delete from public.kysely_migration where name = any(${pending})`.execute(db);
   expect(await migrateToLatest(db)).toEqual(pending);
   for (const spec of specs) await verifyOutboxTable(db, spec);

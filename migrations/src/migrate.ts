@@ -1,6 +1,6 @@
 import type { AnyKysely } from '@outbox/outbox';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
-import { drainFunctionsMigration, iamMigration, lateWriteVerificationMigration, ledgerLifeMigration, registerServiceMigration } from './service-migrations.js';
+import { drainFunctionsMigration, enqueueFunctionMigration, iamMigration, lateWriteVerificationMigration, ledgerLifeMigration, registerServiceMigration } from './service-migrations.js';
 import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
 import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
@@ -28,6 +28,8 @@ export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0010_late_write_verification': lateWriteVerificationMigration(OUTBOXES),
   // claim v5 (returns created_at too: the drainer's commit → delivered lag); v4 stays for the previous build's drainers.
   '0011_claim_v5': drainFunctionsMigration(OUTBOXES, { claim: 'v5', settle: 'v4' }),
+  // enqueue v1: the locks and the insert in one round trip (the previous build's enqueue does not call it).
+  '0012_enqueue_function_v1': enqueueFunctionMigration(OUTBOXES, 'v1'),
 });
 
 const provider: MigrationProvider = { getMigrations: async () => ({ ...migrations }) };

@@ -1,5 +1,5 @@
 import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { drainFunctionsDdl, dropLedgerLifeDdlV1, executeStatements, lateWriteVerificationDdl, ledgerLifeDdlV1, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
+import { drainFunctionsDdl, dropLedgerLifeDdlV1, ENQUEUE_FUNCTION_SIGNATURES, enqueueFunctionDdl, type EnqueueFunctionVersion, executeStatements, lateWriteVerificationDdl, ledgerLifeDdlV1, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
 import { AUDIT_CURSOR_TABLE, auditCursorTableDdl } from '@outbox/reconciler';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
@@ -62,6 +62,20 @@ export function drainFunctionsMigration(specs: readonly OutboxSpec[], versions: 
     },
     async down() {
       // nothing to undo: see above
+    },
+  };
+}
+
+/** Creates enqueue's function of `specs` at `version`; `down` drops it (the previous build's enqueue does not call it). */
+export function enqueueFunctionMigration(specs: readonly OutboxSpec[], version: EnqueueFunctionVersion): Migration {
+  return {
+    async up(db) {
+      for (const spec of specs) await executeStatements(db, enqueueFunctionDdl(spec, version));
+    },
+    async down(db) {
+      for (const spec of specs) {
+        await executeStatements(db, ENQUEUE_FUNCTION_SIGNATURES.map((signature) => `drop function if exists ${spec.schema}.${spec.tableName}_enqueue${signature}`));
+      }
     },
   };
 }

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
+import { enqueueFunctionDdl } from './enqueue-function.js';
 import { executeStatements } from './execute-statements.js';
 import { expandSqlTemplate } from './sql-template.js';
 import { tableNames } from './table-names.js';
@@ -61,11 +62,12 @@ export function drainFunctionsDdl(spec: OutboxSpec, versions: DrainFunctionVersi
 }
 
 /**
- * Replaces a table's drainer functions with this release's (earlier overloads stay, for a rolling
- * upgrade). Idempotent. A migration you keep uses `outboxMigrations`' steps.
+ * Replaces a table's functions — the drainer's claim and settle, and enqueue's — with this
+ * release's (earlier overloads stay, for a rolling upgrade). Idempotent. A migration you keep uses
+ * `outboxMigrations`' steps.
  * @example
  * export const up = (db: AnyKysely) => createDrainFunctions(db, vpcOutbox);
  */
 export async function createDrainFunctions(db: AnyKysely, spec: OutboxSpec): Promise<void> {
-  await executeStatements(db, drainFunctionsDdl(spec));
+  await executeStatements(db, [...drainFunctionsDdl(spec), ...enqueueFunctionDdl(spec)]);
 }

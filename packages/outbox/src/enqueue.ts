@@ -1,14 +1,10 @@
 import { sql, type Transaction } from 'kysely';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
-import { OutboxConfigError, PayloadError } from './errors.js';
-import { compareIds } from './ids.js';
-import { countedMaxAttemptsSql } from './max-attempts.js';
-import { INDEX_PLAN_SETTINGS } from './index-plans.js';
-import { lockPartitions } from './partition-lock.js';
-import { partitionRangeSql } from './partition-range.js';
+import { ENQUEUE_FUNCTION_STEP } from './enqueue-function.js';
+import { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
-import { rowStates } from './row-states.js';
+import { SQLSTATE, sqlState } from './sqlstate.js';
 import { tableNames } from './table-names.js';
 
 /** One intent to enqueue. */
@@ -31,29 +27,11 @@ function requireTransaction(trx: AnyKysely): void {
   }
 }
 
-const READ_COMMITTED = 'read committed';
-
-/**
- * The partitions' advisory locks, and {@link INDEX_PLAN_SETTINGS} off for the insert's head probe,
- * only under READ COMMITTED; returns the isolation level either way, and the caller's values of
- * those settings (the insert puts them back as it runs, once it is planned).
- */
-function lockPartitionsIfReadCommitted(spec: OutboxSpec, keys: readonly string[]) {
-  const readCommitted = sql<boolean>`current_setting('transaction_isolation') = ${READ_COMMITTED}`;
-  const current = INDEX_PLAN_SETTINGS.map((name) => sql`current_setting(${name})`);
-  const off = INDEX_PLAN_SETTINGS.map((name, i) => sql`case when ${readCommitted} then set_config(${name}, 'off', true) end as ${sql.ref(`off_${i}`)}`);
-  // The caller's values are read in a CTE scanned before the select list sets the new ones.
-  return sql<{ isolation: string; caller: string[] }>`
-    with locks as (${lockPartitions(spec, keys, readCommitted)}),
-      caller as materialized (select array[${sql.join(current)}] as v)
-    select current_setting('transaction_isolation') as isolation, (select count(*) from locks) as locked, caller.v as caller, ${sql.join(off)}
-    from caller`;
-}
-
-/** A CTE that sets the probe's planner settings back to `caller`'s values when the statement runs (after it was planned). */
-function restorePlannerSettings(caller: readonly string[]) {
-  const restores = INDEX_PLAN_SETTINGS.map((name, i) => sql`set_config(${name}, ${caller[i] ?? 'on'}, true) as ${sql.ref(`restored_${i}`)}`);
-  return sql`restored as materialized (select ${sql.join(restores)})`;
+function missingEnqueueFunction(spec: OutboxSpec): OutboxTableError {
+  return new OutboxTableError(spec.table, [
+    `function ${spec.table}_enqueue (this release's enqueue, which failed for want of it and aborted the transaction; ` +
+      `created by createOutboxTable or createDrainFunctions, or by the step ${ENQUEUE_FUNCTION_STEP} of outboxMigrations)`,
+  ]);
 }
 
 function notReadCommitted(isolation: string): OutboxConfigError {
@@ -90,37 +68,18 @@ async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly
   const all = Array.from({ length: intents.length }, (_, i) => intents[i]);
   const keys = all.map((intent, i) => validatePartitionKey(intent?.partitionKey, `${at(i)}partitionKey`));
   const payloads = all.map((intent, i) => JSON.stringify(validatePayload(intent?.payload, `${at(i)}payload`)));
-  const distinct = [...new Set(keys)];
   const n = tableNames(spec);
-
-  const lock = await lockPartitionsIfReadCommitted(spec, distinct).execute(trx);
-  const isolation = lock.rows[0]?.isolation ?? '';
-  if (isolation !== READ_COMMITTED) throw notReadCommitted(isolation);
-  const caller = lock.rows[0]?.caller ?? [];
-  // The first new row of each key is head unless the key has a deliverable row: one probe per key,
-  // in the insert itself, whose snapshot is taken after the lock was granted (docs/outbox-sql.md).
-  const seen = new Set<string>();
-  const firsts = keys.map((key) => {
-    if (seen.has(key)) return false;
-    seen.add(key);
-    return true;
-  });
-  const table = sql.raw(n.table);
-  const inserted = await sql<{ id: string }>`
-    with ${restorePlannerSettings(caller)}
-    insert into ${table} (${sql.raw(n.partition)}, payload, is_head)
-    select u.k, u.p::jsonb, u.first and live.found is null
-    from restored, unnest(${keys}::text[], ${payloads}::text[], ${firsts}::boolean[]) with ordinality as u(k, p, first, ord)
-    left join lateral (
-      select true as found from ${table} x
-      where u.first and ${sql.raw(partitionRangeSql('x', n.partition, 'u.k'))}
-        and ${rowStates('x').deliverable(countedMaxAttemptsSql(spec))}
-      order by x.${sql.raw(n.partition)}, x.id
-      limit 1
-    ) live on true
-    order by u.ord
-    returning id`.execute(trx);
-  return inserted.rows.map((r) => String(r.id)).sort(compareIds);
+  // One round trip: the function locks, then probes each key's head in a statement of its own (docs/outbox-sql.md, "Enqueue").
+  const result = await sql<{ isolation: string; ids: string[] | null }>`
+    select current_setting('transaction_isolation') as isolation,
+           ${sql.raw(n.enqueueFunction)}(${keys}::text[], ${payloads}::jsonb[], ${spec.maxAttempts}::integer) as ids`
+    .execute(trx)
+    .catch((error: unknown) => {
+      throw sqlState(error) === SQLSTATE.UNDEFINED_FUNCTION ? missingEnqueueFunction(spec) : error;
+    });
+  const row = result.rows[0];
+  if (!row?.ids) throw notReadCommitted(row?.isolation ?? '');
+  return row.ids.map(String);
 }
 
 /**

@@ -138,6 +138,7 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
       'steps.fga_register_outbox/0003_ledger_life',
       'steps.fga_register_outbox/0004_late_write_verification',
       'steps.fga_register_outbox/0005_claim_v5',
+      'steps.fga_register_outbox/0006_enqueue_function_v1',
     ]);
     expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual([
       '0002_0001_outbox_table',
@@ -145,8 +146,9 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
       '0002_0003_ledger_life',
       '0002_0004_late_write_verification',
       '0002_0005_claim_v5',
+      '0002_0006_enqueue_function_v1',
     ]);
-    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(10);
+    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(12);
   });
 
   test('migrated step by step, the table is exactly what createOutboxTable makes, and verifies', async () => {
@@ -177,7 +179,9 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
     expect(thisRelease.rows.map((r) => [String(r.id), r.age_ms >= 0])).toEqual([['1', true]]);
     await sql.raw(`delete from ${tableNames(spec).table}`).execute(t.db);
 
-    // Down, step by step: claim v5 (v4 stays), the late-write column and settle, the ledger columns, the functions, then the table.
+    // Down, step by step: enqueue's function, claim v5 (v4 stays), the late-write column and settle, the ledger columns, the functions, then the table.
+    expect((await steps.migrateDown()).error).toBeUndefined();
+    expect(await functionExists('steps', 'fga_register_outbox_enqueue')).toBe(false);
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect((await definitions(spec)).filter((d) => d.definition?.includes('p_created_at'))).toEqual([]);
     expect(await functionExists('steps', 'fga_register_outbox_claim')).toBe(true);

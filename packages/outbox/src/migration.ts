@@ -1,6 +1,7 @@
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
+import { ENQUEUE_FUNCTION_SIGNATURES, ENQUEUE_FUNCTION_STEP, enqueueFunctionDdl } from './enqueue-function.js';
 import { executeStatements } from './execute-statements.js';
 import { lateWriteVerificationDdl } from './late-write-ddl.js';
 import { dropLedgerLifeDdlV1, ledgerLifeDdlV1 } from './ledger-life-ddl.js';
@@ -13,7 +14,7 @@ import { tableNames } from './table-names.js';
  * await writeFile('0001_vpc_outbox.sql', outboxTableDdl(vpcOutbox).join(';\n\n'));
  */
 export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {}): string[] {
-  return [...outboxTableDdlV1(spec, options), ...ledgerLifeDdlV1(spec), ...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec)];
+  return [...outboxTableDdlV1(spec, options), ...ledgerLifeDdlV1(spec), ...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec), ...enqueueFunctionDdl(spec)];
 }
 
 /**
@@ -38,6 +39,7 @@ export async function dropOutboxTable(db: AnyKysely, spec: OutboxSpec): Promise<
     `drop function if exists ${n.notifyFunction}()`,
     ...DRAIN_FUNCTION_SIGNATURES.claim.map((signature) => `drop function if exists ${n.claimFunction}${signature}`),
     ...DRAIN_FUNCTION_SIGNATURES.settle.map((signature) => `drop function if exists ${n.settleFunction}${signature}`),
+    ...ENQUEUE_FUNCTION_SIGNATURES.map((signature) => `drop function if exists ${n.enqueueFunction}${signature}`),
   ]);
 }
 
@@ -93,6 +95,11 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
     [`${prefix}0005_claim_v5`]: {
       up: (db: AnyKysely) => executeStatements(db, drainFunctionsDdl(spec, { claim: 'v5', settle: 'v4' })),
       down: (db: AnyKysely) => executeStatements(db, [`drop function if exists ${n.claimFunction}(integer, integer, integer, boolean, boolean, text[], boolean)`]),
+    },
+    // Enqueue in one round trip; the previous release's enqueue (two statements) does not call it.
+    [`${prefix}${ENQUEUE_FUNCTION_STEP}`]: {
+      up: (db: AnyKysely) => executeStatements(db, enqueueFunctionDdl(spec, 'v1')),
+      down: (db: AnyKysely) => executeStatements(db, [`drop function if exists ${n.enqueueFunction}(text[], jsonb[], integer)`]),
     },
   });
 }

@@ -6,10 +6,8 @@ export function partitionLockKey(spec: OutboxSpec, key: RawBuilder<unknown>): Ra
   return sql<bigint>`hashtextextended(${spec.table}::text || ' ' || ${key}, 0)`;
 }
 
-/** Takes the advisory locks of `keys` in hash order; with `when` (an init-plan), none unless it holds. */
-export function lockPartitions(spec: OutboxSpec, keys: readonly string[], when?: RawBuilder<boolean>) {
+/** Takes the advisory locks of `keys` in hash order (enqueue's function takes them so too: sql/enqueue.v1.sql). */
+export function lockPartitions(spec: OutboxSpec, keys: readonly string[]) {
   const hash = partitionLockKey(spec, sql`k`);
-  return sql`select pg_advisory_xact_lock(h) from (select distinct ${hash} as h from unnest(${[...keys]}::text[]) as k) locks${
-    when ? sql` where ${when}` : sql``
-  } order by h`;
+  return sql`select pg_advisory_xact_lock(h) from (select distinct ${hash} as h from unnest(${[...keys]}::text[]) as k) locks order by h`;
 }

@@ -2,6 +2,7 @@
 // Not for application code, nor under the user API's semver.
 export { claimStatement, settleStatement, type ClaimedRow, type ClaimOptions, type LateWriteStamps, type SettleOptions } from './drain-function-calls.js';
 export { drainFunctionMarker, drainFunctionsDdl, LATEST_DRAIN_FUNCTIONS, type DrainFunctionVersions } from './drain-functions.js';
+export { ENQUEUE_FUNCTION_SIGNATURES, enqueueFunctionDdl, type EnqueueFunctionVersion } from './enqueue-function.js';
 export { executeStatements } from './execute-statements.js';
 export { promoteHeads, resetHeads, type PromotedHead } from './heads.js';
 export { compareIds } from './ids.js';

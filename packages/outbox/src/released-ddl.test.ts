@@ -1,6 +1,7 @@
 import { describe, expect, test } from 'vitest';
 import { defineOutbox } from './define-outbox.js';
 import { drainFunctionsDdl, type DrainFunctionVersions } from './drain-functions.js';
+import { enqueueFunctionDdl } from './enqueue-function.js';
 import { ledgerLifeDdlV1 } from './ledger-life-ddl.js';
 import { lateWriteVerificationDdl } from './late-write-ddl.js';
 import { outboxTableDdlV1 } from './outbox-table-ddl.js';
@@ -34,6 +35,7 @@ describe.each(Object.entries(specs))('the released DDL of a %s', (name, spec) =>
       ...RELEASED.map((versions) => section(`drainFunctionsDdl claim ${versions.claim}, settle ${versions.settle}`, drainFunctionsDdl(spec, versions))),
       section('ledgerLifeDdlV1', ledgerLifeDdlV1(spec)),
       section('lateWriteVerificationDdl', lateWriteVerificationDdl(spec)),
+      section('enqueueFunctionDdl v1', enqueueFunctionDdl(spec, 'v1')),
     ].join('\n');
     await expect(text).toMatchFileSnapshot(`./__snapshots__/${name}.sql`);
   });

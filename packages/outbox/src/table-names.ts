@@ -20,6 +20,7 @@ export function tableNames(spec: OutboxSpec) {
     verifyIndex: `${t}_verify_idx`,
     claimFunction: `${quote(spec.schema)}.${quote(`${t}_claim`)}`,
     settleFunction: `${quote(spec.schema)}.${quote(`${t}_settle`)}`,
+    enqueueFunction: `${quote(spec.schema)}.${quote(`${t}_enqueue`)}`,
     notifyFunction: `${quote(spec.schema)}.${quote(`${t}_notify`)}`,
     notifyTrigger: `${t}_notify`,
   };

@@ -3,6 +3,7 @@ import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { createDrainFunctions, drainFunctionMarker } from './drain-functions.js';
+import { enqueueFunctionMarker } from './enqueue-function.js';
 import { OutboxTableError } from './errors.js';
 import { createOutboxTable, dropOutboxTable } from './migration.js';
 import { tableNames } from './table-names.js';
@@ -32,8 +33,8 @@ async function missing(spec: OutboxSpec): Promise<readonly string[]> {
 
 const run = (text: string) => sql.raw(text).execute(t.db);
 const triggerGap = (spec: OutboxSpec) => `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`;
-const foreignFunction = (spec: OutboxSpec, fn: 'claim' | 'settle') =>
-  `function ${spec.table}_${fn} is not the one this release creates for this spec (expected "${drainFunctionMarker(spec, fn)}" in its body; createDrainFunctions replaces it)`;
+const foreignFunction = (spec: OutboxSpec, fn: 'claim' | 'settle' | 'enqueue') =>
+  `function ${spec.table}_${fn} is not the one this release creates for this spec (expected "${fn === 'enqueue' ? enqueueFunctionMarker(spec) : drainFunctionMarker(spec, fn)}" in its body; createDrainFunctions replaces it)`;
 
 describe('verifyOutboxTable', () => {
   test('passes on a table made by createOutboxTable, for both outbox shapes', async () => {
@@ -60,6 +61,7 @@ describe('verifyOutboxTable', () => {
       "partial index (tuple_key, id) where sent_at is not null (delivered rows: compaction, the reconciler's successor look-up)",
       foreignFunction(wrong, 'claim'),
       foreignFunction(wrong, 'settle'),
+      foreignFunction(wrong, 'enqueue'),
     ]);
   });
 
@@ -258,6 +260,7 @@ describe('verifyOutboxTable', () => {
       "statement-level AFTER INSERT trigger calling pg_notify('verify_hand_made', '')",
       "function verify.hand_made_claim (the drainer's claim; created by createOutboxTable or createDrainFunctions)",
       "function verify.hand_made_settle (the drainer's settle; created by createOutboxTable or createDrainFunctions)",
+      'function verify.hand_made_enqueue (enqueue; created by createOutboxTable or createDrainFunctions)',
     ]);
   });
 });

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { drainFunctionMarker } from './drain-functions.js';
+import { enqueueFunctionMarker } from './enqueue-function.js';
 import { OutboxConfigError, OutboxTableError } from './errors.js';
 import { recordedMaxAttempts } from './max-attempts.js';
 
@@ -157,15 +158,18 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
 
   const functions = await sql<{ name: string; source: string }>`
     select p.proname as name, p.prosrc as source from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace
-    where ns.nspname = ${spec.schema} and p.proname = any(${[`${spec.tableName}_claim`, `${spec.tableName}_settle`]}::text[])`.execute(db);
-  for (const fn of ['claim', 'settle'] as const) {
+    where ns.nspname = ${spec.schema} and p.proname = any(${[`${spec.tableName}_claim`, `${spec.tableName}_settle`, `${spec.tableName}_enqueue`]}::text[])`.execute(db);
+  const expected = [
+    { fn: 'claim', what: "the drainer's claim", marker: drainFunctionMarker(spec, 'claim') },
+    { fn: 'settle', what: "the drainer's settle", marker: drainFunctionMarker(spec, 'settle') },
+    { fn: 'enqueue', what: 'enqueue', marker: enqueueFunctionMarker(spec) },
+  ] as const;
+  for (const { fn, what, marker } of expected) {
     const name = `${spec.schema}.${spec.tableName}_${fn}`;
     const found = functions.rows.filter((f) => f.name === `${spec.tableName}_${fn}`);
-    if (found.length === 0) missing.push(`function ${name} (the drainer's ${fn}; created by createOutboxTable or createDrainFunctions)`);
-    else if (!found.some((f) => f.source.includes(drainFunctionMarker(spec, fn)))) {
-      missing.push(
-        `function ${name} is not the one this release creates for this spec (expected "${drainFunctionMarker(spec, fn)}" in its body; createDrainFunctions replaces it)`,
-      );
+    if (found.length === 0) missing.push(`function ${name} (${what}; created by createOutboxTable or createDrainFunctions)`);
+    else if (!found.some((f) => f.source.includes(marker))) {
+      missing.push(`function ${name} is not the one this release creates for this spec (expected "${marker}" in its body; createDrainFunctions replaces it)`);
     }
   }
   if (missing.length > 0) throw new OutboxTableError(spec.table, missing);
