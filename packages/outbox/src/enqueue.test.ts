@@ -5,8 +5,8 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { defineOutbox } from './define-outbox.js';
 import { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
-import { OutboxConfigError } from './errors.js';
-import { createOutboxTable } from './migration.js';
+import { OutboxConfigError, OutboxTableError } from './errors.js';
+import { createOutboxTable, dropOutboxTable } from './migration.js';
 import type { AnyKysely } from './any-kysely.js';
 
 const t = useTestDatabase();
@@ -109,6 +109,21 @@ describe('enqueue runs in the caller transaction', () => {
       );
     });
     expect(await rows()).toEqual([]);
+  });
+
+  test('a table an earlier release made, without the enqueue function: an OutboxTableError naming it, and nothing written', async () => {
+    const earlier = defineOutbox({ table: 'app.earlier_outbox', partitionColumn: 'resource_id' });
+    await createOutboxTable(t.db, earlier);
+    await sql.raw('drop function app.earlier_outbox_enqueue').execute(t.db);
+    const failure = await t.db
+      .transaction()
+      .execute((trx) => enqueue(trx, earlier, intent('vpc:v1')))
+      .catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(OutboxTableError);
+    expect((failure as OutboxTableError).missing).toEqual([expect.stringMatching(/^function app\.earlier_outbox_enqueue .*0006_enqueue_function_v1/)]);
+    const written = await sql<{ n: string }>`select count(*) as n from app.earlier_outbox`.execute(t.db);
+    expect(written.rows[0]!.n).toBe('0');
+    await dropOutboxTable(t.db, earlier);
   });
 
   test('enqueueMany of no intents writes nothing and returns no ids', async () => {
