@@ -20,7 +20,7 @@ const messageOf = (error: unknown) => (error instanceof Error ? error.message : 
 export async function tableCheck(target: Target): Promise<Check> {
   try {
     await verifyOutboxTable(target.db, target.spec);
-    return pass(`${target.spec.table} matches the contract (columns, indexes, trigger, drain functions, maxAttempts ${target.spec.maxAttempts})`);
+    return pass(`${target.spec.table} matches the contract (columns, indexes, trigger, drain and enqueue functions, maxAttempts ${target.spec.maxAttempts})`);
   } catch (error) {
     if (error instanceof OutboxTableError) return fail(`${target.spec.table}: ${error.missing.join('; ')}`, 'run the migrations (createOutboxTable / createDrainFunctions for this spec), or fix the spec');
     return fail(`${target.spec.table} could not be verified: ${messageOf(error)}`, 'check the config\'s spec and database URL');
