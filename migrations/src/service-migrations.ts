@@ -1,5 +1,5 @@
 import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { drainFunctionsDdl, dropLedgerLifeDdlV1, ENQUEUE_FUNCTION_SIGNATURES, enqueueFunctionDdl, type EnqueueFunctionVersion, executeStatements, lateWriteVerificationDdl, ledgerLifeDdlV1, outboxTableDdlV1, type DrainFunctionVersions } from '@outbox/outbox/protocol';
+import { drainFunctionsDdl, dropLedgerLifeDdlV1, ENQUEUE_FUNCTION_SIGNATURES, enqueueFunctionDdl, type EnqueueFunctionVersion, executeStatements, lateWriteVerificationDdl, ledgerLifeDdlV1, outboxTableDdlV1, tableNames, type DrainFunctionVersions } from '@outbox/outbox/protocol';
 import { AUDIT_CURSOR_TABLE, auditCursorTableDdl } from '@outbox/reconciler';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
@@ -74,7 +74,7 @@ export function enqueueFunctionMigration(specs: readonly OutboxSpec[], version: 
     },
     async down(db) {
       for (const spec of specs) {
-        await executeStatements(db, ENQUEUE_FUNCTION_SIGNATURES.map((signature) => `drop function if exists ${spec.schema}.${spec.tableName}_enqueue${signature}`));
+        await executeStatements(db, ENQUEUE_FUNCTION_SIGNATURES.map((signature) => `drop function if exists ${tableNames(spec).enqueueFunction}${signature}`));
       }
     },
   };

@@ -6,7 +6,7 @@ import { sql } from 'kysely';
  * nothing was pending, the pending index `(id)` looks empty and the planner takes it, filtering
  * (and sorting) every pending row for each key (docs/outbox-sql.md, "Looking up a partition's rows").
  */
-export const INDEX_PLAN_SETTINGS = ['enable_sort', 'enable_seqscan', 'jit'] as const;
+const INDEX_PLAN_SETTINGS = ['enable_sort', 'enable_seqscan', 'jit'] as const;
 
 /** Turns {@link INDEX_PLAN_SETTINGS} off for the rest of the current transaction (`SET LOCAL`). */
 export function planByIndex() {

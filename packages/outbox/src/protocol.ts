@@ -6,7 +6,7 @@ export { ENQUEUE_FUNCTION_SIGNATURES, enqueueFunctionDdl, type EnqueueFunctionVe
 export { executeStatements } from './execute-statements.js';
 export { promoteHeads, resetHeads, type PromotedHead } from './heads.js';
 export { compareIds } from './ids.js';
-export { INDEX_PLAN_SETTINGS, planByIndex } from './index-plans.js';
+export { planByIndex } from './index-plans.js';
 export { integerInRange } from './integer-in-range.js';
 export { lateWriteVerificationDdl } from './late-write-ddl.js';
 export { assertRecordedMaxAttempts, countedMaxAttemptsSql, maxAttemptsChangedError, recordedMaxAttempts, recordedMaxAttemptsSql } from './max-attempts.js';
