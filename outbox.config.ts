@@ -2,7 +2,15 @@
 // the services enqueue with, their owner mappings for audit and repair, and the variables the
 // services read (services/README.md), so `pnpm outbox …` needs the same environment as they do.
 import { defineConfig } from '@outbox/cli';
-import { computeOutbox, iamOutbox, migrations, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from '@outbox/migrations';
+import {
+  computeOutbox,
+  iamOutbox,
+  migrations,
+  nlbOutbox,
+  registryOutbox,
+  storageOutbox,
+  vpcOutbox,
+} from '@outbox/migrations';
 import { computeService, nlbService, registryService, storageService, vpcService } from '@outbox/platform';
 import { registerServiceOwner } from '@outbox/service-kit';
 import { iamOwner } from '@outbox/service-iam';

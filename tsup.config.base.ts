@@ -27,7 +27,10 @@ const inlineSqlFiles: EsbuildPlugin = {
         watchFiles.push(file.pathname);
         return JSON.stringify(readFileSync(file, 'utf8'));
       });
-      if (/readFileSync\([^)]*\.sql/.test(contents)) throw new Error(`${args.path}: read a .sql file as readFileSync(new URL('./x.sql', import.meta.url), 'utf8') so the build can inline it`);
+      if (/readFileSync\([^)]*\.sql/.test(contents))
+        throw new Error(
+          `${args.path}: read a .sql file as readFileSync(new URL('./x.sql', import.meta.url), 'utf8') so the build can inline it`,
+        );
       return { contents, loader: 'ts', watchFiles };
     });
   },
@@ -40,7 +43,8 @@ const inlineSqlFiles: EsbuildPlugin = {
 function exportEntries(manifest: { exports: Record<string, Record<string, string>> }): string[] {
   return Object.entries(manifest.exports).map(([subpath, conditions]) => {
     const source = conditions[SOURCE_CONDITION];
-    if (!source) throw new Error(`package.json exports["${subpath}"] has no "${SOURCE_CONDITION}" condition to build from`);
+    if (!source)
+      throw new Error(`package.json exports["${subpath}"] has no "${SOURCE_CONDITION}" condition to build from`);
     return source;
   });
 }

@@ -33,13 +33,28 @@ export async function benchAgainstPgBoss(db: AnyKysely, url: string): Promise<Se
         const spec = defineOutbox({ table: `bench.against_pgboss_${trial}`, partitionColumn: 'resource_id' });
         await createOutboxTable(db, spec);
         await fill(db, spec, `'k' || (i % ${keys})`, jobs);
-        const run = await orderedDrain({ url, spec, rows: jobs, workers: CONCURRENCY, batchSize: BATCH, checkOrder: true });
+        const run = await orderedDrain({
+          url,
+          spec,
+          rows: jobs,
+          workers: CONCURRENCY,
+          batchSize: BATCH,
+          checkOrder: true,
+        });
         runs.drainer.push(run.ms);
         orders.drainer.push(run.order as OrderCheck);
         await sql.raw(`drop table "${spec.schema}"."${spec.tableName}"`).execute(db);
       } else {
         const schema = `pgboss_${loop}_${trial}`;
-        const run = await pgBossDrain({ url, policy: loop, jobs, keys, concurrency: CONCURRENCY, batch: BATCH, schema });
+        const run = await pgBossDrain({
+          url,
+          policy: loop,
+          jobs,
+          keys,
+          concurrency: CONCURRENCY,
+          batch: BATCH,
+          schema,
+        });
         runs[loop].push(run.ms);
         orders[loop].push(run.order);
         await sql.raw(`drop schema "${schema}" cascade`).execute(db);
@@ -57,7 +72,7 @@ export async function benchAgainstPgBoss(db: AnyKysely, url: string): Promise<Se
     `### Against pg-boss: ${count(jobs)} jobs over ${count(keys)} keys, ${CONCURRENCY} workers, batch ${BATCH}, median of ${trials} interleaved trials`,
     '',
     `pg-boss ${'`work()`'} with localConcurrency ${CONCURRENCY}, batchSize ${BATCH}, burstWhenBatchFull and the shortest poll (0.5 s),`,
-    'maintenance off; its jobs inserted one insert per key-round (so each key\'s jobs have increasing created_on, as',
+    "maintenance off; its jobs inserted one insert per key-round (so each key's jobs have increasing created_on, as",
     'separate sends would) with ids that sort in creation order, then VACUUM ANALYZE, as the outbox tables get. The',
     `drainer: ${CONCURRENCY} drainers (default settings, batch ${BATCH}) over the same backlog. Order: per key, the order jobs were`,
     'completed (pg-boss: `completed_on`, ties broken by the order the handler saw them) or reached the sink (drainer),',
@@ -73,7 +88,12 @@ export async function benchAgainstPgBoss(db: AnyKysely, url: string): Promise<Se
   return {
     markdown,
     targets: [
-      ratioTarget(`ordered drainer ÷ pg-boss \`key_strict_fifo\` ≥ 10× (${count(jobs)} jobs, ${count(keys)} keys)`, fifo, { atLeast: 10 }, `trials ${perTrial('key_strict_fifo')}`),
+      ratioTarget(
+        `ordered drainer ÷ pg-boss \`key_strict_fifo\` ≥ 10× (${count(jobs)} jobs, ${count(keys)} keys)`,
+        fifo,
+        { atLeast: 10 },
+        `trials ${perTrial('key_strict_fifo')}`,
+      ),
       { target: 'ordered drainer ÷ pg-boss `standard` (which keeps no order)', figure: times(standard), met: null },
       {
         target: 'per-key order: drainer, and pg-boss `key_strict_fifo`, 0 keys out of order',

@@ -1,4 +1,8 @@
-import { ClientWriteRequestOnDuplicateWrites, ClientWriteRequestOnMissingDeletes, type OpenFgaClient } from '@openfga/sdk';
+import {
+  ClientWriteRequestOnDuplicateWrites,
+  ClientWriteRequestOnMissingDeletes,
+  type OpenFgaClient,
+} from '@openfga/sdk';
 import { createDrainer } from '@outbox/drainer';
 import { migrateToLatest, vpcOutbox, vpcTable } from '@outbox/migrations';
 import { createOpenFgaTupleReader } from '@outbox/openfga';
@@ -21,12 +25,24 @@ const OUT_OF_BAND = 100;
 const owner = registerServiceOwner({ fgaType: 'vpc', resourceTable: vpcTable });
 const idOf = (i: number) => `a${String(i).padStart(7, '0')}`;
 const rowTuples = (i: number): TupleKey[] => registrationTuples(resourceObject('vpc', idOf(i)), `p${i % 100}`, `u${i}`);
-const conflict = { onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore, onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore };
+const conflict = {
+  onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore,
+  onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore,
+};
 
 /** Writes (or deletes) `tuples` straight into the store, 100 a Write: the seeding and the out-of-band edits, not the outbox. */
-async function writeDirect(client: OpenFgaClient, tuples: readonly TupleKey[], kind: 'writes' | 'deletes'): Promise<void> {
-  const requests = Array.from({ length: Math.ceil(tuples.length / TUPLES_PER_WRITE) }, (_, r) => () =>
-    client.write({ [kind]: tuples.slice(r * TUPLES_PER_WRITE, (r + 1) * TUPLES_PER_WRITE) }, { conflict, retryParams: { maxRetry: 3 } }),
+async function writeDirect(
+  client: OpenFgaClient,
+  tuples: readonly TupleKey[],
+  kind: 'writes' | 'deletes',
+): Promise<void> {
+  const requests = Array.from(
+    { length: Math.ceil(tuples.length / TUPLES_PER_WRITE) },
+    (_, r) => () =>
+      client.write(
+        { [kind]: tuples.slice(r * TUPLES_PER_WRITE, (r + 1) * TUPLES_PER_WRITE) },
+        { conflict, retryParams: { maxRetry: 3 } },
+      ),
   );
   await runPool(requests, WRITES_IN_FLIGHT);
 }
@@ -34,7 +50,9 @@ async function writeDirect(client: OpenFgaClient, tuples: readonly TupleKey[], k
 /** Owner rows 1…n of `vpc.vpcs`, as the create path writes them. */
 const insertRows = (db: AnyKysely, from: number, to: number) =>
   sql`insert into vpc.vpcs (id, project_id, name, created_by, cidr_block)
-      select 'a' || lpad(i::text, 7, '0'), 'p' || (i % 100), 'n' || i, 'u' || i, '10.0.0.0/16' from generate_series(${from}::int, ${to}::int) i`.execute(db);
+      select 'a' || lpad(i::text, 7, '0'), 'p' || (i % 100), 'n' || i, 'u' || i, '10.0.0.0/16' from generate_series(${from}::int, ${to}::int) i`.execute(
+    db,
+  );
 
 const seconds = (report: AuditReport) => `${(report.durationMs / 1000).toFixed(1)} s`;
 const reads = (report: AuditReport) =>
@@ -72,7 +90,8 @@ export async function benchAudit(): Promise<SectionResult> {
 
     console.error('[bench] audit: full audit…');
     const full = await auditOutbox(audit);
-    if (full.drifted !== 0) throw new Error(`bench audit: the seeded store should agree with the owner, the full audit found ${drift(full)}`);
+    if (full.drifted !== 0)
+      throw new Error(`bench audit: the seeded store should agree with the owner, the full audit found ${drift(full)}`);
     // The first incremental audit is a full one that stores the changelog positions.
     const first = await auditOutboxIncremental(audit);
 
@@ -86,9 +105,17 @@ export async function benchAudit(): Promise<SectionResult> {
         ...deleted.map((i) => ({ partitionKey: resourceObject('vpc', idOf(i)), payload: { deletes: rowTuples(i) } })),
         ...created.map((i) => ({ partitionKey: resourceObject('vpc', idOf(i)), payload: { writes: rowTuples(i) } })),
       ];
-      for (let at = 0; at < intents.length; at += 1_000) await enqueueMany(trx, vpcOutbox, intents.slice(at, at + 1_000));
+      for (let at = 0; at < intents.length; at += 1_000)
+        await enqueueMany(trx, vpcOutbox, intents.slice(at, at + 1_000));
     });
-    const drainer = createDrainer({ db, spec: vpcOutbox, sink: store.sink, listen: false, interval: 3_600_000, lateWrites: false });
+    const drainer = createDrainer({
+      db,
+      spec: vpcOutbox,
+      sink: store.sink,
+      listen: false,
+      interval: 3_600_000,
+      lateWrites: false,
+    });
     let delivered = 0;
     while (delivered < changes) {
       const pass = await drainer.drainOnce();
@@ -99,8 +126,16 @@ export async function benchAudit(): Promise<SectionResult> {
     await drainer.stop();
     // Out of band: half the edits delete a kept object's owner tuple (missing), half add a tuple on an object with no row (orphan).
     const kept = Array.from({ length: OUT_OF_BAND / 2 }, (_, n) => 2 + n * Math.floor(objects / (OUT_OF_BAND / 2)));
-    await writeDirect(store.client, kept.map((i) => rowTuples(i)[1] as TupleKey), 'deletes');
-    const orphans = Array.from({ length: OUT_OF_BAND / 2 }, (_, n): TupleKey => ({ user: 'user:intruder', relation: 'owner', object: `vpc:orphan-${n}` }));
+    await writeDirect(
+      store.client,
+      kept.map((i) => rowTuples(i)[1] as TupleKey),
+      'deletes',
+    );
+    const orphans = Array.from({ length: OUT_OF_BAND / 2 }, (_, n): TupleKey => ({
+      user: 'user:intruder',
+      relation: 'owner',
+      object: `vpc:orphan-${n}`,
+    }));
     await writeDirect(store.client, orphans, 'writes');
 
     console.error('[bench] audit: incremental audits…');
@@ -111,10 +146,16 @@ export async function benchAudit(): Promise<SectionResult> {
     await sql`insert into public.outbox_audit_cursor select * from public.bench_audit_cursor`.execute(db);
     const incremental = await auditOutboxIncremental(audit);
     for (const report of [reread, incremental]) {
-      if (report.drifted !== OUT_OF_BAND) throw new Error(`bench audit: the incremental audit should find the ${OUT_OF_BAND} out-of-band edits, found ${drift(report)}`);
+      if (report.drifted !== OUT_OF_BAND)
+        throw new Error(
+          `bench audit: the incremental audit should find the ${OUT_OF_BAND} out-of-band edits, found ${drift(report)}`,
+        );
     }
     const fullAfter = await auditOutbox(audit);
-    if (fullAfter.drifted !== OUT_OF_BAND) throw new Error(`bench audit: the full audit should find the ${OUT_OF_BAND} out-of-band edits, found ${drift(fullAfter)}`);
+    if (fullAfter.drifted !== OUT_OF_BAND)
+      throw new Error(
+        `bench audit: the full audit should find the ${OUT_OF_BAND} out-of-band edits, found ${drift(fullAfter)}`,
+      );
 
     const row = (what: string, report: AuditReport) =>
       `| ${what} | ${seconds(report)} | ${count(report.partitionsCompared)} | ${count(report.liveTuplesRead)} | ${reads(report)} | ${drift(report)} |`;
@@ -131,13 +172,27 @@ export async function benchAudit(): Promise<SectionResult> {
         '| --- | ---: | ---: | ---: | --- | --- |',
         row(`full, ${count(objects)} objects`, full),
         row('first incremental (a full audit that stores the changelog tokens)', first),
-        row(`incremental after ${count(changes)} changes + ${OUT_OF_BAND} out of band, re-reading each changed partition`, reread),
-        row(`**incremental after the same, default** (above \`scanAbove\`, 2,000 changed partitions, it scans)`, incremental),
+        row(
+          `incremental after ${count(changes)} changes + ${OUT_OF_BAND} out of band, re-reading each changed partition`,
+          reread,
+        ),
+        row(
+          `**incremental after the same, default** (above \`scanAbove\`, 2,000 changed partitions, it scans)`,
+          incremental,
+        ),
         row(`full after the changes (${count(objects)} objects again)`, fullAfter),
       ].join('\n'),
       targets: [
-        { target: `audit: full audit of ${count(objects)} objects (no target in the issue; time)`, figure: seconds(full), met: null },
-        { target: `audit: incremental after ${count(changes)} changes, finds exactly the ${OUT_OF_BAND} out-of-band edits (no time target)`, figure: `${seconds(incremental)} (re-reading each changed partition: ${seconds(reread)}), ${count(incremental.drifted)} found`, met: null },
+        {
+          target: `audit: full audit of ${count(objects)} objects (no target in the issue; time)`,
+          figure: seconds(full),
+          met: null,
+        },
+        {
+          target: `audit: incremental after ${count(changes)} changes, finds exactly the ${OUT_OF_BAND} out-of-band edits (no time target)`,
+          figure: `${seconds(incremental)} (re-reading each changed partition: ${seconds(reread)}), ${count(incremental.drifted)} found`,
+          met: null,
+        },
       ],
     };
   } finally {

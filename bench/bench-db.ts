@@ -8,7 +8,9 @@ import pg from 'pg';
  */
 export function kysely(url: string, max = 4): AnyKysely {
   const pool = new pg.Pool({ connectionString: url, max });
-  pool.on('error', (error) => console.error(`[bench] an idle connection to ${new URL(url).pathname} failed: ${error.message}`));
+  pool.on('error', (error) =>
+    console.error(`[bench] an idle connection to ${new URL(url).pathname} failed: ${error.message}`),
+  );
   return new Kysely({ dialect: new PostgresDialect({ pool }) });
 }
 
@@ -28,12 +30,22 @@ export interface FillOptions {
  * (an SQL expression over i), pending with `is_head` set as enqueue would have, or delivered;
  * then VACUUM ANALYZE, so that every loop starts from a table with statistics.
  */
-export async function fill(db: AnyKysely, spec: OutboxSpec, key: string, rows: number, options: FillOptions = {}): Promise<void> {
+export async function fill(
+  db: AnyKysely,
+  spec: OutboxSpec,
+  key: string,
+  rows: number,
+  options: FillOptions = {},
+): Promise<void> {
   const table = `"${spec.schema}"."${spec.tableName}"`;
   const delivered = options.delivered ?? false;
-  await sql.raw(`
+  await sql
+    .raw(
+      `
     insert into ${table} (resource_id, payload, is_head, sent_at)
     select k, ${options.payload ?? onePayload}, ${delivered ? 'false' : 'row_number() over (partition by k order by i) = 1'}, ${delivered ? 'now()' : 'null'}
-    from (select i, ${key} as k from generate_series(1, ${rows}) i) s order by i`).execute(db);
+    from (select i, ${key} as k from generate_series(1, ${rows}) i) s order by i`,
+    )
+    .execute(db);
   await sql.raw(`vacuum analyze ${table}`).execute(db);
 }

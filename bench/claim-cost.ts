@@ -46,7 +46,9 @@ export async function benchClaimCost(db: AnyKysely, url: string): Promise<Sectio
   await fill(db, full, `'d' || i`, deliveredRows, { delivered: true });
   await fill(db, empty, `'k' || (i % 1000)`, 10_000);
   await fill(db, full, `'k' || (i % 1000)`, 10_000);
-  const size = await sql<{ mb: string }>`select (pg_total_relation_size(${'bench.claim_full'}::regclass) / 1000000)::text as mb`.execute(db);
+  const size = await sql<{
+    mb: string;
+  }>`select (pg_total_relation_size(${'bench.claim_full'}::regclass) / 1000000)::text as mb`.execute(db);
   const [emptyMs = NaN, fullMs = NaN] = await claimMs(db, [empty, full]);
 
   const churn = defineOutbox({ table: 'bench.claim_churn', partitionColumn: 'resource_id' });
@@ -59,7 +61,8 @@ export async function benchClaimCost(db: AnyKysely, url: string): Promise<Sectio
   const [dirtyMs = NaN] = await claimMs(db, [churn], 50);
   await sql.raw(`vacuum "bench"."claim_churn"`).execute(db);
   const [cleanMs = NaN] = await claimMs(db, [churn], 50);
-  for (const table of ['claim_empty', 'claim_full', 'claim_churn']) await sql.raw(`drop table "bench"."${table}"`).execute(db);
+  for (const table of ['claim_empty', 'claim_full', 'claim_churn'])
+    await sql.raw(`drop table "bench"."${table}"`).execute(db);
 
   const ratio = fullMs / emptyMs;
   return {

@@ -1,6 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createDrainer, type Sink } from '@outbox/drainer';
-import { createOutboxTable, defineOutbox, enqueueMany, type AnyKysely, type EnqueueInput, type OutboxSpec } from '@outbox/outbox';
+import {
+  createOutboxTable,
+  defineOutbox,
+  enqueueMany,
+  type AnyKysely,
+  type EnqueueInput,
+  type OutboxSpec,
+} from '@outbox/outbox';
 import { tableNames } from '@outbox/outbox/protocol';
 import { compactOutbox } from '@outbox/reconciler';
 import { createDatabase, startStack } from '@outbox/test-stack';
@@ -21,12 +28,22 @@ const BATCH = 100;
 const MAX_BACKLOG = 20_000;
 
 type Db = AnyKysely;
-const kysely = (url: string, max = 2): Db => new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
+const kysely = (url: string, max = 2): Db =>
+  new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max }) }) });
 const noopSink: Sink = { deliver: async (intents) => intents.map(() => ({ kind: 'delivered' as const })) };
-const median = (values: readonly number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
+const median = (values: readonly number[]) =>
+  [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 const intent = (i: number): EnqueueInput => {
   const object = `vpc:v${i % KEYS}`;
-  return { partitionKey: object, payload: { writes: [{ user: 'project:p1', relation: 'project', object }, { user: 'user:ann', relation: 'owner', object }] } };
+  return {
+    partitionKey: object,
+    payload: {
+      writes: [
+        { user: 'project:p1', relation: 'project', object },
+        { user: 'user:ann', relation: 'owner', object },
+      ],
+    },
+  };
 };
 
 interface Run {
@@ -66,14 +83,27 @@ async function push(url: string, db: Db, spec: OutboxSpec, rows: number, compact
       const from = enqueued;
       const count = Math.min(1_000, rows - from);
       enqueued += count;
-      await writer.transaction().execute((trx) => enqueueMany(trx, spec, Array.from({ length: count }, (_, j) => intent(from + j))));
+      await writer.transaction().execute((trx) =>
+        enqueueMany(
+          trx,
+          spec,
+          Array.from({ length: count }, (_, j) => intent(from + j)),
+        ),
+      );
     }
     await writer.destroy();
   });
   const started = performance.now();
   const drainers = Array.from({ length: WORKERS }, async () => {
     const drainDb = kysely(url);
-    const drainer = createDrainer({ db: drainDb, spec, sink: noopSink, batchSize: BATCH, listen: false, interval: 3_600_000 });
+    const drainer = createDrainer({
+      db: drainDb,
+      spec,
+      sink: noopSink,
+      batchSize: BATCH,
+      listen: false,
+      interval: 3_600_000,
+    });
     while (delivered < rows) {
       const result = await drainer.drainOnce();
       delivered += result.delivered;
@@ -112,10 +142,14 @@ async function push(url: string, db: Db, spec: OutboxSpec, rows: number, compact
 /** 1,000 keys of 10 pending rows, heads flagged as enqueue would, then the median of `rounds` rolled-back claims of 100. */
 async function claimMs(db: Db, spec: OutboxSpec, rounds = 200): Promise<number> {
   const table = tableNames(spec).table;
-  await sql.raw(`
+  await sql
+    .raw(
+      `
     insert into ${table} (resource_id, payload, is_head)
     select k, '{"writes":[{"user":"user:a","relation":"owner","object":"vpc:1"}]}', row_number() over (partition by k order by i) = 1
-    from (select i, 'backlog:' || (i % 1000) as k from generate_series(1, 10000) i) s order by i`).execute(db);
+    from (select i, 'backlog:' || (i % 1000) as k from generate_series(1, 10000) i) s order by i`,
+    )
+    .execute(db);
   await sql.raw(`analyze ${table}`).execute(db);
   const times: number[] = [];
   for (let i = 0; i < rounds; i += 1) {
@@ -143,7 +177,10 @@ export async function benchCompaction(): Promise<SectionResult> {
     await sql`alter system set autovacuum_naptime = '1s'`.execute(db);
     await sql`select pg_reload_conf()`.execute(db);
     const specs = Object.fromEntries(
-      (['on', 'off', 'empty'] as const).map((name) => [name, defineOutbox({ table: `bench.compaction_${name}`, partitionColumn: 'resource_id' })]),
+      (['on', 'off', 'empty'] as const).map((name) => [
+        name,
+        defineOutbox({ table: `bench.compaction_${name}`, partitionColumn: 'resource_id' }),
+      ]),
     ) as Record<'on' | 'off' | 'empty', OutboxSpec>;
     for (const spec of Object.values(specs)) await createOutboxTable(db, spec);
     const on = await push(url, db, specs.on, ROWS, true);
@@ -153,7 +190,11 @@ export async function benchCompaction(): Promise<SectionResult> {
     const bytesPerRow = (off.endMb * 1e6) / off.endRows;
     await sql.raw(`vacuum full ${tableNames(specs.off).table}`).execute(db);
     const packedBytesPerRow = ((await tableState(db, specs.off)).mb * 1e6) / off.endRows;
-    const claims = { empty: await claimMs(db, specs.empty), on: await claimMs(db, specs.on), off: await claimMs(db, specs.off) };
+    const claims = {
+      empty: await claimMs(db, specs.empty),
+      on: await claimMs(db, specs.on),
+      off: await claimMs(db, specs.off),
+    };
     // A last run from a standing start: the rate of compaction alone, nothing else running.
     const spec = specs.off;
     const began = performance.now();
@@ -195,8 +236,18 @@ export async function benchCompaction(): Promise<SectionResult> {
           figure: `largest ${on.maxRows.toLocaleString('en')} live rows, ${(on.maxRows / bound).toFixed(2)}× the ${bound.toLocaleString('en')} implied; without compaction ${off.maxRows.toLocaleString('en')}`,
           met: null,
         },
-        ratioTarget('compaction on (issue 19): claim ≤ 1.2× an empty table', claims.on / claims.empty, { atMost: 1.2 }, `${claims.on.toFixed(2)} vs ${claims.empty.toFixed(2)} ms`),
-        ratioTarget(`claim beside ${delivered} delivered rows (compaction off) ≤ 1.2× an empty table (issue 23: 10M)`, claims.off / claims.empty, { atMost: 1.2 }, `${claims.off.toFixed(2)} vs ${claims.empty.toFixed(2)} ms`),
+        ratioTarget(
+          'compaction on (issue 19): claim ≤ 1.2× an empty table',
+          claims.on / claims.empty,
+          { atMost: 1.2 },
+          `${claims.on.toFixed(2)} vs ${claims.empty.toFixed(2)} ms`,
+        ),
+        ratioTarget(
+          `claim beside ${delivered} delivered rows (compaction off) ≤ 1.2× an empty table (issue 23: 10M)`,
+          claims.off / claims.empty,
+          { atMost: 1.2 },
+          `${claims.off.toFixed(2)} vs ${claims.empty.toFixed(2)} ms`,
+        ),
         {
           target: 'compaction (issue 19): rows deleted per second of compaction time, and the drain rate beside it',
           figure: `${rate(on.deleted, on.compactMs)} rows/s while draining (${rate(alone.deleted, aloneMs)} alone); drain ${rate(ROWS, on.drainMs)} rows/s on, ${rate(ROWS, off.drainMs)} off`,

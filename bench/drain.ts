@@ -20,7 +20,10 @@ type Db = AnyKysely;
 const SHAPES: ReadonlyArray<{ name: string; key: string }> = [
   { name: '1000 keys interleaved', key: `'k' || (i % 1000)` },
   { name: '10 keys', key: `'k' || (i % 10)` },
-  { name: `one ${ROWS / 2000}k-row key, then 1000 keys`, key: `case when i <= ${ROWS / 2} then 'hot' else 'k' || (i % 1000) end` },
+  {
+    name: `one ${ROWS / 2000}k-row key, then 1000 keys`,
+    key: `case when i <= ${ROWS / 2} then 'hot' else 'k' || (i % 1000) end`,
+  },
   { name: `${ROWS / 1000}k distinct keys`, key: `'k' || i` },
 ];
 
@@ -43,7 +46,10 @@ async function rawLoop(url: string, table: string, columns = 'id', asyncCommit =
         const { rows } = await client.query<{ id: string }>(
           `select ${columns} from ${table} where sent_at is null and retired_at is null order by id limit ${BATCH} for update skip locked`,
         );
-        if (rows.length > 0) await client.query(`update ${table} set sent_at = now() where id = any($1::bigint[])`, [rows.map((r) => r.id)]);
+        if (rows.length > 0)
+          await client.query(`update ${table} set sent_at = now() where id = any($1::bigint[])`, [
+            rows.map((r) => r.id),
+          ]);
         await client.query('commit');
         if (rows.length === 0) break;
       }
@@ -88,7 +94,9 @@ const walLsn = async (db: Db): Promise<string> =>
  * goes (or not) did to the table.
  */
 async function leftBehind(db: Db, table: string, walBefore: string): Promise<LeftBehind> {
-  const wal = await sql<{ bytes: string }>`select pg_wal_lsn_diff(pg_current_wal_insert_lsn(), ${walBefore}::pg_lsn)::text as bytes`.execute(db);
+  const wal = await sql<{
+    bytes: string;
+  }>`select pg_wal_lsn_diff(pg_current_wal_insert_lsn(), ${walBefore}::pg_lsn)::text as bytes`.execute(db);
   const size = await tableMb(db, table);
   const started = performance.now();
   await sql.raw(`vacuum ${table}`).execute(db);
@@ -97,7 +105,9 @@ async function leftBehind(db: Db, table: string, walBefore: string): Promise<Lef
 
 async function tableMb(db: Db, table: string): Promise<{ heapMb: number; indexMb: number }> {
   const size = await sql<{ heap: string; indexes: string }>`
-    select pg_table_size(${table}::regclass)::text as heap, pg_indexes_size(${table}::regclass)::text as indexes`.execute(db);
+    select pg_table_size(${table}::regclass)::text as heap, pg_indexes_size(${table}::regclass)::text as indexes`.execute(
+    db,
+  );
   return { heapMb: Number(size.rows[0]?.heap) / 1e6, indexMb: Number(size.rows[0]?.indexes) / 1e6 };
 }
 
@@ -119,11 +129,11 @@ export async function benchDrain(): Promise<SectionResult> {
     lines.push(
       `### Drain throughput: ${ROWS / 1000}k intents, no-op sink, batch ${BATCH}, ${WORKERS} workers, median of ${trials} interleaved trials`,
       '',
-      'Five loops per trial. Raw: the issue\'s unordered `FOR UPDATE SKIP LOCKED` loop reading only `id` (bare), the',
+      "Five loops per trial. Raw: the issue's unordered `FOR UPDATE SKIP LOCKED` loop reading only `id` (bare), the",
       'same loop reading what a sink needs (`id, resource_id, payload, attempt_count`, as the drainer does), and the',
       'bare loop with `synchronous_commit = off`. Ordered: @outbox/drainer as configured by default (its',
       'transactions commit asynchronously), and with `synchronousCommit: true`. The target (≥ 0.7×) is the default',
-      'drainer against the bare loop (ratio of the medians; then each trial\'s own ratio: its five loops run within half a minute',
+      "drainer against the bare loop (ratio of the medians; then each trial's own ratio: its five loops run within half a minute",
       'of each other); the last two columns compare like with like on commit durability.',
       '',
       '| backlog shape | raw, `id` only | raw, sink columns | raw, `id` only, async commit | drainer (default) | drainer, `synchronousCommit: true` | **drainer ÷ bare raw** | the same, trial by trial | drainer ÷ raw with sink columns | sync drainer ÷ bare raw | drainer ÷ async bare raw |',
@@ -147,8 +157,14 @@ export async function benchDrain(): Promise<SectionResult> {
       for (let trial = 1; trial <= trials; trial += 1) {
         // Each trial starts with another loop, so a drift of the machine over a trial (checkpoints,
         // autovacuum, the VM's neighbours) does not always fall on the same loop.
-        for (const kind of [...kinds.slice((trial - 1) % kinds.length), ...kinds.slice(0, (trial - 1) % kinds.length)]) {
-          const spec = defineOutbox({ table: `bench.${kind.toLowerCase()}_${n}_${trial}`, partitionColumn: 'resource_id' });
+        for (const kind of [
+          ...kinds.slice((trial - 1) % kinds.length),
+          ...kinds.slice(0, (trial - 1) % kinds.length),
+        ]) {
+          const spec = defineOutbox({
+            table: `bench.${kind.toLowerCase()}_${n}_${trial}`,
+            partitionColumn: 'resource_id',
+          });
           await createOutboxTable(db, spec);
           await fill(db, spec, shape.key, ROWS);
           const table = `"${spec.schema}"."${spec.tableName}"`;
@@ -157,9 +173,25 @@ export async function benchDrain(): Promise<SectionResult> {
           const cpuBefore = cpuMs();
           const ms =
             kind === 'ours' || kind === 'oursSync'
-              ? (await orderedDrain({ url, spec, rows: ROWS, workers: WORKERS, batchSize: BATCH, synchronousCommit: kind === 'oursSync' })).ms
-              : await rawLoop(url, table, kind === 'sink' ? 'id, resource_id, payload, attempt_count' : 'id', kind === 'bareAsync');
-          const left = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(table)} where sent_at is null`.execute(db);
+              ? (
+                  await orderedDrain({
+                    url,
+                    spec,
+                    rows: ROWS,
+                    workers: WORKERS,
+                    batchSize: BATCH,
+                    synchronousCommit: kind === 'oursSync',
+                  })
+                ).ms
+              : await rawLoop(
+                  url,
+                  table,
+                  kind === 'sink' ? 'id, resource_id, payload, attempt_count' : 'id',
+                  kind === 'bareAsync',
+                );
+          const left = await sql<{
+            n: number;
+          }>`select count(*)::int as n from ${sql.raw(table)} where sent_at is null`.execute(db);
           if (left.rows[0]?.n !== 0) throw new Error(`${kind} drain left ${left.rows[0]?.n} rows undelivered`);
           const cpuAfter = cpuMs();
           times[kind].push(ms);
@@ -189,14 +221,17 @@ export async function benchDrain(): Promise<SectionResult> {
         return `${pick('walMb').toFixed(0)} MB; ${pick('heapMb').toFixed(0)} + ${pick('indexMb').toFixed(0)} MB; ${Math.round(pick('vacuumMs'))} ms`;
       };
       afterLines.push(`| ${shape.name} | ${kinds.map(left).join(' | ')} |`);
-      console.error(lines.at(-1), JSON.stringify({ times, cpu }, (_, v: unknown) => (typeof v === 'number' ? Math.round(v) : v)));
+      console.error(
+        lines.at(-1),
+        JSON.stringify({ times, cpu }, (_, v: unknown) => (typeof v === 'number' ? Math.round(v) : v)),
+      );
     }
     if (cpuLines.length > 0) {
       lines.push(
         '',
         'CPU time per 1,000 rows (ms; this process and every Postgres process, median of the same trials): what each',
         'loop costs the machine, whatever it waited for. On a machine of its own a CPU-bound drain runs at about the',
-        'inverse of its CPU cost. Stolen time is not counted, but a VM\'s CPU time still moves with its neighbours, and',
+        "inverse of its CPU cost. Stolen time is not counted, but a VM's CPU time still moves with its neighbours, and",
         'background Postgres work (checkpoints, the WAL writer) lands on whichever loop is running.',
         '',
         '| backlog shape | raw, `id` only | raw, sink columns | raw, `id` only, async commit | drainer (default) | drainer, `synchronousCommit: true` | **bare raw ÷ drainer** | raw with sink columns ÷ drainer | bare raw ÷ sync drainer | async bare raw ÷ drainer |',

@@ -1,4 +1,9 @@
-import { ClientWriteRequestOnDuplicateWrites, ClientWriteRequestOnMissingDeletes, type OpenFgaClient, type TupleKey } from '@openfga/sdk';
+import {
+  ClientWriteRequestOnDuplicateWrites,
+  ClientWriteRequestOnMissingDeletes,
+  type OpenFgaClient,
+  type TupleKey,
+} from '@openfga/sdk';
 import { DRAINER_DEFAULTS, type DrainerEvent } from '@outbox/drainer';
 import { OPENFGA_SINK_DEFAULTS } from '@outbox/openfga';
 import { createOutboxTable, defineOutbox, type AnyKysely } from '@outbox/outbox';
@@ -28,11 +33,25 @@ const payloadSql = (tag: string) => `jsonb_build_object('writes', jsonb_build_ar
   jsonb_build_object('user', 'user:${tag}-' || i, 'relation', 'editor', 'object', k)))`;
 
 /** The direct ceiling: the same tuples in id order, 100 a Write, `inFlight` Writes at once. */
-async function direct(client: OpenFgaClient, tag: string, intents: number, partitions: number, inFlight: number): Promise<number> {
+async function direct(
+  client: OpenFgaClient,
+  tag: string,
+  intents: number,
+  partitions: number,
+  inFlight: number,
+): Promise<number> {
   const tuples = Array.from({ length: intents }, (_, n) => tuplesOf(tag, n + 1, partitions)).flat();
-  const conflict = { onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore, onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore };
-  const requests = Array.from({ length: Math.ceil(tuples.length / TUPLES_PER_REQUEST) }, (_, r) => () =>
-    client.write({ writes: tuples.slice(r * TUPLES_PER_REQUEST, (r + 1) * TUPLES_PER_REQUEST) }, { conflict, retryParams: { maxRetry: 0 } }),
+  const conflict = {
+    onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore,
+    onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore,
+  };
+  const requests = Array.from(
+    { length: Math.ceil(tuples.length / TUPLES_PER_REQUEST) },
+    (_, r) => () =>
+      client.write(
+        { writes: tuples.slice(r * TUPLES_PER_REQUEST, (r + 1) * TUPLES_PER_REQUEST) },
+        { conflict, retryParams: { maxRetry: 0 } },
+      ),
   );
   const started = performance.now();
   await runPool(requests, inFlight);
@@ -48,7 +67,10 @@ async function landedOrder(client: OpenFgaClient, tag: string): Promise<OrderChe
   const byKey = new Map<string, Array<{ rank: number; at: string }>>();
   let continuationToken: string | undefined;
   for (let page = 0; page < 100_000; page += 1) {
-    const response = await client.readChanges({ type: 'vpc' }, { pageSize: 100, ...(continuationToken ? { continuationToken } : {}) });
+    const response = await client.readChanges(
+      { type: 'vpc' },
+      { pageSize: 100, ...(continuationToken ? { continuationToken } : {}) },
+    );
     for (const change of response.changes) {
       if (change.tuple_key.relation !== 'viewer') continue;
       const key = change.tuple_key.object;
@@ -84,17 +106,36 @@ interface Loop {
 }
 
 const LOOPS: readonly Loop[] = [
-  { name: 'direct', label: `direct SDK, 100-tuple Writes, ${OPENFGA_SINK_DEFAULTS.maxConcurrentRequests} in flight (the sink's concurrency): the ceiling`, workers: 0 },
+  {
+    name: 'direct',
+    label: `direct SDK, 100-tuple Writes, ${OPENFGA_SINK_DEFAULTS.maxConcurrentRequests} in flight (the sink's concurrency): the ceiling`,
+    workers: 0,
+  },
   {
     name: 'drainer',
     label: `**one drainer + OpenFGA sink, defaults** (batch ${DRAINER_DEFAULTS.batchSize}: 2 Writes a batch; ${DRAINER_DEFAULTS.concurrentBatches} batches open)`,
     workers: 1,
   },
-  { name: 'nocheck', label: 'one drainer, defaults but `lateWrites: false` (no late-write check: its cost)', workers: 1, noLateWriteCheck: true },
-  { name: 'open1', label: 'one drainer, `concurrentBatches: 1` (one batch at a time: the drainer before open batches)', workers: 1, concurrentBatches: 1 },
+  {
+    name: 'nocheck',
+    label: 'one drainer, defaults but `lateWrites: false` (no late-write check: its cost)',
+    workers: 1,
+    noLateWriteCheck: true,
+  },
+  {
+    name: 'open1',
+    label: 'one drainer, `concurrentBatches: 1` (one batch at a time: the drainer before open batches)',
+    workers: 1,
+    concurrentBatches: 1,
+  },
   { name: 'open2', label: 'one drainer, `concurrentBatches: 2`', workers: 1, concurrentBatches: 2 },
   { name: 'open4', label: 'one drainer, `concurrentBatches: 4`', workers: 1, concurrentBatches: 4 },
-  { name: 'four', label: 'four drainers, `concurrentBatches: 1` (the same overlap across drainers, as four processes)', workers: 4, concurrentBatches: 1 },
+  {
+    name: 'four',
+    label: 'four drainers, `concurrentBatches: 1` (the same overlap across drainers, as four processes)',
+    workers: 4,
+    concurrentBatches: 1,
+  },
 ];
 
 /**
@@ -125,7 +166,9 @@ export async function benchEndToEnd(): Promise<SectionResult> {
         const tag = `${loop.name}${trial}`;
         const store = await freshStore(target);
         if (loop.workers === 0) {
-          runs.get(loop.name)?.push(await direct(store.client, tag, intents, partitions, OPENFGA_SINK_DEFAULTS.maxConcurrentRequests));
+          runs
+            .get(loop.name)
+            ?.push(await direct(store.client, tag, intents, partitions, OPENFGA_SINK_DEFAULTS.maxConcurrentRequests));
           continue;
         }
         const spec = defineOutbox({ table: `bench.e2e_${tag}`, partitionColumn: 'resource_id' });
@@ -161,8 +204,13 @@ export async function benchEndToEnd(): Promise<SectionResult> {
   }
   const rate = (name: string) => intents / (median(runs.get(name) ?? []) / 1000);
   const ceiling = rate('direct');
-  const worst = (name: string) => (orders.get(name) ?? []).reduce<OrderCheck | undefined>((a, b) => (!a || b.inversions > a.inversions ? b : a), undefined);
-  const perTrial = (name: string) => (runs.get(name) ?? []).map((ms, i) => ((runs.get('direct')?.[i] as number) / ms).toFixed(2)).join(', ');
+  const worst = (name: string) =>
+    (orders.get(name) ?? []).reduce<OrderCheck | undefined>(
+      (a, b) => (!a || b.inversions > a.inversions ? b : a),
+      undefined,
+    );
+  const perTrial = (name: string) =>
+    (runs.get(name) ?? []).map((ms, i) => ((runs.get('direct')?.[i] as number) / ms).toFixed(2)).join(', ');
   const rows = LOOPS.map((loop) => {
     const order = worst(loop.name);
     const ratio = loop.workers === 0 ? '1.00×' : `${times(rate(loop.name) / ceiling)} (${perTrial(loop.name)})`;
@@ -174,9 +222,9 @@ export async function benchEndToEnd(): Promise<SectionResult> {
     markdown: [
       `### End to end into OpenFGA (postgres datastore): ${count(intents)} intents of 2 tuples over ${count(partitions)} partitions, median of ${trials} interleaved trials`,
       '',
-      'The outbox and OpenFGA\'s datastore on the same stock Postgres, a fresh store per run. A drainer run starts on a',
+      "The outbox and OpenFGA's datastore on the same stock Postgres, a fresh store per run. A drainer run starts on a",
       'filled backlog and ends when the last intent is recorded delivered; the direct run sends the same tuples, in',
-      'id order. Order: per partition, the order its viewer tuples appear in the store\'s changelog (read back after the run;',
+      "id order. Order: per partition, the order its viewer tuples appear in the store's changelog (read back after the run;",
       'the tuples of one Write share a timestamp and land together, so only landings at different timestamps count).',
       '',
       '| path | intents/s | tuples/s | ÷ ceiling (trial by trial) | per-partition order in OpenFGA |',
@@ -185,7 +233,7 @@ export async function benchEndToEnd(): Promise<SectionResult> {
       '',
       `One default drainer (all trials, ${count(split.batches)} batches): its sink calls add up to ${(split.deliverMs / Math.max(split.wallMs, 1)).toFixed(2)}× its wall time ` +
         `(the mean number of batches delivering at once), ${(split.deliverMs / Math.max(split.batches, 1)).toFixed(1)} ms of Writes a batch; its claims to ${pct(split.claimMs)}. ` +
-        'A drainer keeps up to `concurrentBatches` batches open, each claiming and delivering while the others\' Writes are in flight',
+        "A drainer keeps up to `concurrentBatches` batches open, each claiming and delivering while the others' Writes are in flight",
       '(docs/design.md §5, "Open batches"); with one open batch, OpenFGA idles while each batch settles and the next is claimed.',
     ].join('\n'),
     targets: [

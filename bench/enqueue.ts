@@ -1,4 +1,13 @@
-import { createOutboxTable, defineOutbox, dropOutboxTable, enqueue, enqueueMany, type AnyKysely, type EnqueueInput, type OutboxSpec } from '@outbox/outbox';
+import {
+  createOutboxTable,
+  defineOutbox,
+  dropOutboxTable,
+  enqueue,
+  enqueueMany,
+  type AnyKysely,
+  type EnqueueInput,
+  type OutboxSpec,
+} from '@outbox/outbox';
 import { createDatabase, startStack } from '@outbox/test-stack';
 import { kysely } from './bench-db.js';
 import { count, knob, median, times } from './statistics.js';
@@ -25,7 +34,12 @@ async function write(db: AnyKysely, spec: OutboxSpec, loop: Loop, intents: reado
     if (loop === 'insert') {
       await trx
         .insertInto(spec.table)
-        .values(intents.map((intent) => ({ [spec.partitionColumn]: intent.partitionKey, payload: JSON.stringify(intent.payload) })))
+        .values(
+          intents.map((intent) => ({
+            [spec.partitionColumn]: intent.partitionKey,
+            payload: JSON.stringify(intent.payload),
+          })),
+        )
         .execute();
     } else if (intents.length === 1) {
       await enqueue(trx, spec, intents[0] as EnqueueInput);
@@ -36,7 +50,13 @@ async function write(db: AnyKysely, spec: OutboxSpec, loop: Loop, intents: reado
 }
 
 /** `WRITERS` writers commit `rows` rows in transactions of `perTransaction`; returns rows/s. */
-async function measure(db: AnyKysely, spec: OutboxSpec, loop: Loop, rows: number, perTransaction: number): Promise<number> {
+async function measure(
+  db: AnyKysely,
+  spec: OutboxSpec,
+  loop: Loop,
+  rows: number,
+  perTransaction: number,
+): Promise<number> {
   let next = 0;
   const started = performance.now();
   await Promise.all(
@@ -44,7 +64,12 @@ async function measure(db: AnyKysely, spec: OutboxSpec, loop: Loop, rows: number
       while (next < rows) {
         const from = next;
         next += perTransaction;
-        await write(db, spec, loop, Array.from({ length: perTransaction }, (_, j) => intentOf(from + j)));
+        await write(
+          db,
+          spec,
+          loop,
+          Array.from({ length: perTransaction }, (_, j) => intentOf(from + j)),
+        );
       }
     }),
   );
@@ -63,7 +88,11 @@ export async function benchEnqueue(): Promise<SectionResult> {
   const trials = knob('BENCH_ENQUEUE_TRIALS', 3);
   const shapes = [
     { name: 'one row per transaction (`enqueue`)', rows: knob('BENCH_ENQUEUE_SINGLE', 4_000), perTransaction: 1 },
-    { name: `${BATCH} rows per transaction (\`enqueueMany\`)`, rows: knob('BENCH_ENQUEUE_BATCHED', 40_000), perTransaction: BATCH },
+    {
+      name: `${BATCH} rows per transaction (\`enqueueMany\`)`,
+      rows: knob('BENCH_ENQUEUE_BATCHED', 40_000),
+      perTransaction: BATCH,
+    },
   ];
   const stack = await startStack({ fastPostgres: false });
   const results: Array<{ name: string; rates: Record<Loop, number[]> }> = [];
@@ -105,18 +134,20 @@ export async function benchEnqueue(): Promise<SectionResult> {
       `### Enqueue cost: ${WRITERS} writers, ${PARTITIONS.toLocaleString('en-US')} partitions, median of ${trials} interleaved trials (rows/s)`,
       '',
       'A plain INSERT of the same rows into the same outbox table (same indexes, same NOTIFY trigger) against `enqueue` /',
-      '`enqueueMany` (validation, the partitions\' advisory locks, the head flag), each in its own transaction; and enqueue',
+      "`enqueueMany` (validation, the partitions' advisory locks, the head flag), each in its own transaction; and enqueue",
       'into a table with the optional plain `(partition, id)` btree (`createOutboxTable(db, spec, { partitionIndex: true })`).',
-      'The btree\'s cost: how much longer each row takes with it (time per row with ÷ without, minus one).',
+      "The btree's cost: how much longer each row takes with it (time per row with ÷ without, minus one).",
       '',
-      '| rows per transaction | plain INSERT | enqueue | enqueue, with the btree | enqueue ÷ INSERT (trial by trial) | the btree\'s cost (trial by trial) |',
+      "| rows per transaction | plain INSERT | enqueue | enqueue, with the btree | enqueue ÷ INSERT (trial by trial) | the btree's cost (trial by trial) |",
       '| --- | ---: | ---: | ---: | --- | --- |',
       ...results.map(row),
     ].join('\n'),
     targets: results.flatMap(({ name, rates }) => {
       const m = (loop: Loop) => median(rates[loop]);
       return [
-        ratioTarget(`enqueue ≥ 0.7× a plain INSERT of the same row, ${name}`, m('enqueue') / m('insert'), { atLeast: 0.7 }),
+        ratioTarget(`enqueue ≥ 0.7× a plain INSERT of the same row, ${name}`, m('enqueue') / m('insert'), {
+          atLeast: 0.7,
+        }),
         {
           target: `the optional \`(partition, id)\` btree costs enqueue ≤ 5 %, ${name}`,
           figure: cost(m('enqueue'), m('enqueue+btree')),

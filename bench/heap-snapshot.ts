@@ -8,7 +8,9 @@ export interface HeapGroup {
 }
 
 interface Snapshot {
-  readonly snapshot: { readonly meta: { readonly node_fields: string[]; readonly node_types: [string[], ...unknown[]] } };
+  readonly snapshot: {
+    readonly meta: { readonly node_fields: string[]; readonly node_types: [string[], ...unknown[]] };
+  };
   readonly nodes: number[];
   readonly strings: string[];
 }
@@ -21,7 +23,11 @@ export function heapGroups(path: string): Map<string, HeapGroup> {
   const parsed = JSON.parse(readFileSync(path, 'utf8')) as Snapshot;
   const fields = parsed.snapshot.meta.node_fields;
   const types = parsed.snapshot.meta.node_types[0];
-  const [typeAt, nameAt, sizeAt] = ['type', 'name', 'self_size'].map((f) => fields.indexOf(f)) as [number, number, number];
+  const [typeAt, nameAt, sizeAt] = ['type', 'name', 'self_size'].map((f) => fields.indexOf(f)) as [
+    number,
+    number,
+    number,
+  ];
   const groups = new Map<string, { count: number; bytes: number }>();
   for (let i = 0; i < parsed.nodes.length; i += fields.length) {
     const type = types[parsed.nodes[i + typeAt] as number] ?? '?';

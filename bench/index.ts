@@ -19,12 +19,16 @@ const sections: Record<string, () => Promise<string | SectionResult>> = {
   audit: async () => (await import('./audit.js')).benchAudit(),
 };
 
-const load = () => loadavg().map((l) => l.toFixed(1)).join(' / ');
+const load = () =>
+  loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' / ');
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
   const names = wanted.length > 0 ? wanted : Object.keys(sections);
-  for (const name of names) if (!sections[name]) throw new Error(`unknown benchmark "${name}" (have: ${Object.keys(sections).join(', ')})`);
+  for (const name of names)
+    if (!sections[name]) throw new Error(`unknown benchmark "${name}" (have: ${Object.keys(sections).join(', ')})`);
   const bodies: string[] = [];
   const targets: TargetRow[] = [];
   const loads: string[] = [`start ${load()}`];

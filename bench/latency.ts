@@ -49,7 +49,6 @@ function timingSink(delivered: Map<string, number>, delayMs = 0): Sink {
   };
 }
 
-
 interface Measured {
   readonly enqueued: number;
   readonly seconds: number;
@@ -71,7 +70,14 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
   const onEvent = (event: DrainerEvent) => {
     if (event.type === 'batch-claimed') batches += 1;
   };
-  const drainer = createDrainer({ db: drainerDb, spec, sink, onEvent, interval: 1000, listen: scenario.listen === true ? { connectionString: url } : false });
+  const drainer = createDrainer({
+    db: drainerDb,
+    spec,
+    sink,
+    onEvent,
+    interval: 1000,
+    listen: scenario.listen === true ? { connectionString: url } : false,
+  });
   if (scenario.listen !== 'no drainer') await drainer.start();
   const committed = new Map<string, number>();
   const flushed: number[] = [];
@@ -81,7 +87,9 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
     seconds: SECONDS,
     write: async (i) => {
       const partitionKey = `vpc:${i % PARTITIONS}`;
-      const id = await writerDb.transaction().execute((trx) => enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }));
+      const id = await writerDb
+        .transaction()
+        .execute((trx) => enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }));
       const at = performance.now();
       committed.set(id, at);
       if (scenario.flush) {
@@ -97,9 +105,13 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
   await drainer.stop();
   await drainerDb.destroy();
   const missing = [...committed.keys()].filter((id) => !delivered.has(id));
-  if (missing.length > 0) throw new Error(`${scenario.name}: ${missing.length} of ${committed.size} intents not delivered`);
+  if (missing.length > 0)
+    throw new Error(`${scenario.name}: ${missing.length} of ${committed.size} intents not delivered`);
   await sql.raw(`drop table bench.latency_${n}`).execute(writerDb);
-  const latency = scenario.listen === 'no drainer' ? [] : [...committed].map(([id, at]) => (delivered.get(id) as number) - at).sort((a, b) => a - b);
+  const latency =
+    scenario.listen === 'no drainer'
+      ? []
+      : [...committed].map(([id, at]) => (delivered.get(id) as number) - at).sort((a, b) => a - b);
   return { enqueued: committed.size, seconds, batches, latency, flushed: flushed.sort((a, b) => a - b) };
 }
 
@@ -115,12 +127,24 @@ const PROBES = 15;
  * probe, the ms from its commit to the flush resolving, or to the sink's call for its intent, and
  * what was left of the backlog after the last probe.
  */
-async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: number): Promise<{ waits: number[]; left: number; drainSeconds: number }> {
+async function behindBacklog(
+  url: string,
+  writerDb: Db,
+  flush: boolean,
+  n: number,
+): Promise<{ waits: number[]; left: number; drainSeconds: number }> {
   const spec = defineOutbox({ table: `bench.backlog_${n}`, partitionColumn: 'resource_id' });
   await createOutboxTable(writerDb, spec);
   for (let i = 0; i < BACKLOG; i += 1_000) {
     await writerDb.transaction().execute((trx) =>
-      enqueueMany(trx, spec, Array.from({ length: 1_000 }, (_, j) => ({ partitionKey: `vpc:old-${i + j}`, payload: payloadFor(`vpc:old-${i + j}`) }))),
+      enqueueMany(
+        trx,
+        spec,
+        Array.from({ length: 1_000 }, (_, j) => ({
+          partitionKey: `vpc:old-${i + j}`,
+          payload: payloadFor(`vpc:old-${i + j}`),
+        })),
+      ),
     );
   }
   const drainerDb = kysely(url, 2);
@@ -134,7 +158,9 @@ async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: numbe
   for (let i = 0; i < PROBES; i += 1) {
     await sleep(200);
     const partitionKey = `vpc:new-${i}`;
-    const id = await writerDb.transaction().execute((trx) => enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }));
+    const id = await writerDb
+      .transaction()
+      .execute((trx) => enqueue(trx, spec, { partitionKey, payload: payloadFor(partitionKey) }));
     const at = performance.now();
     probes.push({ id, at });
     if (flush) {
@@ -148,7 +174,8 @@ async function behindBacklog(url: string, writerDb: Db, flush: boolean, n: numbe
   const drainSeconds = (performance.now() - started) / 1000;
   await drainer.stop();
   await drainerDb.destroy();
-  if (delivered.size < BACKLOG + PROBES) throw new Error(`behind a backlog: ${BACKLOG + PROBES - delivered.size} intents not delivered`);
+  if (delivered.size < BACKLOG + PROBES)
+    throw new Error(`behind a backlog: ${BACKLOG + PROBES - delivered.size} intents not delivered`);
   if (!flush) for (const probe of probes) waits.push((delivered.get(probe.id) as number) - probe.at);
   await sql.raw(`drop table bench.backlog_${n}`).execute(writerDb);
   return { waits: waits.sort((a, b) => a - b), left, drainSeconds };
@@ -168,7 +195,7 @@ export async function benchLatency(): Promise<SectionResult> {
     const lines = [
       `### Steady state: ${WRITERS} writers, one intent per transaction over ${PARTITIONS.toLocaleString('en')} partitions, ${SECONDS} s; one drainer (defaults), no-op sink`,
       '',
-      'Latency from a writer\'s commit (its transaction resolved) to the sink\'s call for that intent, and, where the',
+      "Latency from a writer's commit (its transaction resolved) to the sink's call for that intent, and, where the",
       'writer awaits `flush` for its partition as an API handler would, to `flush` resolving. Writers, drainer and',
       'Postgres share the two cores; "as fast as they can" is what eight writers with fsync\'d commits reach here.',
       '',
@@ -210,7 +237,12 @@ export async function benchLatency(): Promise<SectionResult> {
     }
     console.error('[bench] latency: commit → readable in OpenFGA…');
     const readable = describeReadable(
-      await commitToReadable(url, writerDb, { apiUrl: stack.openfga.apiUrl, token: stack.openfga.presharedKey }, knob('BENCH_READABLE_SECONDS', 10)),
+      await commitToReadable(
+        url,
+        writerDb,
+        { apiUrl: stack.openfga.apiUrl, token: stack.openfga.presharedKey },
+        knob('BENCH_READABLE_SECONDS', 10),
+      ),
     );
     return { markdown: [...lines, '', readable.markdown].join('\n'), targets: readable.targets };
   } finally {

@@ -19,7 +19,8 @@ export interface MemoryDrainerConfig {
 }
 
 /** Parent → drainer. */
-export type MemoryDrainerCommand = { readonly type: 'snapshot'; readonly path: string } | { readonly type: 'gc' } | { readonly type: 'stop' };
+export type MemoryDrainerCommand =
+  { readonly type: 'snapshot'; readonly path: string } | { readonly type: 'gc' } | { readonly type: 'stop' };
 
 /** Drainer → parent. */
 export type MemoryDrainerMessage =
@@ -51,8 +52,12 @@ const drainer = createDrainer({
   },
 });
 await drainer.start();
-const spaces = () => Object.fromEntries(getHeapSpaceStatistics().map((space) => [space.space_name, space.space_used_size]));
-const sampler = setInterval(() => send({ type: 'sample', at: performance.now(), memory: process.memoryUsage(), spaces: spaces(), delivered }), 1_000);
+const spaces = () =>
+  Object.fromEntries(getHeapSpaceStatistics().map((space) => [space.space_name, space.space_used_size]));
+const sampler = setInterval(
+  () => send({ type: 'sample', at: performance.now(), memory: process.memoryUsage(), spaces: spaces(), delivered }),
+  1_000,
+);
 send({ type: 'ready' });
 process.on('message', (command: MemoryDrainerCommand) => {
   if (command.type === 'snapshot') send({ type: 'snapshot', path: writeHeapSnapshot(command.path) });

@@ -31,7 +31,11 @@ function slope(points: ReadonlyArray<{ x: number; y: number }>): number {
 }
 
 /** The next message of `type` from `child`, or a rejection after `ms`. */
-async function next<T extends MemoryDrainerMessage['type']>(child: ChildProcess, type: T, ms = 60_000): Promise<Extract<MemoryDrainerMessage, { type: T }>> {
+async function next<T extends MemoryDrainerMessage['type']>(
+  child: ChildProcess,
+  type: T,
+  ms = 60_000,
+): Promise<Extract<MemoryDrainerMessage, { type: T }>> {
   return new Promise((resolvePromise, reject) => {
     const timer = setTimeout(() => reject(new Error(`memory drainer: no ${type} after ${ms} ms`)), ms);
     const listener = (message: MemoryDrainerMessage) => {
@@ -55,11 +59,15 @@ function drainerProcess(): { built: boolean; nodeFlags: string[]; label: string 
   const built = process.env.BENCH_MEMORY_BUILT === '1';
   const nodeFlags = (process.env.BENCH_MEMORY_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
   const bad = nodeFlags.find((flag) => !/^--[a-z0-9-]+(=\S+)?$/.test(flag));
-  if (bad !== undefined) throw new Error(`BENCH_MEMORY_NODE_FLAGS: ${JSON.stringify(bad)} is not a --flag or --flag=value`);
+  if (bad !== undefined)
+    throw new Error(`BENCH_MEMORY_NODE_FLAGS: ${JSON.stringify(bad)} is not a --flag or --flag=value`);
   if (built && !existsSync(resolve(import.meta.dirname, '../packages/drainer/dist/index.js'))) {
     throw new Error('BENCH_MEMORY_BUILT=1 needs the built packages: run pnpm build first');
   }
-  const label = [built ? 'built packages (dist/)' : 'packages from source through tsx', ...(nodeFlags.length > 0 ? [`node ${nodeFlags.join(' ')}`] : [])].join(', ');
+  const label = [
+    built ? 'built packages (dist/)' : 'packages from source through tsx',
+    ...(nodeFlags.length > 0 ? [`node ${nodeFlags.join(' ')}`] : []),
+  ].join(', ');
   return { built, nodeFlags, label };
 }
 
@@ -85,12 +93,31 @@ export async function benchMemory(): Promise<SectionResult> {
     await createOutboxTable(db, spec);
     const target = { apiUrl: stack.openfga.apiUrl, token: stack.openfga.presharedKey };
     const store = await freshStore(target);
-    const config: MemoryDrainerConfig = { databaseUrl: url, table: spec.table, apiUrl: target.apiUrl, storeId: store.storeId, token: target.token };
-    child = spawn(process.execPath, [...drainerRun.nodeFlags, '--expose-gc', '--import', 'tsx', resolve(import.meta.dirname, 'memory-drainer.ts'), JSON.stringify(config)], {
-      cwd: resolve(import.meta.dirname, '..'),
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: drainerRun.built ? { ...process.env, TSX_TSCONFIG_PATH: resolve(import.meta.dirname, 'tsconfig.built.json') } : process.env,
-    });
+    const config: MemoryDrainerConfig = {
+      databaseUrl: url,
+      table: spec.table,
+      apiUrl: target.apiUrl,
+      storeId: store.storeId,
+      token: target.token,
+    };
+    child = spawn(
+      process.execPath,
+      [
+        ...drainerRun.nodeFlags,
+        '--expose-gc',
+        '--import',
+        'tsx',
+        resolve(import.meta.dirname, 'memory-drainer.ts'),
+        JSON.stringify(config),
+      ],
+      {
+        cwd: resolve(import.meta.dirname, '..'),
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+        env: drainerRun.built
+          ? { ...process.env, TSX_TSCONFIG_PATH: resolve(import.meta.dirname, 'tsconfig.built.json') }
+          : process.env,
+      },
+    );
     const running = child;
     const samples: Sample[] = [];
     running.on('message', (message: MemoryDrainerMessage) => {
@@ -129,7 +156,17 @@ export async function benchMemory(): Promise<SectionResult> {
     await next(running, 'stopped');
     await once(running, 'exit');
     child = undefined;
-    return report({ samples: measured, seconds: written.seconds, enqueued, delivered, rate, snapshot, warmUp, live, process: drainerRun.label });
+    return report({
+      samples: measured,
+      seconds: written.seconds,
+      enqueued,
+      delivered,
+      rate,
+      snapshot,
+      warmUp,
+      live,
+      process: drainerRun.label,
+    });
   } finally {
     child?.kill('SIGKILL');
     await db?.destroy();
@@ -156,13 +193,20 @@ function report(m: Measured): SectionResult {
   const first = m.samples[0]?.at ?? 0;
   const steady = m.samples.filter((s) => (s.at - first) / 1000 >= m.warmUp);
   const parts = ['rss', 'heapTotal', 'heapUsed', 'external', 'arrayBuffers'] as const;
-  const perMinute = (part: (typeof parts)[number]) => slope(steady.map((s) => ({ x: (s.at - first) / 60_000, y: s.memory[part] / MB })));
+  const perMinute = (part: (typeof parts)[number]) =>
+    slope(steady.map((s) => ({ x: (s.at - first) / 60_000, y: s.memory[part] / MB })));
   const at = (s: Sample | undefined, part: (typeof parts)[number]) => ((s?.memory[part] ?? NaN) / MB).toFixed(1);
-  const rows = parts.map((part) => `| ${part} | ${at(steady[0], part)} | ${at(m.samples.at(-1), part)} | ${Math.max(...m.samples.map((s) => s.memory[part] / MB)).toFixed(1)} | **${perMinute(part).toFixed(2)}** |`);
+  const rows = parts.map(
+    (part) =>
+      `| ${part} | ${at(steady[0], part)} | ${at(m.samples.at(-1), part)} | ${Math.max(...m.samples.map((s) => s.memory[part] / MB)).toFixed(1)} | **${perMinute(part).toFixed(2)}** |`,
+  );
   const groups = [...heapGroups(m.snapshot).values()].sort((a, b) => b.bytes - a.bytes);
   const heapBytes = groups.reduce((sum, g) => sum + g.bytes, 0);
-  const groupRow = (g: HeapGroup) => `| ${g.kind.replaceAll('|', '\\|')} | ${count(g.count)} | ${(g.bytes / MB).toFixed(2)} | ${Math.round((100 * g.bytes) / heapBytes)} % |`;
-  const spaceNames = Object.keys(steady[0]?.spaces ?? {}).filter((name) => m.samples.some((s) => (s.spaces[name] ?? 0) > 0));
+  const groupRow = (g: HeapGroup) =>
+    `| ${g.kind.replaceAll('|', '\\|')} | ${count(g.count)} | ${(g.bytes / MB).toFixed(2)} | ${Math.round((100 * g.bytes) / heapBytes)} % |`;
+  const spaceNames = Object.keys(steady[0]?.spaces ?? {}).filter((name) =>
+    m.samples.some((s) => (s.spaces[name] ?? 0) > 0),
+  );
   const spaceRow = (name: string) => {
     const mb = (s: Sample | undefined) => ((s?.spaces[name] ?? NaN) / MB).toFixed(2);
     const perMin = slope(steady.map((s) => ({ x: (s.at - first) / 60_000, y: (s.spaces[name] ?? 0) / MB })));

@@ -2,7 +2,11 @@ import type { Intent } from '@outbox/drainer';
 import type { OpenFgaSink } from '@outbox/openfga';
 import type { TupleKey } from '@outbox/outbox';
 import { startOpenFga, startStack } from '@outbox/test-stack';
-import { ClientWriteRequestOnDuplicateWrites, ClientWriteRequestOnMissingDeletes, type OpenFgaClient } from '@openfga/sdk';
+import {
+  ClientWriteRequestOnDuplicateWrites,
+  ClientWriteRequestOnMissingDeletes,
+  type OpenFgaClient,
+} from '@openfga/sdk';
 import { freshStore, type OpenFgaTarget } from './openfga-store.js';
 import { runPool } from './run-pool.js';
 import { count, median } from './statistics.js';
@@ -40,17 +44,31 @@ function intents(trial: string): Intent[] {
  * requests going; `batched` sends them the way a drainer batch reaches the sink: the requests of
  * 100 intents together, then wait for all of them before the next batch.
  */
-async function direct(client: OpenFgaClient, trial: string, inFlight: number, shape: 'pipelined' | 'batched'): Promise<number> {
+async function direct(
+  client: OpenFgaClient,
+  trial: string,
+  inFlight: number,
+  shape: 'pipelined' | 'batched',
+): Promise<number> {
   const tuples: TupleKey[] = intents(trial).flatMap((intent) => [...(intent.payload.writes ?? [])]);
-  const conflict = { onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore, onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore };
-  const requests = Array.from({ length: Math.ceil(tuples.length / TUPLES_PER_REQUEST) }, (_, r) => () =>
-    client.write({ writes: tuples.slice(r * TUPLES_PER_REQUEST, (r + 1) * TUPLES_PER_REQUEST) }, { conflict, retryParams: { maxRetry: 0 } }),
+  const conflict = {
+    onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore,
+    onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore,
+  };
+  const requests = Array.from(
+    { length: Math.ceil(tuples.length / TUPLES_PER_REQUEST) },
+    (_, r) => () =>
+      client.write(
+        { writes: tuples.slice(r * TUPLES_PER_REQUEST, (r + 1) * TUPLES_PER_REQUEST) },
+        { conflict, retryParams: { maxRetry: 0 } },
+      ),
   );
   const started = performance.now();
   if (shape === 'pipelined') {
     await runPool(requests, inFlight);
   } else {
-    for (let i = 0; i < requests.length; i += inFlight) await Promise.all(requests.slice(i, i + inFlight).map((send) => send()));
+    for (let i = 0; i < requests.length; i += inFlight)
+      await Promise.all(requests.slice(i, i + inFlight).map((send) => send()));
   }
   return INTENTS / ((performance.now() - started) / 1_000);
 }
@@ -67,7 +85,6 @@ async function throughSink(sink: OpenFgaSink, trial: string, perCall = INTENTS_P
   }
   return INTENTS / ((performance.now() - started) / 1_000);
 }
-
 
 // A fresh store per run (freshStore): OpenFGA's memory datastore slows as a store fills, so runs must start equal.
 async function measure(target: Target): Promise<{ rows: string[]; target: TargetRow }> {
@@ -107,19 +124,32 @@ async function measure(target: Target): Promise<{ rows: string[]; target: Target
       row(`sink.deliver, ${INTENTS_PER_DELIVER} intents a call`, viaSink, true),
       row(`sink.deliver, ${LARGE_DELIVER} intents a call (drainer batchSize ${LARGE_DELIVER})`, median(runs.largeSink)),
     ],
-    target: ratioTarget(`OpenFGA sink ≥ 0.8× direct 100-tuple SDK writes, ${target.label} (issue 5)`, viaSink / ceiling, { atLeast: 0.8 }, `${LARGE_DELIVER} intents a call: ${(median(runs.largeSink) / ceiling).toFixed(2)}×`),
+    target: ratioTarget(
+      `OpenFGA sink ≥ 0.8× direct 100-tuple SDK writes, ${target.label} (issue 5)`,
+      viaSink / ceiling,
+      { atLeast: 0.8 },
+      `${LARGE_DELIVER} intents a call: ${(median(runs.largeSink) / ceiling).toFixed(2)}×`,
+    ),
   };
 }
 
 async function targets(): Promise<Target[]> {
   const envUrl = process.env.OPENFGA_API_URL;
-  if (envUrl) return [{ label: 'OPENFGA_API_URL', apiUrl: envUrl, token: process.env.OPENFGA_API_TOKEN, stop: async () => undefined }];
+  if (envUrl)
+    return [
+      { label: 'OPENFGA_API_URL', apiUrl: envUrl, token: process.env.OPENFGA_API_TOKEN, stop: async () => undefined },
+    ];
   const memory = await startOpenFga({ datastore: 'memory' });
   try {
     const stack = await startStack({ openfgaDatastore: 'postgres', fastPostgres: false });
     return [
       { label: 'memory datastore', apiUrl: memory.apiUrl, token: undefined, stop: () => memory.stop() },
-      { label: 'postgres datastore (stock)', apiUrl: stack.openfga.apiUrl, token: stack.openfga.presharedKey, stop: () => stack.stop() },
+      {
+        label: 'postgres datastore (stock)',
+        apiUrl: stack.openfga.apiUrl,
+        token: stack.openfga.presharedKey,
+        stop: () => stack.stop(),
+      },
     ];
   } catch (error) {
     await memory.stop();

@@ -42,7 +42,8 @@ export async function orderedDrain(options: OrderedDrainOptions): Promise<{ ms: 
         deliver: async (intents, context) => {
           const outcomes = await inner.deliver(intents, context);
           for (const [i, intent] of intents.entries()) {
-            if (outcomes[i]?.kind === 'delivered') delivered.push({ key: intent.partitionKey, rank: Number(intent.id) });
+            if (outcomes[i]?.kind === 'delivered')
+              delivered.push({ key: intent.partitionKey, rank: Number(intent.id) });
           }
           return outcomes;
         },
@@ -50,18 +51,29 @@ export async function orderedDrain(options: OrderedDrainOptions): Promise<{ ms: 
     : inner;
   const deadline = performance.now() + (options.deadlineMs ?? 600_000);
   // BENCH_CONCURRENT_BATCHES: every section's drainers with another setting than the default (a comparison run).
-  const concurrentBatches = options.concurrentBatches ?? knob('BENCH_CONCURRENT_BATCHES', DRAINER_DEFAULTS.concurrentBatches);
+  const concurrentBatches =
+    options.concurrentBatches ?? knob('BENCH_CONCURRENT_BATCHES', DRAINER_DEFAULTS.concurrentBatches);
   // A connection per open batch and one for flush and the late-write check, as docs/design.md §5 sizes a pool.
   const dbs = Array.from({ length: options.workers }, () => kysely(options.url, concurrentBatches + 1));
   let done = 0;
   const started = performance.now();
   await Promise.all(
     dbs.map(async (db) => {
-      const drainer = createDrainer({ db, spec: options.spec, sink, batchSize: options.batchSize, concurrentBatches, synchronousCommit: options.synchronousCommit ?? false, ...(options.lateWrites === false ? { lateWrites: false } : {}), ...(options.onEvent ? { onEvent: options.onEvent } : {}) });
+      const drainer = createDrainer({
+        db,
+        spec: options.spec,
+        sink,
+        batchSize: options.batchSize,
+        concurrentBatches,
+        synchronousCommit: options.synchronousCommit ?? false,
+        ...(options.lateWrites === false ? { lateWrites: false } : {}),
+        ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+      });
       // A worker that finds every head taken by the others keeps polling, as a timer would, until
       // the whole backlog is delivered (with few partitions, one worker may hold all heads).
       while (done < options.rows) {
-        if (performance.now() > deadline) throw new Error(`orderedDrain: ${done} of ${options.rows} delivered by the deadline`);
+        if (performance.now() > deadline)
+          throw new Error(`orderedDrain: ${done} of ${options.rows} delivered by the deadline`);
         const result = await drainer.drainOnce();
         if (result.poisoned > 0) throw new Error(`orderedDrain: ${result.poisoned} intents poisoned`);
         done += result.delivered;

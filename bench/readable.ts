@@ -32,10 +32,16 @@ export interface Readable {
 }
 
 /** Reads `tuple` until OpenFGA returns it; resolves with the time it did and the empty reads before. */
-async function readUntilFound(client: OpenFgaClient, tuple: TupleKey): Promise<{ at: number; started: number; empty: number; readMs: number }> {
+async function readUntilFound(
+  client: OpenFgaClient,
+  tuple: TupleKey,
+): Promise<{ at: number; started: number; empty: number; readMs: number }> {
   for (let empty = 0; empty < 5_000; empty += 1) {
     const started = performance.now();
-    const { tuples } = await client.read({ user: tuple.user, relation: tuple.relation, object: tuple.object }, { pageSize: 1, consistency: ConsistencyPreference.HigherConsistency });
+    const { tuples } = await client.read(
+      { user: tuple.user, relation: tuple.relation, object: tuple.object },
+      { pageSize: 1, consistency: ConsistencyPreference.HigherConsistency },
+    );
     if (tuples.length > 0) return { at: performance.now(), empty, readMs: performance.now() - started, started };
     await sleep(2);
   }
@@ -48,7 +54,12 @@ async function readUntilFound(client: OpenFgaClient, tuple: TupleKey): Promise<{
  * OpenFGA sink. Each intent's tuple is read (`read` of the exact key) as soon as the sink call that
  * carried it returns, again every 2 ms until found: the first read that finds it ends its latency.
  */
-export async function commitToReadable(url: string, db: AnyKysely, target: OpenFgaTarget, seconds: number): Promise<Readable> {
+export async function commitToReadable(
+  url: string,
+  db: AnyKysely,
+  target: OpenFgaTarget,
+  seconds: number,
+): Promise<Readable> {
   const spec = defineOutbox({ table: 'bench.readable', partitionColumn: 'resource_id' });
   await createOutboxTable(db, spec);
   const store = await freshStore(target);
@@ -61,7 +72,8 @@ export async function commitToReadable(url: string, db: AnyKysely, target: OpenF
       const outcomes = await store.sink.deliver(intents, context);
       for (const [i, intent] of intents.entries()) {
         const tuple = intent.payload.writes?.[0];
-        if (outcomes[i]?.kind === 'delivered' && tuple) found.push(readUntilFound(store.client, tuple).then((r) => ({ ...r, id: intent.id })));
+        if (outcomes[i]?.kind === 'delivered' && tuple)
+          found.push(readUntilFound(store.client, tuple).then((r) => ({ ...r, id: intent.id })));
       }
       return outcomes;
     },
@@ -72,7 +84,14 @@ export async function commitToReadable(url: string, db: AnyKysely, target: OpenF
     if (event.type === 'batch-claimed') batches += 1;
     else if (event.type === 'delivered') writeMs += event.deliverMs;
   };
-  const drainer = createDrainer({ db: drainerDb, spec, sink: probing, concurrentBatches: OPEN_BATCHES, listen: { connectionString: url }, onEvent });
+  const drainer = createDrainer({
+    db: drainerDb,
+    spec,
+    sink: probing,
+    concurrentBatches: OPEN_BATCHES,
+    listen: { connectionString: url },
+    onEvent,
+  });
   await drainer.start();
   let paced: { written: number; seconds: number };
   try {
@@ -94,7 +113,8 @@ export async function commitToReadable(url: string, db: AnyKysely, target: OpenF
     await drainerDb.destroy();
   }
   const reads = await Promise.all(found);
-  if (reads.length !== committedAt.size) throw new Error(`bench: ${committedAt.size - reads.length} of ${committedAt.size} intents never delivered`);
+  if (reads.length !== committedAt.size)
+    throw new Error(`bench: ${committedAt.size - reads.length} of ${committedAt.size} intents never delivered`);
   await sql.raw(`drop table bench.readable`).execute(db);
   return {
     latencies: sorted(reads.map((r) => r.at - (committedAt.get(r.id) as number))),
@@ -119,9 +139,9 @@ export function describeReadable(r: Readable): { markdown: string; targets: Targ
       `${WRITERS} writers commit one intent (one tuple) per transaction; as soon as the sink call that carried an intent returns,`,
       'its tuple is read back (a `read` of the exact key, as docs/design.md §7 proves a landing), again every 2 ms until found.',
       'A latency ends when the read that found the tuple returns (the targets are checked on this); the tuple became readable',
-      'between that read\'s start and its return.',
+      "between that read's start and its return.",
       '',
-      '| commits | offered → reached | commit → readable p50 / p95 / p99 / max (ms) | the same to the finding read\'s start | batches (mean size) | Write a batch, mean (ms) | finding read, mean (ms) | reads that came back empty |',
+      "| commits | offered → reached | commit → readable p50 / p95 / p99 / max (ms) | the same to the finding read's start | batches (mean size) | Write a batch, mean (ms) | finding read, mean (ms) | reads that came back empty |",
       '| --- | --- | --- | --- | --- | --- | --- | --- |',
       `| ${r.commits.toLocaleString('en-US')} in ${r.seconds.toFixed(1)} s | ${RATE}/s → ${Math.round(r.commits / r.seconds)}/s | ` +
         `${ms(p50)} / ${ms(percentile(r.latencies, 0.95))} / ${ms(p99)} / ${ms(r.latencies.at(-1) as number)} | ` +
@@ -129,8 +149,16 @@ export function describeReadable(r: Readable): { markdown: string; targets: Targ
         `${r.batches.toLocaleString('en-US')} (${(r.commits / Math.max(r.batches, 1)).toFixed(1)}) | ${ms(r.writeMs / Math.max(r.batches, 1))} | ${ms(r.readMs / Math.max(r.commits, 1))} | ${r.emptyReads} |`,
     ].join('\n'),
     targets: [
-      { target: `commit → tuple readable in OpenFGA at ${RATE} commits/s, LISTEN: p50 ≤ 10 ms`, figure: `${ms(p50)} ms (${ms(percentile(r.toReadStart, 0.5))} ms to the finding read's start)`, met: p50 <= 10 },
-      { target: `commit → tuple readable in OpenFGA at ${RATE} commits/s, LISTEN: p99 ≤ 40 ms`, figure: `${ms(p99)} ms (${ms(percentile(r.toReadStart, 0.99))} ms to the read's start)`, met: p99 <= 40 },
+      {
+        target: `commit → tuple readable in OpenFGA at ${RATE} commits/s, LISTEN: p50 ≤ 10 ms`,
+        figure: `${ms(p50)} ms (${ms(percentile(r.toReadStart, 0.5))} ms to the finding read's start)`,
+        met: p50 <= 10,
+      },
+      {
+        target: `commit → tuple readable in OpenFGA at ${RATE} commits/s, LISTEN: p99 ≤ 40 ms`,
+        figure: `${ms(p99)} ms (${ms(percentile(r.toReadStart, 0.99))} ms to the read's start)`,
+        met: p99 <= 40,
+      },
     ],
   };
 }

@@ -91,7 +91,11 @@ async function restore(db: Db, spec: OutboxSpec, result: RedriveResult): Promise
   await db.transaction().execute(async (trx) => {
     await sql`update ${sql.raw(n.table)} set attempt_count = ${MAX_ATTEMPTS}, last_error = 'OpenFGA unreachable', is_head = false
       where id = any(${result.revived.map((r) => r.id)}::bigint[])`.execute(trx);
-    await resetHeads(trx, spec, result.revived.map((r) => r.partitionKey));
+    await resetHeads(
+      trx,
+      spec,
+      result.revived.map((r) => r.partitionKey),
+    );
   });
   await sql.raw(`vacuum analyze ${n.table}`).execute(db);
 }
@@ -130,7 +134,12 @@ interface Figures {
 }
 
 async function measure(db: Db, spec: OutboxSpec): Promise<Figures> {
-  const reconciler = createReconciler({ db, spec, batchSize: 1_000, logger: { info: () => undefined, warn: () => undefined, error: console.error } });
+  const reconciler = createReconciler({
+    db,
+    spec,
+    batchSize: 1_000,
+    logger: { info: () => undefined, warn: () => undefined, error: console.error },
+  });
   await reconciler.start(); // verification only; the timer interval is far beyond the run
   const figures: Figures = { steps: [], passMs: [], selectMs: [], revived: 0, superseded: 0, plan: '' };
   // Step 2 in the form the pass writes it for this table's indexes.
@@ -150,11 +159,17 @@ async function measure(db: Db, spec: OutboxSpec): Promise<Figures> {
       figures.revived = result.revived.length;
       figures.superseded = result.superseded.length;
       if (result.revived.length !== PARTITIONS / 2 || result.superseded.length !== PARTITIONS / 2) {
-        throw new Error(`bench: expected ${PARTITIONS / 2} revived and superseded, got ${result.revived.length} and ${result.superseded.length}`);
+        throw new Error(
+          `bench: expected ${PARTITIONS / 2} revived and superseded, got ${result.revived.length} and ${result.superseded.length}`,
+        );
       }
       await restore(db, spec, result);
     }
-    const explain = await sql<{ 'QUERY PLAN': string }>`explain (analyze, buffers, costs off, timing off, summary off) ${selectPoisoned(spec, 1_000, check)}`.execute(db);
+    const explain = await sql<{
+      'QUERY PLAN': string;
+    }>`explain (analyze, buffers, costs off, timing off, summary off) ${selectPoisoned(spec, 1_000, check)}`.execute(
+      db,
+    );
     figures.plan = explain.rows.map((r) => r['QUERY PLAN']).join('\n');
   } finally {
     await reconciler.stop();
@@ -184,11 +199,17 @@ export async function benchReconciler(): Promise<SectionResult> {
   const descriptions: string[] = [];
   try {
     for (const [index, layout] of LAYOUTS.entries()) {
-      const spec = defineOutbox({ table: `bench.reconciler_${index}`, partitionColumn: 'resource_id', maxAttempts: MAX_ATTEMPTS });
+      const spec = defineOutbox({
+        table: `bench.reconciler_${index}`,
+        partitionColumn: 'resource_id',
+        maxAttempts: MAX_ATTEMPTS,
+      });
       await createOutboxTable(db, spec);
       const fillStarted = performance.now();
       await fill(db, spec, layout);
-      descriptions.push(`- *${layout.name}* (filled in ${((performance.now() - fillStarted) / 1_000).toFixed(1)} s): ${layout.description}.`);
+      descriptions.push(
+        `- *${layout.name}* (filled in ${((performance.now() - fillStarted) / 1_000).toFixed(1)} s): ${layout.description}.`,
+      );
 
       const byDefault = await measure(db, spec);
       const n = tableNames(spec);
@@ -207,7 +228,16 @@ export async function benchReconciler(): Promise<SectionResult> {
         `| ${layout.name} | ${label} | ${ms(median(f.passMs))} | ${ms(sorted(f.passMs)[0] as number)}–${ms(sorted(f.passMs).at(-1) as number)} | ${ms(median(f.selectMs))} | ${breakdown(f)} | ${f.revived} | ${f.superseded} |`;
       rows.push(row('delivered-rows (default)', byDefault), row('delivered-rows + plain btree', withBtree));
       passes.push({ layout: layout.name, byDefault: median(byDefault.passMs), withBtree: median(withBtree.passMs) });
-      plans.push(`*${layout.name}*, default:`, '```', byDefault.plan, '```', `*${layout.name}*, with the plain btree:`, '```', withBtree.plan, '```');
+      plans.push(
+        `*${layout.name}*, default:`,
+        '```',
+        byDefault.plan,
+        '```',
+        `*${layout.name}*, with the plain btree:`,
+        '```',
+        withBtree.plan,
+        '```',
+      );
     }
     const markdown = [
       `### Reconciler: one redrive pass over a ${ROWS.toLocaleString('en-US')}-row outbox`,
@@ -232,14 +262,19 @@ export async function benchReconciler(): Promise<SectionResult> {
       '</details>',
     ].join('\n');
     const worst = (pick: (p: (typeof passes)[number]) => number) => Math.max(...passes.map(pick));
-    const figure = (pick: (p: (typeof passes)[number]) => number) => passes.map((p) => `${p.layout} ${ms(pick(p))}`).join(', ');
+    const figure = (pick: (p: (typeof passes)[number]) => number) =>
+      passes.map((p) => `${p.layout} ${ms(pick(p))}`).join(', ');
     const targets: TargetRow[] = [
       {
         target: `redrive pass over ${ROWS.toLocaleString('en-US')} rows, 1k poisoned in 1k partitions, ≤ 200 ms at the default configuration (delivered-rows index, no plain btree)`,
         figure: figure((p) => p.byDefault),
         met: worst((p) => p.byDefault) <= 200,
       },
-      { target: 'the same with the optional plain `(partition, id)` btree ≤ 200 ms (issue 6)', figure: figure((p) => p.withBtree), met: worst((p) => p.withBtree) <= 200 },
+      {
+        target: 'the same with the optional plain `(partition, id)` btree ≤ 200 ms (issue 6)',
+        figure: figure((p) => p.withBtree),
+        met: worst((p) => p.withBtree) <= 200,
+      },
     ];
     return { markdown, targets };
   } finally {

@@ -15,14 +15,24 @@ export interface SectionResult {
 }
 
 /** A row whose figure is the ratio `value`, met when it is at least `atLeast` (or at most `atMost`); `detail` follows it in parentheses. */
-export function ratioTarget(target: string, value: number, bound: { atLeast: number } | { atMost: number }, detail = ''): TargetRow {
-  const met = Number.isFinite(value) ? ('atLeast' in bound ? value >= bound.atLeast : value <= bound.atMost) : undefined;
+export function ratioTarget(
+  target: string,
+  value: number,
+  bound: { atLeast: number } | { atMost: number },
+  detail = '',
+): TargetRow {
+  const met = Number.isFinite(value)
+    ? 'atLeast' in bound
+      ? value >= bound.atLeast
+      : value <= bound.atMost
+    : undefined;
   return { target, figure: `${Number.isFinite(value) ? value.toFixed(2) : '—'}×${detail ? ` (${detail})` : ''}`, met };
 }
 
 /** The summary table that opens docs/BENCHMARKS.md. */
 export function summaryTable(rows: readonly TargetRow[]): string {
-  const met = (row: TargetRow) => (row.met === null ? '(no target)' : row.met === undefined ? 'not measured' : row.met ? '**yes**' : '**no**');
+  const met = (row: TargetRow) =>
+    row.met === null ? '(no target)' : row.met === undefined ? 'not measured' : row.met ? '**yes**' : '**no**';
   return [
     '| target | this run | met? |',
     '| --- | --- | --- |',

@@ -1,4 +1,9 @@
-import { ClientWriteRequestOnDuplicateWrites, ClientWriteRequestOnMissingDeletes, ConsistencyPreference, type OpenFgaClient } from '@openfga/sdk';
+import {
+  ClientWriteRequestOnDuplicateWrites,
+  ClientWriteRequestOnMissingDeletes,
+  ConsistencyPreference,
+  type OpenFgaClient,
+} from '@openfga/sdk';
 import { createDrainer, type Drainer, type DrainerEvent } from '@outbox/drainer';
 import { createOutboxTable, defineOutbox, enqueue, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
 import { createDatabase, startStack } from '@outbox/test-stack';
@@ -46,8 +51,15 @@ async function step<T>(steps: Map<string, number>, name: string, work: Promise<T
 /** A create as the naive dual write does it: check, insert the row (its own commit), then OpenFGA's Write, then answer. */
 async function naiveCreate({ db, client, steps }: Setup, object: string): Promise<void> {
   await step(steps, 'check', authorize(client));
-  await step(steps, 'row', sql`insert into bench.resources (id, project, owner) values (${object}, ${PROJECT}, ${USER})`.execute(db));
-  const conflict = { onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore, onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore };
+  await step(
+    steps,
+    'row',
+    sql`insert into bench.resources (id, project, owner) values (${object}, ${PROJECT}, ${USER})`.execute(db),
+  );
+  const conflict = {
+    onDuplicateWrites: ClientWriteRequestOnDuplicateWrites.Ignore,
+    onMissingDeletes: ClientWriteRequestOnMissingDeletes.Ignore,
+  };
   await step(steps, 'Write', client.write({ writes: tuplesOf(object) }, { conflict }));
 }
 
@@ -65,7 +77,10 @@ async function outboxCreate({ db, client, spec, drainer, steps }: Setup, object:
 
 /** The check both paths make first, as a service authorizes a create (no cache: docs/design.md §8). */
 async function authorize(client: OpenFgaClient): Promise<void> {
-  const { allowed } = await client.check({ user: USER, relation: 'can_edit', object: PROJECT }, { consistency: ConsistencyPreference.HigherConsistency });
+  const { allowed } = await client.check(
+    { user: USER, relation: 'can_edit', object: PROJECT },
+    { consistency: ConsistencyPreference.HigherConsistency },
+  );
   if (!allowed) throw new Error('bench: the caller may not create in the project');
 }
 
@@ -87,7 +102,13 @@ async function run(setup: Setup, path: Path, tag: string, callers: number, perCa
 }
 
 /** A fresh store with the caller allowed to create, and a drainer (LISTEN, defaults) with the OpenFGA sink on it, started for the outbox path. */
-async function setUp(db: AnyKysely, url: string, target: OpenFgaTarget, spec: OutboxSpec, path: Path): Promise<Setup & { stop(): Promise<void> }> {
+async function setUp(
+  db: AnyKysely,
+  url: string,
+  target: OpenFgaTarget,
+  spec: OutboxSpec,
+  path: Path,
+): Promise<Setup & { stop(): Promise<void> }> {
   const store = await freshStore(target);
   await store.client.write({ writes: [{ user: USER, relation: 'owner', object: PROJECT }] });
   const drainerDb = kysely(url, 2);
@@ -137,7 +158,9 @@ export async function benchWritePath(): Promise<SectionResult> {
     const url = await createDatabase(stack.postgresUrl, 'bench_write_path');
     db = kysely(url, CALLERS);
     await sql`create schema bench`.execute(db);
-    await sql`create table bench.resources (id text primary key, project text not null, owner text not null, created_at timestamptz not null default now())`.execute(db);
+    await sql`create table bench.resources (id text primary key, project text not null, owner text not null, created_at timestamptz not null default now())`.execute(
+      db,
+    );
     const spec = defineOutbox({ table: 'bench.write_path_outbox', partitionColumn: 'resource_id' });
     await createOutboxTable(db, spec);
     const measure = async (path: Path, tag: string, callers: number, requests: number) => {
@@ -175,11 +198,18 @@ function breakdown(runs: readonly Run[]): string {
   const creates = runs.reduce((sum, r) => sum + r.latencies.length, 0);
   const names = STEP_ORDER.filter((name) => runs.some((r) => r.steps.has(name)));
   const total = runs.reduce((sum, r) => sum + r.latencies.reduce((a, b) => a + b, 0), 0);
-  const parts = names.map((name) => `${name} ${ms(runs.reduce((sum, r) => sum + (r.steps.get(name) ?? 0), 0) / creates)}`);
+  const parts = names.map(
+    (name) => `${name} ${ms(runs.reduce((sum, r) => sum + (r.steps.get(name) ?? 0), 0) / creates)}`,
+  );
   return `${parts.join(' · ')} (total ${ms(total / creates)})`;
 }
 
-function report(concurrent: readonly Trial[], alone: readonly Trial[], perCaller: number, single: number): SectionResult {
+function report(
+  concurrent: readonly Trial[],
+  alone: readonly Trial[],
+  perCaller: number,
+  single: number,
+): SectionResult {
   const throughput = (r: Run) => r.latencies.length / (r.ms / 1000);
   const p = (r: Run, q: number) => percentile(r.latencies, q);
   const line = (t: Trial, i: number, callers: number) =>
@@ -192,17 +222,29 @@ function report(concurrent: readonly Trial[], alone: readonly Trial[], perCaller
   const p99 = ratios(concurrent, (t) => p(t.outbox, 0.99) / p(t.naive, 0.99));
   const p50 = ratios(alone, (t) => p(t.outbox, 0.5) / p(t.naive, 0.5));
   const targets: TargetRow[] = [
-    { target: `write path at ${CALLERS} callers: outbox + flush ÷ naive dual write, throughput ≥ 1.0× in every trial`, figure: range(tput), met: tput.every((r) => r >= 1) },
-    { target: `write path at ${CALLERS} callers: outbox + flush ÷ naive, p99 latency ≤ 1.0× in every trial`, figure: range(p99), met: p99.every((r) => r <= 1) },
-    { target: 'write path, one caller: outbox + flush ÷ naive, p50 latency ≤ 1.3×', figure: range(p50), met: p50.every((r) => r <= 1.3) },
+    {
+      target: `write path at ${CALLERS} callers: outbox + flush ÷ naive dual write, throughput ≥ 1.0× in every trial`,
+      figure: range(tput),
+      met: tput.every((r) => r >= 1),
+    },
+    {
+      target: `write path at ${CALLERS} callers: outbox + flush ÷ naive, p99 latency ≤ 1.0× in every trial`,
+      figure: range(p99),
+      met: p99.every((r) => r <= 1),
+    },
+    {
+      target: 'write path, one caller: outbox + flush ÷ naive, p50 latency ≤ 1.3×',
+      figure: range(p50),
+      met: p50.every((r) => r <= 1.3),
+    },
   ];
   return {
     markdown: [
       `### The write path against the naive dual write: ${CALLERS} callers × ${perCaller} creates, and one caller × ${single}, ${concurrent.length} alternating trials`,
       '',
       'A create authorizes with a `check` (higher consistency, as the services do), writes its row, and then either calls',
-      'OpenFGA\'s Write before answering (naive: two commits, no ordering, nothing to retry a lost Write) or enqueues the',
-      'intent in the row\'s transaction and awaits `flush` for its partition (outbox: one drainer, defaults, LISTEN, the',
+      "OpenFGA's Write before answering (naive: two commits, no ordering, nothing to retry a lost Write) or enqueues the",
+      "intent in the row's transaction and awaits `flush` for its partition (outbox: one drainer, defaults, LISTEN, the",
       'OpenFGA sink). OpenFGA on the postgres datastore of the same stock Postgres, a fresh store per run; every trial',
       'runs both paths, the first in turns. Latency: from the check to the answer. Figures: naive / outbox, then outbox ÷ naive.',
       '',
@@ -211,7 +253,7 @@ function report(concurrent: readonly Trial[], alone: readonly Trial[], perCaller
       ...concurrent.map((t, i) => line(t, i, CALLERS)),
       ...alone.map((t, i) => line(t, i, 1)),
       '',
-      'One caller, where a create\'s time goes (ms per create, mean over the trials; the drainer\'s claims and Writes are',
+      "One caller, where a create's time goes (ms per create, mean over the trials; the drainer's claims and Writes are",
       'inside `flush`, which also holds the wake-up on NOTIFY and the settle, and resolves on the commit of the batch that delivered):',
       '',
       `- naive: ${breakdown(alone.map((t) => t.naive))}`,

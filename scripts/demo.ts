@@ -38,7 +38,10 @@ class DemoFailure extends Error {
 function expectStatus<T>(what: string, reply: ServiceReply<T>, ...statuses: number[]): ServiceReply<T> {
   const ok = statuses.includes(reply.status);
   say(`${ok ? '✓' : '✗'} ${what} → ${reply.status}`);
-  if (!ok) throw new DemoFailure(`${what}: expected ${statuses.join(' or ')}, got ${reply.status} ${JSON.stringify(reply.body)}`);
+  if (!ok)
+    throw new DemoFailure(
+      `${what}: expected ${statuses.join(' or ')}, got ${reply.status} ${JSON.stringify(reply.body)}`,
+    );
   return reply;
 }
 
@@ -107,19 +110,28 @@ async function play(running: Running): Promise<void> {
   const databaseUrl = await createDatabase(serverUrl, `outbox_demo_${suffix}`);
   const openfgaStoreUrl = await createDatabase(serverUrl, `outbox_demo_openfga_${suffix}`);
   const where = new URL(databaseUrl);
-  say(`postgres  ${where.host}${where.pathname}${running.postgres ? ' (embedded PostgreSQL 18)' : ' (the server of DATABASE_URL)'}`);
+  say(
+    `postgres  ${where.host}${where.pathname}${running.postgres ? ' (embedded PostgreSQL 18)' : ' (the server of DATABASE_URL)'}`,
+  );
   const openfgaOptions = { datastore: 'postgres' as const, datastoreUri: openfgaStoreUrl };
   running.openfga = await startNativeOpenFga(openfgaOptions);
   say(`openfga   ${running.openfga.apiUrl} (v1.18.1, postgres datastore)`);
 
   scene('Migrating and loading the authorization model');
-  running.db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl, max: 2 }) }) });
+  running.db = new Kysely({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl, max: 2 }) }),
+  });
   const applied = await migrateToLatest(running.db);
   say(`applied ${Array.isArray(applied) ? applied.length : 'all'} migrations`);
-  const { id: storeId } = await new OpenFgaClient({ apiUrl: running.openfga.apiUrl }).createStore({ name: 'outbox-demo' });
-  const authorizationModelId = await writeAuthorizationModel(new OpenFgaClient({ apiUrl: running.openfga.apiUrl, storeId }));
+  const { id: storeId } = await new OpenFgaClient({ apiUrl: running.openfga.apiUrl }).createStore({
+    name: 'outbox-demo',
+  });
+  const authorizationModelId = await writeAuthorizationModel(
+    new OpenFgaClient({ apiUrl: running.openfga.apiUrl, storeId }),
+  );
   say(`store ${storeId}, model ${authorizationModelId}`);
-  const fga = () => new OpenFgaClient({ apiUrl: (running.openfga as OpenFgaServer).apiUrl, storeId, authorizationModelId });
+  const fga = () =>
+    new OpenFgaClient({ apiUrl: (running.openfga as OpenFgaServer).apiUrl, storeId, authorizationModelId });
 
   scene('Starting the six services');
   const platform = await startAllServices({
@@ -138,7 +150,11 @@ async function play(running: Running): Promise<void> {
   const bob = (service: keyof RunningPlatform['urls']) => serviceClient(platform.urls[service]).as('bob');
 
   scene('alice sets up an organization and a project (iam, tuple outbox)');
-  const org = expectStatus('alice creates organization "acme"', await alice('iam').post<{ id: string }>('/organizations', { name: 'acme' }), 201).body;
+  const org = expectStatus(
+    'alice creates organization "acme"',
+    await alice('iam').post<{ id: string }>('/organizations', { name: 'acme' }),
+    201,
+  ).body;
   const project = expectStatus(
     'alice creates project "web" in it',
     await alice('iam').post<{ id: string }>('/projects', { organization_id: org.id, name: 'web' }),
@@ -155,14 +171,27 @@ async function play(running: Running): Promise<void> {
     ['registry', '/repositories', { name: 'web-app' }],
   ] as const;
   for (const [service, path, body] of resources) {
-    const reply = expectStatus(`alice creates ${service} "${body.name}"`, await alice(service).post<{ id: string }>(path, { project_id: project.id, ...body }), 201);
+    const reply = expectStatus(
+      `alice creates ${service} "${body.name}"`,
+      await alice(service).post<{ id: string }>(path, { project_id: project.id, ...body }),
+      201,
+    );
     created[service] = reply.body.id;
-    expectStatus(`alice reads it back at once (read-your-writes)`, await alice(service).get(`${path}/${reply.body.id}`), 200);
+    expectStatus(
+      `alice reads it back at once (read-your-writes)`,
+      await alice(service).get(`${path}/${reply.body.id}`),
+      200,
+    );
   }
 
   scene('bob is refused, then granted viewer on the project, then allowed');
   expectStatus('bob reads the vpc', await bob('vpc').get(`/vpcs/${created.vpc}`), 403);
-  expectStatus('alice grants bob {viewer} on the project', await alice('iam').put(`/projects/${project.id}/grants/bob`, { relations: ['viewer'] }), 200, 201);
+  expectStatus(
+    'alice grants bob {viewer} on the project',
+    await alice('iam').put(`/projects/${project.id}/grants/bob`, { relations: ['viewer'] }),
+    200,
+    201,
+  );
   expectStatus('bob reads the vpc', await bob('vpc').get(`/vpcs/${created.vpc}`), 200);
   expectStatus('bob reads the bucket', await bob('storage').get(`/buckets/${created.storage}`), 200);
 
@@ -182,12 +211,20 @@ async function play(running: Running): Promise<void> {
   say('the drainer resumes: every attempt is refused at the network, retried with backoff…');
   await until('the register intent to be poisoned', async () => (await storage.outbox.stats()).poisoned === 1);
   const poisoned = await sql<{ id: string; last_error: string }>`
-    select id::text, last_error from storage.fga_register_outbox where resource_id = ${`bucket:${doomed.id}`}`.execute(running.db);
-  say(`register intent ${poisoned.rows[0]?.id} poisoned after 10 attempts: ${poisoned.rows[0]?.last_error?.slice(0, 80)}`);
+    select id::text, last_error from storage.fga_register_outbox where resource_id = ${`bucket:${doomed.id}`}`.execute(
+    running.db,
+  );
+  say(
+    `register intent ${poisoned.rows[0]?.id} poisoned after 10 attempts: ${poisoned.rows[0]?.last_error?.slice(0, 80)}`,
+  );
 
   running.openfga = await startNativeOpenFga({ ...openfgaOptions, httpPort: openfgaPort });
   say('OpenFGA is back (same port, same store)');
-  expectStatus('alice deletes bucket "tmp"; the deregister intent is delivered', await alice('storage').delete(`/buckets/${doomed.id}`), 204);
+  expectStatus(
+    'alice deletes bucket "tmp"; the deregister intent is delivered',
+    await alice('storage').delete(`/buckets/${doomed.id}`),
+    204,
+  );
 
   scene('redrive: the poisoned register must NOT be revived past its delivered deregister');
   const redrive = await storage.outbox.redrive();
@@ -200,32 +237,51 @@ async function play(running: Running): Promise<void> {
   expectThat('OpenFGA holds no tuple for the deleted bucket', tuples.tuples.length === 0);
   await storage.outbox.drainOnce();
   const stillPoisoned = await sql<{ n: number }>`
-    select count(*)::int as n from storage.fga_register_outbox where resource_id = ${`bucket:${doomed.id}`} and sent_at is null`.execute(running.db);
-  expectThat('a drain pass afterwards delivers nothing for it', stillPoisoned.rows[0]?.n === 1, 'the register stays poisoned, for a human to retire');
+    select count(*)::int as n from storage.fga_register_outbox where resource_id = ${`bucket:${doomed.id}`} and sent_at is null`.execute(
+    running.db,
+  );
+  expectThat(
+    'a drain pass afterwards delivers nothing for it',
+    stillPoisoned.rows[0]?.n === 1,
+    'the register stays poisoned, for a human to retire',
+  );
   const retired = await storage.outbox.reconciler.retire(
     redrive.superseded.map((r) => r.id),
     'superseded by the delivered deregister (demo)',
   );
-  say(`retired ${Array.isArray(retired) ? retired.length : JSON.stringify(retired)} superseded intent(s) with a reason`);
+  say(
+    `retired ${Array.isArray(retired) ? retired.length : JSON.stringify(retired)} superseded intent(s) with a reason`,
+  );
 
   scene('alice deletes the vpc and loses access');
   expectStatus('alice deletes the vpc', await alice('vpc').delete(`/vpcs/${created.vpc}`), 204);
   const check = await fga().check({ user: 'user:alice', relation: 'can_view', object: `vpc:${created.vpc}` });
-  expectThat('OpenFGA: alice can_view the vpc', check.allowed === false, 'false: the owner and project tuples were deleted');
+  expectThat(
+    'OpenFGA: alice can_view the vpc',
+    check.allowed === false,
+    'false: the owner and project tuples were deleted',
+  );
   expectStatus('alice reads the vpc', await alice('vpc').get(`/vpcs/${created.vpc}`), 404);
 
   scene('Outbox status (what `pnpm outbox status` prints)');
   // One outbox after the other: the demo's pool keeps the one connection it had.
   const statuses = [];
-  for (const service of platformServices) statuses.push(await outboxStatus({ name: service.name, spec: service.outbox, db: running.db, database: maskUrl(databaseUrl) }));
+  for (const service of platformServices)
+    statuses.push(
+      await outboxStatus({ name: service.name, spec: service.outbox, db: running.db, database: maskUrl(databaseUrl) }),
+    );
   console.log(statusTable(statuses, new Date()).trimEnd().replace(/^/gm, '  '));
   const stuck = statuses.filter((s) => s.deliverable > 0 || s.poisoned > 0);
   expectThat('nothing left to deliver, nothing poisoned', stuck.length === 0);
   if (keep) {
     // The embedded server's password is the demo's own (printed whole, to paste); a DATABASE_URL's is the operator's (masked).
-    const shownUrl = running.postgres ? databaseUrl : `${maskUrl(databaseUrl)}   # *** = the password of your DATABASE_URL`;
+    const shownUrl = running.postgres
+      ? databaseUrl
+      : `${maskUrl(databaseUrl)}   # *** = the password of your DATABASE_URL`;
     console.log('\n  pnpm outbox <command> reads these (see docs/cli.md):');
-    console.log(`  export DATABASE_URL=${shownUrl}\n  export OPENFGA_API_URL=${running.openfga?.apiUrl}\n  export OPENFGA_STORE_ID=${storeId}\n  export OPENFGA_MODEL_ID=${authorizationModelId}`);
+    console.log(
+      `  export DATABASE_URL=${shownUrl}\n  export OPENFGA_API_URL=${running.openfga?.apiUrl}\n  export OPENFGA_STORE_ID=${storeId}\n  export OPENFGA_MODEL_ID=${authorizationModelId}`,
+    );
   }
   console.log(`\n${stamp()}  demo finished: every step behaved as expected.`);
 }

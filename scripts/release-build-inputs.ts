@@ -15,7 +15,8 @@ export function buildInputs(packageDir: string): Record<string, string> {
     .filter((entry) => entry.isFile() && !entry.name.endsWith('.test.ts'))
     .map((entry) => join(entry.parentPath, entry.name))
     .sort();
-  for (const file of files) inputs[relative(packageDir, file)] = createHash('sha256').update(readFileSync(file)).digest('hex');
+  for (const file of files)
+    inputs[relative(packageDir, file)] = createHash('sha256').update(readFileSync(file)).digest('hex');
   return inputs;
 }
 

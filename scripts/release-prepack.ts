@@ -30,7 +30,9 @@ function staleDist(packageDir: string): string | undefined {
   if (!existsSync(recordFile)) return `${BUILD_INPUTS_FILE} is missing: run \`pnpm build\` first.`;
   const recorded = JSON.parse(readFileSync(recordFile, 'utf8')) as Record<string, string>;
   const changed = changedInputs(recorded, buildInputs(packageDir));
-  return changed.length > 0 ? `dist/ was built from other sources (${changed.join(', ')} changed since): run \`pnpm build\` first.` : undefined;
+  return changed.length > 0
+    ? `dist/ was built from other sources (${changed.join(', ')} changed since): run \`pnpm build\` first.`
+    : undefined;
 }
 
 /**
@@ -50,7 +52,9 @@ function packProblems(packageDir: string, userAgent: string): string[] {
   for (const [subpath, conditions] of Object.entries(manifest.exports)) {
     for (const [condition, target] of Object.entries(conditions)) {
       if (condition !== SOURCE_CONDITION && !existsSync(join(packageDir, target))) {
-        problems.push(`exports["${subpath}"].${condition} is ${target}, which does not exist: run \`pnpm build\` first.`);
+        problems.push(
+          `exports["${subpath}"].${condition} is ${target}, which does not exist: run \`pnpm build\` first.`,
+        );
       }
     }
   }

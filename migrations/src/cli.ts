@@ -12,7 +12,17 @@
  * Postgres or OpenFGA does not answer.
  */
 import { CredentialsMethod, FgaApiNotFoundError, OpenFgaClient, type AuthorizationModel } from '@openfga/sdk';
-import { CliError, createCommandLine, EXIT, exitWith, isUnreachable, maskUrl, networkReason, processIo, runCommandLine } from '@outbox/cli';
+import {
+  CliError,
+  createCommandLine,
+  EXIT,
+  exitWith,
+  isUnreachable,
+  maskUrl,
+  networkReason,
+  processIo,
+  runCommandLine,
+} from '@outbox/cli';
 import { transformer } from '@openfga/syntax-transformer';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
@@ -26,7 +36,8 @@ const ENVIRONMENT = `Environment:
   OPENFGA_API_TOKEN   optional: preshared key of the OpenFGA server`;
 
 /** A failure of this command once it runs: one line, exit 1. */
-const failure = (message: string, hint?: string, cause?: unknown) => new CliError(message, hint, EXIT.problem, { cause });
+const failure = (message: string, hint?: string, cause?: unknown) =>
+  new CliError(message, hint, EXIT.problem, { cause });
 /** A variable unset or malformed: one line, exit 2 (the variables are read before anything changes). */
 const badVariable = (message: string, hint?: string) => new CliError(message, hint, EXIT.usage);
 
@@ -39,7 +50,11 @@ function required(name: string): string {
 /** DATABASE_URL, checked before anything is changed (pg reads a bare word as a socket path); printed masked only. */
 function databaseUrlFrom(name: string): string {
   const value = required(name);
-  if (!/^postgres(ql)?:\/\//.test(value)) throw badVariable(`${name} is not a postgres:// URL: ${maskUrl(value)}`, 'e.g. postgres://user:password@127.0.0.1:5432/outbox');
+  if (!/^postgres(ql)?:\/\//.test(value))
+    throw badVariable(
+      `${name} is not a postgres:// URL: ${maskUrl(value)}`,
+      'e.g. postgres://user:password@127.0.0.1:5432/outbox',
+    );
   return value;
 }
 
@@ -70,7 +85,9 @@ function sameModel(a: Omit<AuthorizationModel, 'id'>, b: Omit<AuthorizationModel
 }
 
 async function migrateSql(databaseUrl: string): Promise<void> {
-  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl, max: 1 }) }) });
+  const db = new Kysely<unknown>({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl, max: 1 }) }),
+  });
   try {
     const applied = await migrateToLatest(db);
     console.log(applied.length > 0 ? `applied ${applied.join(', ')}` : 'database already up to date');
@@ -95,7 +112,10 @@ async function outboxStore(admin: OpenFgaClient, apiUrl: string): Promise<string
     continuationToken = page.continuation_token || undefined;
   } while (continuationToken);
   if (named.length > 1) {
-    throw failure(`OpenFGA at ${apiUrl} has ${named.length} stores named "${STORE_NAME}" (${named.join(', ')})`, 'set OPENFGA_STORE_ID to the one to use');
+    throw failure(
+      `OpenFGA at ${apiUrl} has ${named.length} stores named "${STORE_NAME}" (${named.join(', ')})`,
+      'set OPENFGA_STORE_ID to the one to use',
+    );
   }
   if (named.length === 1) {
     console.log(`using store ${named[0]} (named "${STORE_NAME}")`);
@@ -117,7 +137,13 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
     await client.getStore();
   } catch (error) {
     // The variable names a store that is not there: configuration, like a wrong password.
-    if (error instanceof FgaApiNotFoundError) throw new CliError(`OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID)`, `unset it to use (or create) the store named "${STORE_NAME}"`, EXIT.usage, { cause: error });
+    if (error instanceof FgaApiNotFoundError)
+      throw new CliError(
+        `OpenFGA at ${apiUrl} has no store ${storeId} (OPENFGA_STORE_ID)`,
+        `unset it to use (or create) the store named "${STORE_NAME}"`,
+        EXIT.usage,
+        { cause: error },
+      );
     throw error;
   }
   const wanted = authorizationModel() as unknown as Omit<AuthorizationModel, 'id'>;
@@ -127,7 +153,9 @@ async function loadModel(apiUrl: string): Promise<{ storeId: string; modelId: st
     return { storeId, modelId: latest.id };
   }
   const modelId = await writeAuthorizationModel(client);
-  console.log(`wrote authorization model ${modelId}${latest ? ` (was ${latest.id}: run iam's onModelChanged / send it SIGHUP)` : ''}`);
+  console.log(
+    `wrote authorization model ${modelId}${latest ? ` (was ${latest.id}: run iam's onModelChanged / send it SIGHUP)` : ''}`,
+  );
   return { storeId, modelId };
 }
 
@@ -181,7 +209,13 @@ async function migrate(options: { readonly sqlOnly?: boolean }): Promise<void> {
   try {
     await migrateSql(databaseUrl);
   } catch (error) {
-    if (isUnreachable(error)) throw new CliError(`Postgres at ${maskUrl(databaseUrl)} did not answer: ${networkReason(error)}`, 'is it running, and is DATABASE_URL right?', EXIT.unreachable, { cause: error });
+    if (isUnreachable(error))
+      throw new CliError(
+        `Postgres at ${maskUrl(databaseUrl)} did not answer: ${networkReason(error)}`,
+        'is it running, and is DATABASE_URL right?',
+        EXIT.unreachable,
+        { cause: error },
+      );
     if (error instanceof MigrationError) throw failure(error.message, undefined, error);
     throw error;
   }
@@ -192,7 +226,11 @@ async function migrate(options: { readonly sqlOnly?: boolean }): Promise<void> {
 
 const io = processIo();
 const box = { code: EXIT.ok as (typeof EXIT)[keyof typeof EXIT] };
-const program = createCommandLine('migrate', 'Applies every migration to DATABASE_URL, then loads the authorization model into the OpenFGA store and prints the ids the services need.', io)
+const program = createCommandLine(
+  'migrate',
+  'Applies every migration to DATABASE_URL, then loads the authorization model into the OpenFGA store and prints the ids the services need.',
+  io,
+)
   .option('--sql-only', 'apply the SQL migrations only; leave OpenFGA alone')
   .addHelpText('after', `\n${ENVIRONMENT}`)
   .action(

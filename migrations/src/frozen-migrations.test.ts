@@ -21,7 +21,11 @@ beforeAll(async () => {
   [stepByStep, inOneGo] = [await scratch.create(), await scratch.create()];
   // One migrateTo per migration, each its own run (its own transaction), as successive releases would.
   const db = scratch.open(stepByStep);
-  const migrator = new Migrator({ db, provider: { getMigrations: async () => ({ ...migrations }) }, migrationTableSchema: 'public' });
+  const migrator = new Migrator({
+    db,
+    provider: { getMigrations: async () => ({ ...migrations }) },
+    migrationTableSchema: 'public',
+  });
   for (const name of names) {
     const { error, results } = await migrator.migrateTo(name);
     expect(error).toBeUndefined();
@@ -32,7 +36,10 @@ beforeAll(async () => {
 
 describe('frozen migrations', () => {
   test('a database migrated one migration at a time has exactly the schema of one migrated in one go', async () => {
-    const [a, b] = [await schemaSnapshot(scratch.open(stepByStep), SCHEMAS), await schemaSnapshot(scratch.open(inOneGo), SCHEMAS)];
+    const [a, b] = [
+      await schemaSnapshot(scratch.open(stepByStep), SCHEMAS),
+      await schemaSnapshot(scratch.open(inOneGo), SCHEMAS),
+    ];
     // Claim v5 beside v4, which the previous build's drainers call.
     expect(a.functions.map((f) => `${f.schema}.${f.name}(${f.arguments})`)).toEqual(
       expect.arrayContaining([
@@ -74,7 +81,11 @@ async function statementsOf(name: string): Promise<string[]> {
 
 test('each migration sends the SQL it shipped with: a change to a shipped migration is a new migration', async () => {
   const digests: Record<string, string> = {};
-  for (const name of names) digests[name] = createHash('sha256').update((await statementsOf(name)).join('\n;\n')).digest('hex').slice(0, 16);
+  for (const name of names)
+    digests[name] = createHash('sha256')
+      .update((await statementsOf(name)).join('\n;\n'))
+      .digest('hex')
+      .slice(0, 16);
   expect(digests).toMatchInlineSnapshot(`
     {
       "0001_iam": "f62b73622f570c58",

@@ -16,8 +16,11 @@ test('the migrations run as a role that owns its (pre-created) schemas but may n
   }
   await scratch.admin(`grant create on schema public to ${role.name}`, database);
   const db = scratch.open(database, { role });
-  const privileges = await sql<{ create: boolean }>`select has_database_privilege(current_user, current_database(), 'CREATE') as create`.execute(db);
+  const privileges = await sql<{
+    create: boolean;
+  }>`select has_database_privilege(current_user, current_database(), 'CREATE') as create`.execute(db);
   expect(privileges.rows).toEqual([{ create: false }]);
   expect(await migrateToLatest(db)).toEqual(Object.keys(migrations));
-  for (const spec of [iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox]) await verifyOutboxTable(db, spec);
+  for (const spec of [iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox])
+    await verifyOutboxTable(db, spec);
 });

@@ -48,7 +48,11 @@ async function fakeOpenFga(listDelayMs: number) {
     const found = store && stores.find((s) => s.id === store[1]);
     if (!store || !found) return send(res, 404, { code: 'store_id_not_found', message: 'not found' });
     if (!store[2] && req.method === 'GET') return send(res, 200, found);
-    if (store[2] && req.method === 'GET') return send(res, 200, { authorization_models: [...(models.get(found.id) ?? [])].reverse(), continuation_token: '' });
+    if (store[2] && req.method === 'GET')
+      return send(res, 200, {
+        authorization_models: [...(models.get(found.id) ?? [])].reverse(),
+        continuation_token: '',
+      });
     if (store[2] && req.method === 'POST') {
       const model = { ...((await body(req)) as object), id: ulid() };
       models.set(found.id, [...(models.get(found.id) ?? []), model]);
@@ -58,7 +62,11 @@ async function fakeOpenFga(listDelayMs: number) {
   });
   http.listen(0, '127.0.0.1');
   await once(http, 'listening');
-  return { url: `http://127.0.0.1:${(http.address() as { port: number }).port}`, stores, close: () => new Promise((r) => http.close(r)) };
+  return {
+    url: `http://127.0.0.1:${(http.address() as { port: number }).port}`,
+    stores,
+    close: () => new Promise((r) => http.close(r)),
+  };
 }
 
 test('two pnpm migrate at once without OPENFGA_STORE_ID end with one store named outbox, and print the same ids', async () => {
@@ -71,7 +79,10 @@ test('two pnpm migrate at once without OPENFGA_STORE_ID end with one store named
     expect(a.code, a.output).toBe(0);
     expect(b.code, b.output).toBe(0);
     expect(fga.stores.map((s) => s.name)).toEqual(['outbox']);
-    const ids = (output: string) => [/export OPENFGA_STORE_ID=(\S+)/.exec(output)?.[1], /export OPENFGA_MODEL_ID=(\S+)/.exec(output)?.[1]];
+    const ids = (output: string) => [
+      /export OPENFGA_STORE_ID=(\S+)/.exec(output)?.[1],
+      /export OPENFGA_MODEL_ID=(\S+)/.exec(output)?.[1],
+    ];
     expect(ids(a.output)).toEqual(ids(b.output));
     // And a later run still works (it refused to guess between two stores of that name).
     const c = await runCli(env);

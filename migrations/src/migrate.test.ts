@@ -44,28 +44,44 @@ test('every outbox matches the contract its drainer and reconciler verify, cover
 
 /** Leaves `spec`'s settle as a stand-in whose body carries the marker of settle `version`. */
 async function oldSettle(db: Kysely<unknown>, spec: OutboxSpec, version: string): Promise<void> {
-  await sql.raw(`create or replace function "${spec.schema}"."${spec.tableName}_settle"(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
+  await sql
+    .raw(
+      `create or replace function "${spec.schema}"."${spec.tableName}_settle"(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer)
     returns table (partition_key text, head_id bigint) language sql
     as $$ select null::text, null::bigint where false -- @outbox/outbox settle ${version} ${spec.table} ${spec.partitionColumn}
-    $$`).execute(db);
+    $$`,
+    )
+    .execute(db);
 }
 
 /** Leaves `spec`'s claim as a stand-in with `params` whose body carries the marker of claim `version`. */
 async function oldClaim(db: Kysely<unknown>, spec: OutboxSpec, version: string, params: string): Promise<void> {
-  await sql.raw(`create or replace function "${spec.schema}"."${spec.tableName}_claim"(${params})
+  await sql
+    .raw(
+      `create or replace function "${spec.schema}"."${spec.tableName}_claim"(${params})
     returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
     as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim ${version} ${spec.table} ${spec.partitionColumn}
-    $$`).execute(db);
+    $$`,
+    )
+    .execute(db);
 }
 
 /** Takes away what 0010 added to `spec`'s outbox, as a database of a build before it has it (the btree may stay). */
 async function beforeLateWriteVerification(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
-  await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_settle"(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`).execute(db);
+  await sql
+    .raw(
+      `drop function "${spec.schema}"."${spec.tableName}_settle"(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`,
+    )
+    .execute(db);
   await sql.raw(`alter table "${spec.schema}"."${spec.tableName}" drop column verify_after`).execute(db);
 }
 /** Takes away what 0011 added: claim v5 (claim v4 stays, as 0011 left it). */
 async function beforeClaimV5(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
-  await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[], boolean)`).execute(db);
+  await sql
+    .raw(
+      `drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[], boolean)`,
+    )
+    .execute(db);
 }
 /** Takes away what 0012 added: enqueue's function (that build's enqueue sent its own statements). */
 async function beforeEnqueueFunction(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
@@ -86,13 +102,24 @@ test.each([
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
       await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
-      await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[])`).execute(db);
+      await sql
+        .raw(
+          `drop function "${spec.schema}"."${spec.tableName}_claim"(integer, integer, integer, boolean, boolean, text[])`,
+        )
+        .execute(db);
       await oldClaim(db, spec, 'v2', claimParams.v2);
       await oldSettle(db, spec, 'v1');
       await beforeLateWriteVerification(db, spec);
       await withoutLedger(db, spec);
     },
-    pending: ['0007_drain_functions_v3', '0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification', '0011_claim_v5', '0012_enqueue_function_v1'],
+    pending: [
+      '0007_drain_functions_v3',
+      '0008_drain_functions_v4',
+      '0009_ledger_life',
+      '0010_late_write_verification',
+      '0011_claim_v5',
+      '0012_enqueue_function_v1',
+    ],
   },
   {
     build: 'before claim v4',
@@ -105,7 +132,13 @@ test.each([
       await beforeLateWriteVerification(db, spec);
       await withoutLedger(db, spec);
     },
-    pending: ['0008_drain_functions_v4', '0009_ledger_life', '0010_late_write_verification', '0011_claim_v5', '0012_enqueue_function_v1'],
+    pending: [
+      '0008_drain_functions_v4',
+      '0009_ledger_life',
+      '0010_late_write_verification',
+      '0011_claim_v5',
+      '0012_enqueue_function_v1',
+    ],
   },
   {
     build: 'before late-write verification',
@@ -129,19 +162,24 @@ test.each([
     leave: beforeEnqueueFunction,
     pending: ['0012_enqueue_function_v1'],
   },
-])('a database migrated by the build $build: the next migrate brings every outbox\'s functions and columns up to date', async ({ leave, pending }) => {
-  const db = open();
-  for (const spec of specs) {
-    await leave(db, spec);
-    await expect(verifyOutboxTable(db, spec)).rejects.toThrow(/is not the one this release creates|column verify_after|column poison_cause|_enqueue \(enqueue;/);
-  }
-  await sql`drop table if exists public.outbox_audit_cursor`.execute(db);
-  await sql`delete from public.kysely_migration where name = any(${pending})`.execute(db);
-  expect(await migrateToLatest(db)).toEqual(pending);
-  for (const spec of specs) await verifyOutboxTable(db, spec);
-});
+])(
+  "a database migrated by the build $build: the next migrate brings every outbox's functions and columns up to date",
+  async ({ leave, pending }) => {
+    const db = open();
+    for (const spec of specs) {
+      await leave(db, spec);
+      await expect(verifyOutboxTable(db, spec)).rejects.toThrow(
+        /is not the one this release creates|column verify_after|column poison_cause|_enqueue \(enqueue;/,
+      );
+    }
+    await sql`drop table if exists public.outbox_audit_cursor`.execute(db);
+    await sql`delete from public.kysely_migration where name = any(${pending})`.execute(db);
+    expect(await migrateToLatest(db)).toEqual(pending);
+    for (const spec of specs) await verifyOutboxTable(db, spec);
+  },
+);
 
-test('each resource table has exactly the common columns plus its descriptor\'s', async () => {
+test("each resource table has exactly the common columns plus its descriptor's", async () => {
   const db = open();
   for (const table of tables) {
     const columns = await sql<{ column_name: string; data_type: string; is_nullable: string }>`
@@ -158,7 +196,11 @@ test('each resource table has exactly the common columns plus its descriptor\'s'
 
 test('every migration can be undone and redone', async () => {
   const db = open();
-  const migrator = new Migrator({ db, provider: { getMigrations: async () => ({ ...migrations }) }, migrationTableSchema: 'public' });
+  const migrator = new Migrator({
+    db,
+    provider: { getMigrations: async () => ({ ...migrations }) },
+    migrationTableSchema: 'public',
+  });
   const down = await migrator.migrateTo(NO_MIGRATIONS);
   expect(down.error).toBeUndefined();
   const schemas = await sql<{ n: number }>`

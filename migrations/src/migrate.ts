@@ -1,6 +1,13 @@
 import type { AnyKysely } from '@outbox/outbox';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
-import { drainFunctionsMigration, enqueueFunctionMigration, iamMigration, lateWriteVerificationMigration, ledgerLifeMigration, registerServiceMigration } from './service-migrations.js';
+import {
+  drainFunctionsMigration,
+  enqueueFunctionMigration,
+  iamMigration,
+  lateWriteVerificationMigration,
+  ledgerLifeMigration,
+  registerServiceMigration,
+} from './service-migrations.js';
 import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpcOutbox } from './specs.js';
 import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
@@ -41,7 +48,10 @@ export class MigrationError extends Error {
   readonly migrationName: string | undefined;
   constructor(migrationName: string | undefined, options: { cause?: unknown }) {
     const reason = options.cause instanceof Error ? `: ${options.cause.message}` : '';
-    super(`migration ${migrationName ?? '(setup)'} failed${reason}; none of this run's migrations was applied (they run in one transaction)`, options);
+    super(
+      `migration ${migrationName ?? '(setup)'} failed${reason}; none of this run's migrations was applied (they run in one transaction)`,
+      options,
+    );
     this.migrationName = migrationName;
   }
 }

@@ -1,6 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { ConsistencyPreference, CredentialsMethod, OpenFgaClient, type WriteAuthorizationModelRequest } from '@openfga/sdk';
+import {
+  ConsistencyPreference,
+  CredentialsMethod,
+  OpenFgaClient,
+  type WriteAuthorizationModelRequest,
+} from '@openfga/sdk';
 import { transformer } from '@openfga/syntax-transformer';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, inject, test } from 'vitest';
@@ -46,13 +51,20 @@ interface StoreFile {
 }
 
 /** The keys this runner understands; any other (tuple_file, list_users…) fails rather than go untested. */
-const SUPPORTED = { file: ['name', 'model', 'model_file', 'tuples', 'tests'], test: ['name', 'tuples', 'check', 'list_objects'] };
+const SUPPORTED = {
+  file: ['name', 'model', 'model_file', 'tuples', 'tests'],
+  test: ['name', 'tuples', 'check', 'list_objects'],
+};
 
 function loadStoreFile(url: URL): { file: StoreFile; model: WriteAuthorizationModelRequest } {
   const file = parse(readFileSync(url, 'utf8')) as StoreFile;
   const unknown = [
     ...Object.keys(file).filter((k) => !SUPPORTED.file.includes(k)),
-    ...file.tests.flatMap((t, i) => Object.keys(t).filter((k) => !SUPPORTED.test.includes(k)).map((k) => `tests[${i}].${k}`)),
+    ...file.tests.flatMap((t, i) =>
+      Object.keys(t)
+        .filter((k) => !SUPPORTED.test.includes(k))
+        .map((k) => `tests[${i}].${k}`),
+    ),
   ];
   if (unknown.length > 0) throw new Error(`${url.pathname}: this runner does not support ${unknown.join(', ')}`);
   const dsl = file.model ?? readFileSync(new URL(file.model_file ?? '', url), 'utf8');
@@ -68,14 +80,22 @@ async function run(client: OpenFgaClient, storeTest: StoreTest): Promise<string[
   const asked = async (what: string, expected: unknown, ask: () => Promise<unknown>) => {
     try {
       const got = await ask();
-      if (JSON.stringify(got) !== JSON.stringify(expected)) failures.push(`${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(got)}`);
+      if (JSON.stringify(got) !== JSON.stringify(expected))
+        failures.push(`${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(got)}`);
     } catch (error) {
-      failures.push(`${what}: expected ${JSON.stringify(expected)}, got an error: ${error instanceof Error ? error.message : String(error)}`);
+      failures.push(
+        `${what}: expected ${JSON.stringify(expected)}, got an error: ${error instanceof Error ? error.message : String(error)}`,
+      );
     }
   };
   for (const { user, object, context, assertions } of storeTest.check ?? []) {
     for (const [relation, expected] of Object.entries(assertions)) {
-      await asked(`check ${user} ${relation} ${object}${shown(context)}`, expected, async () => (await client.check({ user, relation, object, ...(context ? { context } : {}) }, options)).allowed === true);
+      await asked(
+        `check ${user} ${relation} ${object}${shown(context)}`,
+        expected,
+        async () =>
+          (await client.check({ user, relation, object, ...(context ? { context } : {}) }, options)).allowed === true,
+      );
     }
   }
   for (const { user, type, context, assertions } of storeTest.list_objects ?? []) {
@@ -88,10 +108,18 @@ async function run(client: OpenFgaClient, storeTest: StoreTest): Promise<string[
   return failures;
 }
 
-async function writeTuples(client: OpenFgaClient, tuples: readonly StoreTuple[], how: 'writes' | 'deletes'): Promise<void> {
+async function writeTuples(
+  client: OpenFgaClient,
+  tuples: readonly StoreTuple[],
+  how: 'writes' | 'deletes',
+): Promise<void> {
   for (let i = 0; i < tuples.length; i += 100) {
     const chunk = tuples.slice(i, i + 100);
-    await client.write(how === 'writes' ? { writes: [...chunk] } : { deletes: chunk.map(({ user, relation, object }) => ({ user, relation, object })) });
+    await client.write(
+      how === 'writes'
+        ? { writes: [...chunk] }
+        : { deletes: chunk.map(({ user, relation, object }) => ({ user, relation, object })) },
+    );
   }
 }
 
@@ -100,8 +128,12 @@ let client: OpenFgaClient;
 
 beforeAll(async () => {
   const stack = inject('outboxStack');
-  const credentials = stack.openfgaPresharedKey ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token: stack.openfgaPresharedKey } } } : {};
-  const { id: storeId } = await new OpenFgaClient({ apiUrl: stack.openfgaApiUrl, ...credentials }).createStore({ name: `model-test-${randomBytes(4).toString('hex')}` });
+  const credentials = stack.openfgaPresharedKey
+    ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token: stack.openfgaPresharedKey } } }
+    : {};
+  const { id: storeId } = await new OpenFgaClient({ apiUrl: stack.openfgaApiUrl, ...credentials }).createStore({
+    name: `model-test-${randomBytes(4).toString('hex')}`,
+  });
   const scoped = new OpenFgaClient({ apiUrl: stack.openfgaApiUrl, storeId, ...credentials });
   const { authorization_model_id: authorizationModelId } = await scoped.writeAuthorizationModel(model);
   client = new OpenFgaClient({ apiUrl: stack.openfgaApiUrl, storeId, authorizationModelId, ...credentials });
@@ -131,7 +163,9 @@ describe(`${file.name ?? 'store file'} (migrations/fga/model.fga.yaml)`, () => {
     }
     const missing = model.type_definitions.flatMap(({ type, relations }) =>
       Object.keys(relations ?? {}).flatMap((relation) =>
-        [true, false].filter((verdict) => !asserted.get(`${type}#${relation}`)?.has(verdict)).map((verdict) => `${type}#${relation} ${verdict ? 'allowed' : 'denied'}`),
+        [true, false]
+          .filter((verdict) => !asserted.get(`${type}#${relation}`)?.has(verdict))
+          .map((verdict) => `${type}#${relation} ${verdict ? 'allowed' : 'denied'}`),
       ),
     );
     expect(missing).toEqual([]);

@@ -25,7 +25,9 @@ export interface ResourceColumn {
  *
  * `columns` adds the service's own.
  */
-export interface ResourceTable<C extends Readonly<Record<string, ResourceColumn>> = Readonly<Record<string, ResourceColumn>>> {
+export interface ResourceTable<
+  C extends Readonly<Record<string, ResourceColumn>> = Readonly<Record<string, ResourceColumn>>,
+> {
   readonly schema: string;
   readonly table: string;
   /** `<schema>.<table>`. */
@@ -52,15 +54,28 @@ export function defineResourceTable<const C extends Readonly<Record<string, Reso
   readonly table: string;
   readonly columns: C;
 }): ResourceTable<C> {
-  for (const [what, value] of [['schema', input.schema], ['table', input.table], ...Object.keys(input.columns).map((c) => ['column', c])] as const) {
-    if (!IDENTIFIER.test(value)) throw new OutboxConfigError(`resource table ${what}`, `expected a lower-case SQL identifier, got ${JSON.stringify(value)}`);
+  for (const [what, value] of [
+    ['schema', input.schema],
+    ['table', input.table],
+    ...Object.keys(input.columns).map((c) => ['column', c]),
+  ] as const) {
+    if (!IDENTIFIER.test(value))
+      throw new OutboxConfigError(
+        `resource table ${what}`,
+        `expected a lower-case SQL identifier, got ${JSON.stringify(value)}`,
+      );
   }
   for (const column of Object.keys(input.columns)) {
     if ((COMMON_RESOURCE_COLUMNS as readonly string[]).includes(column)) {
       throw new OutboxConfigError(`resource table column ${column}`, 'every resource table has it already');
     }
   }
-  return Object.freeze({ schema: input.schema, table: input.table, qualifiedName: `${input.schema}.${input.table}`, columns: Object.freeze(input.columns) });
+  return Object.freeze({
+    schema: input.schema,
+    table: input.table,
+    qualifiedName: `${input.schema}.${input.table}`,
+    columns: Object.freeze(input.columns),
+  });
 }
 
 /**

@@ -1,5 +1,17 @@
 import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { drainFunctionsDdl, dropLedgerLifeDdlV1, ENQUEUE_FUNCTION_SIGNATURES, enqueueFunctionDdl, type EnqueueFunctionVersion, executeStatements, lateWriteVerificationDdl, ledgerLifeDdlV1, outboxTableDdlV1, tableNames, type DrainFunctionVersions } from '@outbox/outbox/protocol';
+import {
+  drainFunctionsDdl,
+  dropLedgerLifeDdlV1,
+  ENQUEUE_FUNCTION_SIGNATURES,
+  enqueueFunctionDdl,
+  type EnqueueFunctionVersion,
+  executeStatements,
+  lateWriteVerificationDdl,
+  ledgerLifeDdlV1,
+  outboxTableDdlV1,
+  tableNames,
+  type DrainFunctionVersions,
+} from '@outbox/outbox/protocol';
 import { AUDIT_CURSOR_TABLE, auditCursorTableDdl } from '@outbox/reconciler';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
@@ -74,7 +86,12 @@ export function enqueueFunctionMigration(specs: readonly OutboxSpec[], version: 
     },
     async down(db) {
       for (const spec of specs) {
-        await executeStatements(db, ENQUEUE_FUNCTION_SIGNATURES.map((signature) => `drop function if exists ${tableNames(spec).enqueueFunction}${signature}`));
+        await executeStatements(
+          db,
+          ENQUEUE_FUNCTION_SIGNATURES.map(
+            (signature) => `drop function if exists ${tableNames(spec).enqueueFunction}${signature}`,
+          ),
+        );
       }
     },
   };
@@ -102,13 +119,17 @@ export function lateWriteVerificationMigration(specs: readonly OutboxSpec[]): Mi
   return {
     async up(db) {
       for (const spec of specs) {
-        await executeStatements(db, [...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec, { claim: 'v4', settle: 'v4' })]);
+        await executeStatements(db, [
+          ...lateWriteVerificationDdl(spec),
+          ...drainFunctionsDdl(spec, { claim: 'v4', settle: 'v4' }),
+        ]);
       }
       await executeStatements(db, [auditCursorTableDdl()]);
     },
     async down(db) {
       await executeStatements(db, [`drop table if exists ${AUDIT_CURSOR_TABLE}`]);
-      for (const spec of specs) await executeStatements(db, [`alter table ${spec.table} drop column if exists verify_after`]);
+      for (const spec of specs)
+        await executeStatements(db, [`alter table ${spec.table} drop column if exists verify_after`]);
     },
   };
 }

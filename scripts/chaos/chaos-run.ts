@@ -32,7 +32,12 @@ export interface DriftSample extends DriftedObject {
 export interface ChaosResult {
   readonly seed: number;
   readonly short: boolean;
-  readonly seconds: { readonly faults: number; readonly drain: number; readonly settle: number; readonly total: number };
+  readonly seconds: {
+    readonly faults: number;
+    readonly drain: number;
+    readonly settle: number;
+    readonly total: number;
+  };
   readonly workload: WorkloadFigures & { readonly intents: number };
   readonly faults: Omit<FaultFigures, 'lateWriteAttempts'> & {
     readonly lateWriteAttempts: number;
@@ -47,7 +52,11 @@ export interface ChaosResult {
   readonly redrive: { readonly passes: number; readonly revived: number; readonly superseded: number };
   readonly checks: {
     readonly intents: IntentOutcomes;
-    readonly order: { readonly sentAtBackwards: readonly string[]; readonly deliveredPastDeliverable: readonly string[]; readonly samples: number };
+    readonly order: {
+      readonly sentAtBackwards: readonly string[];
+      readonly deliveredPastDeliverable: readonly string[];
+      readonly samples: number;
+    };
     readonly drift: Omit<DriftReport, 'drifted'> & {
       readonly objectsDrifted: number;
       /** Drifted objects no late write named: drift the provocation does not explain (a new bug). */
@@ -91,9 +100,15 @@ async function ledgerOf(db: AnyKysely, object: string): Promise<string[]> {
  * const result = await runChaos(options, AbortSignal.timeout(600_000), (line) => console.error(line));
  * process.exitCode = result.passed ? 0 : 1;
  */
-export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: (line: string) => void): Promise<ChaosResult> {
+export async function runChaos(
+  options: ChaosOptions,
+  signal: AbortSignal,
+  log: (line: string) => void,
+): Promise<ChaosResult> {
   if (process.env.DATABASE_URL || process.env.OPENFGA_API_URL) {
-    throw new ChaosRunError('chaos starts its own Postgres and OpenFGA (it restarts OpenFGA and terminates backends): unset DATABASE_URL and OPENFGA_API_URL');
+    throw new ChaosRunError(
+      'chaos starts its own Postgres and OpenFGA (it restarts OpenFGA and terminates backends): unset DATABASE_URL and OPENFGA_API_URL',
+    );
   }
   const random = seededRandom(options.seed);
   const startedAt = Date.now();
@@ -155,12 +170,27 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
     })();
     const progress = setInterval(() => {
       const w = workload.figures();
-      log(`${Math.round((Date.now() - faultsStarted) / 1000)} s: ${w.registers + w.deregisters + w.bad} intents committed`);
+      log(
+        `${Math.round((Date.now() - faultsStarted) / 1000)} s: ${w.registers + w.deregisters + w.bad} intents committed`,
+      );
     }, 10_000);
     let faultFigures: FaultFigures;
     try {
       [faultFigures] = await Promise.all([
-        runFaults({ fleet, openfga, workload, random, faults: options.faults, holdMs: options.holdMs, faultEveryMs: options.faultEveryMs, signal, log }, until),
+        runFaults(
+          {
+            fleet,
+            openfga,
+            workload,
+            random,
+            faults: options.faults,
+            holdMs: options.holdMs,
+            faultEveryMs: options.faultEveryMs,
+            signal,
+            log,
+          },
+          until,
+        ),
         workload.run(until, signal),
         sampler,
       ]);
@@ -195,7 +225,8 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
     const intents = await intentOutcomes(db, workload.enqueued, workload.badIds);
     const drift = await checkDrift(db, new OpenFgaClient({ apiUrl: openfga.apiUrl, storeId }));
     const driftSamples: DriftSample[] = [];
-    for (const object of drift.drifted.slice(0, DRIFT_SAMPLES)) driftSamples.push({ ...object, ledger: await ledgerOf(db, object.object) });
+    for (const object of drift.drifted.slice(0, DRIFT_SAMPLES))
+      driftSamples.push({ ...object, ledger: await ledgerOf(db, object.object) });
 
     const attempts = faultFigures.lateWriteAttempts;
     const late = attempts.filter((a) => a.outcome === 'late-write');
@@ -204,21 +235,32 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
       const { rows } = await sql<{ n: number }>`
         select count(distinct resource_id)::int as n from ${sql.table(vpcOutbox.table)}
         where resource_id = any(${attempt.objects}::text[])
-          and sent_at between to_timestamp(${attempt.heldAt / 1000}) and to_timestamp(${(attempt.answeredAt ?? attempt.heldAt) / 1000})`.execute(db);
+          and sent_at between to_timestamp(${attempt.heldAt / 1000}) and to_timestamp(${(attempt.answeredAt ?? attempt.heldAt) / 1000})`.execute(
+        db,
+      );
       overtaken += rows[0]?.n ?? 0;
     }
     const outcomes: Record<string, number> = {};
     for (const a of attempts) outcomes[a.outcome] = (outcomes[a.outcome] ?? 0) + 1;
     const { lateWriteAttempts: _attempts, ...faultCounts } = faultFigures;
     const workloadFigures = workload.figures();
-    const order = { sentAtBackwards: [...sentAtBackwards], deliveredPastDeliverable: [...deliveredPastDeliverable], samples };
+    const order = {
+      sentAtBackwards: [...sentAtBackwards],
+      deliveredPastDeliverable: [...deliveredPastDeliverable],
+      samples,
+    };
     const { drifted, ...driftCounts } = drift;
     const lateObjects = new Set(late.flatMap((a) => a.objects));
     const unexplained = drifted.map((d) => d.object).filter((object) => !lateObjects.has(object));
     return {
       seed: options.seed,
       short: options.short,
-      seconds: { faults: faultsSeconds, drain: drainSeconds, settle: options.settleS, total: (Date.now() - startedAt) / 1000 },
+      seconds: {
+        faults: faultsSeconds,
+        drain: drainSeconds,
+        settle: options.settleS,
+        total: (Date.now() - startedAt) / 1000,
+      },
       workload: { ...workloadFigures, intents: workload.enqueued.size },
       faults: {
         ...faultCounts,
@@ -230,8 +272,20 @@ export async function runChaos(options: ChaosOptions, signal: AbortSignal, log: 
       },
       drainers: fleet.figures(),
       redrive,
-      checks: { intents, order, drift: { ...driftCounts, objectsDrifted: drifted.length, objectsDriftedUnexplained: unexplained, samples: driftSamples } },
-      passed: intents.lost === 0 && order.sentAtBackwards.length + order.deliveredPastDeliverable.length === 0 && drifted.length === 0,
+      checks: {
+        intents,
+        order,
+        drift: {
+          ...driftCounts,
+          objectsDrifted: drifted.length,
+          objectsDriftedUnexplained: unexplained,
+          samples: driftSamples,
+        },
+      },
+      passed:
+        intents.lost === 0 &&
+        order.sentAtBackwards.length + order.deliveredPastDeliverable.length === 0 &&
+        drifted.length === 0,
     };
   } finally {
     log('stopping everything the run started');

@@ -14,11 +14,15 @@ beforeAll(async () => {
   const env = { ...process.env };
   delete env.DATABASE_URL;
   delete env.OPENFGA_API_URL;
-  const child = spawn(process.execPath, ['--import', 'tsx', resolve(import.meta.dirname, 'index.ts'), '--short', '--json'], {
-    env,
-    cwd: resolve(import.meta.dirname, '../..'),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', resolve(import.meta.dirname, 'index.ts'), '--short', '--json'],
+    {
+      env,
+      cwd: resolve(import.meta.dirname, '../..'),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let stdout = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));

@@ -1,7 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter, once } from 'node:events';
 import { resolve } from 'node:path';
-import { startDelayingProxy, type DelayingProxy, type DelayingProxyEvent, type ProxyUpstream } from '@outbox/test-stack';
+import {
+  startDelayingProxy,
+  type DelayingProxy,
+  type DelayingProxyEvent,
+  type ProxyUpstream,
+} from '@outbox/test-stack';
 import type pg from 'pg';
 import type { DrainerProcessConfig, DrainerProcessMessage } from './drainer-process.js';
 
@@ -108,7 +113,12 @@ export async function startDrainerFleet(config: DrainerFleetConfig): Promise<Dra
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     });
     figures.starts += 1;
-    const entry: Running = { child, expectedExit: false, exited: once(child, 'exit').then(() => undefined), stderr: '' };
+    const entry: Running = {
+      child,
+      expectedExit: false,
+      exited: once(child, 'exit').then(() => undefined),
+      stderr: '',
+    };
     child.stderr?.on('data', (chunk: Buffer) => (entry.stderr = (entry.stderr + chunk.toString()).slice(-4_000)));
     child.on('message', (message: DrainerProcessMessage) => {
       if (message.type !== 'counts') return;
@@ -119,7 +129,10 @@ export async function startDrainerFleet(config: DrainerFleetConfig): Promise<Dra
     });
     running.set(slot.index, entry);
     const ready = new Promise<void>((resolveReady, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${slot.name} was not ready after ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
+      const timer = setTimeout(
+        () => reject(new Error(`${slot.name} was not ready after ${READY_TIMEOUT_MS} ms`)),
+        READY_TIMEOUT_MS,
+      );
       child.on('message', (message: DrainerProcessMessage) => {
         if (message.type === 'ready') {
           clearTimeout(timer);
@@ -135,7 +148,9 @@ export async function startDrainerFleet(config: DrainerFleetConfig): Promise<Dra
       if (running.get(slot.index) === entry) running.delete(slot.index);
       if (!entry.expectedExit && !stopping) {
         figures.unexpectedExits += 1;
-        console.error(`[chaos] ${slot.name} exited unexpectedly (${entry.child.exitCode ?? entry.child.signalCode}): ${entry.stderr.slice(-500)}`);
+        console.error(
+          `[chaos] ${slot.name} exited unexpectedly (${entry.child.exitCode ?? entry.child.signalCode}): ${entry.stderr.slice(-500)}`,
+        );
       }
       if (!stopping) scheduleStart(slot, config.restartDelayMs());
     });
@@ -187,7 +202,8 @@ export async function startDrainerFleet(config: DrainerFleetConfig): Promise<Dra
       const proxyEvents = new EventEmitter() as DrainerSlot['proxyEvents'];
       const proxy = await startDelayingProxy({
         upstream: config.upstream,
-        onEvent: (event) => (proxyEvents.emit as (type: string, event: DelayingProxyEvent) => boolean)(event.type, event),
+        onEvent: (event) =>
+          (proxyEvents.emit as (type: string, event: DelayingProxyEvent) => boolean)(event.type, event),
       });
       slots.push({ index, name: `chaos-drainer-${index}`, proxy, proxyEvents });
     }
@@ -214,9 +230,10 @@ export async function startDrainerFleet(config: DrainerFleetConfig): Promise<Dra
         [slot.name, count ?? 100],
       );
       if (rows.length === 0) return 0;
-      const terminated = await config.admin.query<{ ok: boolean }>('select pg_terminate_backend(pid) as ok from unnest($1::int[]) as pid', [
-        rows.map((r) => r.pid),
-      ]);
+      const terminated = await config.admin.query<{ ok: boolean }>(
+        'select pg_terminate_backend(pid) as ok from unnest($1::int[]) as pid',
+        [rows.map((r) => r.pid)],
+      );
       return terminated.rows.filter((r) => r.ok).length;
     },
     retarget(upstream) {
@@ -237,7 +254,8 @@ export async function startDrainerFleet(config: DrainerFleetConfig): Promise<Dra
         if (missing.length === 0) return;
         await Promise.all(missing.map((slot) => scheduleStart(slot, 0)));
       }
-      if (slots.some((slot) => !running.has(slot.index))) throw new Error('a drainer would not start again (see the lines above)');
+      if (slots.some((slot) => !running.has(slot.index)))
+        throw new Error('a drainer would not start again (see the lines above)');
     },
     figures: () => ({ ...figures }),
     stop,

@@ -53,7 +53,11 @@ const report = () => {
 const drainer = createDrainer({
   db,
   spec: vpcOutbox,
-  sink: createOpenFgaSink({ apiUrl: config.openfgaUrl, storeId: config.storeId, authorizationModelId: config.authorizationModelId }),
+  sink: createOpenFgaSink({
+    apiUrl: config.openfgaUrl,
+    storeId: config.storeId,
+    authorizationModelId: config.authorizationModelId,
+  }),
   listen: { connectionString: config.databaseUrl },
   interval: 200,
   // Rides out an OpenFGA restart (a few seconds) without exhausting intents: 10 attempts span ~15 s on average.

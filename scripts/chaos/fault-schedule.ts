@@ -32,7 +32,11 @@ export interface FaultFigures {
 }
 
 /** Every other fault is a late-write provocation; the others are drawn by these weights (restarts come on a schedule). */
-const WEIGHTS: Readonly<Record<Exclude<Fault, 'restart' | 'late-write'>, number>> = { kill: 3, terminate: 2, 'slow-answer': 1 };
+const WEIGHTS: Readonly<Record<Exclude<Fault, 'restart' | 'late-write'>, number>> = {
+  kill: 3,
+  terminate: 2,
+  'slow-answer': 1,
+};
 
 /**
  * Injects faults one after another until `until`. Every other one is a late write provoked (see
@@ -47,12 +51,22 @@ const WEIGHTS: Readonly<Record<Exclude<Fault, 'restart' | 'late-write'>, number>
  */
 export async function runFaults(context: FaultContext, until: number): Promise<FaultFigures> {
   const { fleet, openfga, random, signal, log } = context;
-  const figures = { kills: 0, terminations: 0, backendsTerminated: 0, openfgaRestarts: 0, openfgaRestartsOnNewPort: 0, slowAnswers: 0 };
+  const figures = {
+    kills: 0,
+    terminations: 0,
+    backendsTerminated: 0,
+    openfgaRestarts: 0,
+    openfgaRestartsOnNewPort: 0,
+    slowAnswers: 0,
+  };
   const lateWriteAttempts: LateWriteAttempt[] = [];
   const drawable = (Object.keys(WEIGHTS) as Array<keyof typeof WEIGHTS>).filter((f) => context.faults.includes(f));
   const started = Date.now();
   const restartCount = context.faults.includes('restart') ? Math.max(1, Math.floor((until - started) / 15_000)) : 0;
-  const restartTimes = Array.from({ length: restartCount }, (_, i) => started + ((i + 1) * (until - started)) / (restartCount + 1));
+  const restartTimes = Array.from(
+    { length: restartCount },
+    (_, i) => started + ((i + 1) * (until - started)) / (restartCount + 1),
+  );
   const alive = () => fleet.slots.map((s) => s.index).filter((i) => fleet.alive(i));
 
   let drawn = 0;
@@ -119,7 +133,8 @@ export async function runFaults(context: FaultContext, until: number): Promise<F
         figures.terminations += 1;
         figures.backendsTerminated += attempt.backendsTerminated;
       }
-      if (attempt.outcome === 'late-write') log(`late write by drainer ${drainer} (${how}): ${attempt.objects.join(', ')}`);
+      if (attempt.outcome === 'late-write')
+        log(`late write by drainer ${drainer} (${how}): ${attempt.objects.join(', ')}`);
     }
   }
   return { ...figures, lateWriteAttempts };

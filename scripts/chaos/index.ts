@@ -10,7 +10,8 @@ import { runChaos } from './chaos-run.js';
 import { formatChaosReport } from './report.js';
 
 const started = performance.now();
-const log = (line: string) => console.error(`[chaos ${((performance.now() - started) / 1000).toFixed(1).padStart(5)}s] ${line}`);
+const log = (line: string) =>
+  console.error(`[chaos ${((performance.now() - started) / 1000).toFixed(1).padStart(5)}s] ${line}`);
 
 let options: ChaosOptions | 'help';
 try {

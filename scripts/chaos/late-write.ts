@@ -63,7 +63,14 @@ function objectsIn(request: Buffer): Map<string, 'register' | 'deregister'> {
   return objects;
 }
 
-async function nextEvent(fleet: DrainerFleet, drainer: number, type: 'held' | 'answered', requestId: number | undefined, timeoutMs: number, signal: AbortSignal) {
+async function nextEvent(
+  fleet: DrainerFleet,
+  drainer: number,
+  type: 'held' | 'answered',
+  requestId: number | undefined,
+  timeoutMs: number,
+  signal: AbortSignal,
+) {
   const events = fleet.slots[drainer]?.proxyEvents;
   if (!events) return undefined;
   const wait = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
@@ -87,7 +94,11 @@ async function nextEvent(fleet: DrainerFleet, drainer: number, type: 'held' | 'a
  * @example
  * const attempt = await provokeLateWrite({ fleet, workload, random, holdMs: 3_000, signal }, 0, 'kill');
  */
-export async function provokeLateWrite(context: LateWriteContext, drainer: number, how: ClaimLoss): Promise<LateWriteAttempt> {
+export async function provokeLateWrite(
+  context: LateWriteContext,
+  drainer: number,
+  how: ClaimLoss,
+): Promise<LateWriteAttempt> {
   const { fleet, workload, random, holdMs, signal } = context;
   const proxy = fleet.slots[drainer]?.proxy;
   if (!proxy) throw new RangeError(`no drainer ${drainer}`);
@@ -101,7 +112,9 @@ export async function provokeLateWrite(context: LateWriteContext, drainer: numbe
   await sleep(50, undefined, { signal }); // the rest of the request (a body sent apart from its headers)
   const named = objectsIn(proxy.heldRequests().find((r) => r.id === held.id)?.bytes ?? held.bytes);
   const objects = [...named.keys()];
-  const contradictions = [...named].slice(0, CONTRADICTIONS_PER_ATTEMPT).map(([object, kind]) => workload.contradict(object, kind));
+  const contradictions = [...named]
+    .slice(0, CONTRADICTIONS_PER_ATTEMPT)
+    .map(([object, kind]) => workload.contradict(object, kind));
   // Lose the claim a quarter to half-way into the hold: the contradicting intents have committed by then.
   await sleep(Math.max(0, held.heldAt + random.int(holdMs / 4, holdMs / 2) - Date.now()), undefined, { signal });
   await Promise.all(contradictions);
@@ -116,8 +129,13 @@ export async function provokeLateWrite(context: LateWriteContext, drainer: numbe
     if (backendsTerminated === 0) return { drainer, how, outcome: 'no-backend', objects, heldAt: held.heldAt };
   }
   const answer = await answered;
-  if (!answer?.response) return { drainer, how, outcome: 'not-answered', objects, heldAt: held.heldAt, lostAt, backendsTerminated };
+  if (!answer?.response)
+    return { drainer, how, outcome: 'not-answered', objects, heldAt: held.heldAt, lostAt, backendsTerminated };
   const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(answer.response)?.[1]);
-  const outcome = !(status >= 200 && status < 300) ? 'refused' : (answer.releasedAt ?? 0) <= lostAt ? 'not-late' : 'late-write';
+  const outcome = !(status >= 200 && status < 300)
+    ? 'refused'
+    : (answer.releasedAt ?? 0) <= lostAt
+      ? 'not-late'
+      : 'late-write';
   return { drainer, how, outcome, objects, heldAt: held.heldAt, lostAt, answeredAt: Date.now(), backendsTerminated };
 }

@@ -25,7 +25,11 @@ export interface IntentOutcomes {
  * @example
  * const { lost } = await intentOutcomes(db, workload.enqueued, workload.badIds);
  */
-export async function intentOutcomes(db: AnyKysely, enqueued: ReadonlySet<string>, badIds: ReadonlySet<string>): Promise<IntentOutcomes> {
+export async function intentOutcomes(
+  db: AnyKysely,
+  enqueued: ReadonlySet<string>,
+  badIds: ReadonlySet<string>,
+): Promise<IntentOutcomes> {
   const { rows } = await sql<{ id: string; sent: boolean; poisoned: boolean }>`
     select id::text, sent_at is not null as sent, attempt_count >= ${vpcOutbox.maxAttempts} as poisoned
     from ${sql.table(vpcOutbox.table)}`.execute(db);

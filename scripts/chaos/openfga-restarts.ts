@@ -1,5 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { processStat, startNativeOpenFga, type OpenFgaServer, type ProxyUpstream, type Stack } from '@outbox/test-stack';
+import {
+  processStat,
+  startNativeOpenFga,
+  type OpenFgaServer,
+  type ProxyUpstream,
+  type Stack,
+} from '@outbox/test-stack';
 
 /** The run's OpenFGA, which it stops and starts again (same datastore, same store). */
 export interface RestartableOpenFga {
@@ -27,7 +33,8 @@ async function stopByPid(pid: number): Promise<void> {
   if (gone()) return;
   process.kill(pid, 'SIGKILL');
   for (let waited = 0; !gone() && waited < STOP_GRACE_MS; waited += 50) await sleep(50);
-  if (!gone()) throw new Error(`chaos: openfga (pid ${pid}) is still there ${2 * STOP_GRACE_MS} ms after SIGTERM and SIGKILL`);
+  if (!gone())
+    throw new Error(`chaos: openfga (pid ${pid}) is still there ${2 * STOP_GRACE_MS} ms after SIGTERM and SIGKILL`);
 }
 
 /**
@@ -68,7 +75,11 @@ export function takeOverOpenFga(stack: Stack, datastoreUri: string): Restartable
       await stopCurrent();
       await sleep(outageMs);
       try {
-        ours = await startNativeOpenFga({ datastore: 'postgres', datastoreUri, ...(newPort ? {} : { httpPort: oldPort }) });
+        ours = await startNativeOpenFga({
+          datastore: 'postgres',
+          datastoreUri,
+          ...(newPort ? {} : { httpPort: oldPort }),
+        });
       } catch (error) {
         if (newPort) throw error;
         // The old port was taken meanwhile (a client's ephemeral port): a new one, then.

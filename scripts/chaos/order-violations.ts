@@ -30,7 +30,9 @@ export async function findOrderViolations(db: AnyKysely): Promise<OrderViolation
     select distinct 'pending', p.resource_id
     from ${t} p
     where p.sent_at is null and p.retired_at is null and p.attempt_count < ${vpcOutbox.maxAttempts}
-      and exists (select 1 from ${t} d where d.resource_id = p.resource_id and d.id > p.id and d.sent_at is not null)`.execute(db);
+      and exists (select 1 from ${t} d where d.resource_id = p.resource_id and d.id > p.id and d.sent_at is not null)`.execute(
+    db,
+  );
   return {
     sentAtBackwards: rows.filter((r) => r.kind === 'sent_at').map((r) => r.resource_id),
     deliveredPastDeliverable: rows.filter((r) => r.kind === 'pending').map((r) => r.resource_id),

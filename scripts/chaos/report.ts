@@ -15,9 +15,16 @@ export function formatChaosReport(r: ChaosResult): string {
   const f = r.faults;
   const w = r.workload;
   const d = r.drainers;
-  const outcomes = Object.entries(f.lateWriteOutcomes).map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
+  const outcomes =
+    Object.entries(f.lateWriteOutcomes)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ') || 'none';
   const orderViolations = order.sentAtBackwards.length + order.deliveredPastDeliverable.length;
-  const failed = [intents.lost > 0 && 'lost intents', orderViolations > 0 && 'order', drift.objectsDrifted > 0 && 'drift'].filter(Boolean);
+  const failed = [
+    intents.lost > 0 && 'lost intents',
+    orderViolations > 0 && 'order',
+    drift.objectsDrifted > 0 && 'drift',
+  ].filter(Boolean);
   const lines = [
     `chaos run: seed ${r.seed}${r.short ? ', --short' : ''}; ${r.seconds.faults.toFixed(1)} s of faults, drained in ${r.seconds.drain.toFixed(1)} s, settled ${r.seconds.settle} s, ${r.seconds.total.toFixed(1)} s in all`,
     '',
@@ -32,14 +39,24 @@ export function formatChaosReport(r: ChaosResult): string {
     `drift              ${String(drift.objectsDrifted).padStart(5)}  ${mark(drift.objectsDrifted === 0)}  (objects; ${drift.unexpected} unexpected and ${drift.missing} missing tuples, of ${n(drift.objects)} objects; ${drift.objectsDriftedUnexplained.length} not named by a late write)`,
   ];
   for (const s of r.checks.drift.samples) {
-    lines.push(`  ${s.object} (row ${s.rowPresent ? 'present' : 'absent'}): ${[...s.unexpected.map((t) => `+ ${t}`), ...s.missing.map((t) => `- ${t}`)].join('; ')}`);
+    lines.push(
+      `  ${s.object} (row ${s.rowPresent ? 'present' : 'absent'}): ${[...s.unexpected.map((t) => `+ ${t}`), ...s.missing.map((t) => `- ${t}`)].join('; ')}`,
+    );
     lines.push(`    ledger: ${s.ledger.join(' · ')}`);
   }
-  if (drift.objectsDriftedUnexplained.length > 0) lines.push(`  drifted without a late write: ${drift.objectsDriftedUnexplained.slice(0, 10).join(', ')}`);
-  for (const [what, ids] of [['undelivered', intents.undelivered], ['bad not poisoned', intents.badNotPoisoned], ['missing', intents.missing]] as const) {
+  if (drift.objectsDriftedUnexplained.length > 0)
+    lines.push(`  drifted without a late write: ${drift.objectsDriftedUnexplained.slice(0, 10).join(', ')}`);
+  for (const [what, ids] of [
+    ['undelivered', intents.undelivered],
+    ['bad not poisoned', intents.badNotPoisoned],
+    ['missing', intents.missing],
+  ] as const) {
     if (ids.length > 0) lines.push(`  ${what}: #${ids.slice(0, 10).join(', #')}${ids.length > 10 ? ', …' : ''}`);
   }
-  for (const [what, keys] of [['sent_at backwards', order.sentAtBackwards], ['delivered past a deliverable row', order.deliveredPastDeliverable]] as const) {
+  for (const [what, keys] of [
+    ['sent_at backwards', order.sentAtBackwards],
+    ['delivered past a deliverable row', order.deliveredPastDeliverable],
+  ] as const) {
     if (keys.length > 0) lines.push(`  ${what}: ${keys.slice(0, 10).join(', ')}${keys.length > 10 ? ', …' : ''}`);
   }
   lines.push('', r.passed ? 'result: PASS' : `result: FAIL (${failed.join(', ')})`);

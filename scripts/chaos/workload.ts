@@ -93,7 +93,8 @@ export function createWorkload(config: WorkloadConfig): Workload {
 
   const failed = (error: unknown) => {
     counts.failedTransactions += 1;
-    if (failuresShown++ < 3) console.error(`[chaos] a workload transaction failed: ${error instanceof Error ? error.message : String(error)}`);
+    if (failuresShown++ < 3)
+      console.error(`[chaos] a workload transaction failed: ${error instanceof Error ? error.message : String(error)}`);
   };
 
   const step = async (state: PartitionState): Promise<void> => {
@@ -103,11 +104,19 @@ export function createWorkload(config: WorkloadConfig): Workload {
       if (!state.present) {
         const generation = state.generation + 1;
         const projectId = `p${state.index % PROJECTS}`;
-        const payload: IntentPayload = { writes: registrationTuples(object, projectId, `u${state.index}-g${generation}`) };
+        const payload: IntentPayload = {
+          writes: registrationTuples(object, projectId, `u${state.index}-g${generation}`),
+        };
         const intentId = await db.transaction().execute(async (trx) => {
           await trx
             .insertInto(vpcTable.qualifiedName)
-            .values({ id, project_id: projectId, name: id, created_by: `u${state.index}-g${generation}`, cidr_block: '10.0.0.0/16' })
+            .values({
+              id,
+              project_id: projectId,
+              name: id,
+              created_by: `u${state.index}-g${generation}`,
+              cidr_block: '10.0.0.0/16',
+            })
             .execute();
           return enqueue(trx, vpcOutbox, { partitionKey: object, payload });
         });
@@ -117,8 +126,15 @@ export function createWorkload(config: WorkloadConfig): Workload {
         counts.registers += 1;
       } else {
         const intentId = await db.transaction().execute(async (trx) => {
-          const row = await trx.deleteFrom(vpcTable.qualifiedName).where('id', '=', id).returning(['project_id', 'created_by']).executeTakeFirstOrThrow();
-          return enqueue(trx, vpcOutbox, { partitionKey: object, payload: { deletes: registrationTuples(object, row.project_id, row.created_by) } });
+          const row = await trx
+            .deleteFrom(vpcTable.qualifiedName)
+            .where('id', '=', id)
+            .returning(['project_id', 'created_by'])
+            .executeTakeFirstOrThrow();
+          return enqueue(trx, vpcOutbox, {
+            partitionKey: object,
+            payload: { deletes: registrationTuples(object, row.project_id, row.created_by) },
+          });
         });
         enqueued.add(intentId);
         state.present = false;
@@ -141,7 +157,10 @@ export function createWorkload(config: WorkloadConfig): Workload {
     counts.bad += 1;
     try {
       const intentId = await db.transaction().execute((trx) =>
-        enqueue(trx, vpcOutbox, { partitionKey: object, payload: { writes: [{ user: 'user:mallory', relation: 'no_such_relation', object }] } }),
+        enqueue(trx, vpcOutbox, {
+          partitionKey: object,
+          payload: { writes: [{ user: 'user:mallory', relation: 'no_such_relation', object }] },
+        }),
       );
       enqueued.add(intentId);
       badIds.add(intentId);
@@ -194,6 +213,11 @@ export function createWorkload(config: WorkloadConfig): Workload {
     },
     enqueued,
     badIds,
-    figures: () => ({ ...counts, partitions: touched.size, resting: states.filter((s) => s.resting).length, badPartitions: counts.bad }),
+    figures: () => ({
+      ...counts,
+      partitions: touched.size,
+      resting: states.filter((s) => s.resting).length,
+      badPartitions: counts.bad,
+    }),
   };
 }

@@ -16,11 +16,18 @@ interface AuditOptions extends TargetOptions {
 type AuditOutbox = AuditOutput['outboxes'][number];
 
 /** `user relation object`, as OpenFGA's docs write a tuple. */
-export const tupleText = (t: TupleKey) => `${t.user} ${t.relation} ${t.object}${t.condition ? ` [${t.condition.name}]` : ''}`;
+export const tupleText = (t: TupleKey) =>
+  `${t.user} ${t.relation} ${t.object}${t.condition ? ` [${t.condition.name}]` : ''}`;
 
 function auditJson(name: string, report: AuditReport): AuditOutbox {
   const { outbox, startedAt, ...rest } = report;
-  return { name, table: outbox, ...rest, objectTypes: [...rest.objectTypes], startedAt: startedAt.toISOString() } as AuditOutbox;
+  return {
+    name,
+    table: outbox,
+    ...rest,
+    objectTypes: [...rest.objectTypes],
+    startedAt: startedAt.toISOString(),
+  } as AuditOutbox;
 }
 
 function auditText(a: AuditOutbox): string {
@@ -39,22 +46,35 @@ function auditText(a: AuditOutbox): string {
 /** `outbox audit`: compares the owner's expected tuples with OpenFGA's. */
 export function defineAudit(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
-    .summary('compare the owner\'s expected tuples with OpenFGA (exit 1 on drift)')
+    .summary("compare the owner's expected tuples with OpenFGA (exit 1 on drift)")
     .description(
-      'Audits each outbox (docs/design.md §9, docs/agreement.md): the tuples the owner\'s rows imply against those OpenFGA holds — ' +
+      "Audits each outbox (docs/design.md §9, docs/agreement.md): the tuples the owner's rows imply against those OpenFGA holds — " +
         'missing, unexpected and orphan tuples. Read-only. Needs an owner mapping per outbox in the config. Exit 1 when drift is found.',
     )
-    .option('--incremental', 'read only what changed since the last incremental audit (needs the cursor table, auditCursorTableDdl)')
+    .option(
+      '--incremental',
+      'read only what changed since the last incremental audit (needs the cursor table, auditCursorTableDdl)',
+    )
     .option('--sample <n>', 'drifted partitions (and tuples each) listed per kind', integerArgument(0, 1_000), 20)
     .action(
       exitWith(ctx.box, async (options: AuditOptions): Promise<ExitCode> => {
         return onTargets(options, ctx, async (targets, config) => {
-          const outboxes = await eachOwnedTarget(targets, config, ctx, 'audit', options.json, async (target, owner, reader) => {
-            const audit = { db: target.db, spec: target.spec, owner, reader, sampleSize: options.sample };
-            const a = auditJson(target.name, options.incremental ? await auditOutboxIncremental(audit) : await auditOutbox(audit));
-            if (!options.json) ctx.io.stdout.write(auditText(a));
-            return a;
-          });
+          const outboxes = await eachOwnedTarget(
+            targets,
+            config,
+            ctx,
+            'audit',
+            options.json,
+            async (target, owner, reader) => {
+              const audit = { db: target.db, spec: target.spec, owner, reader, sampleSize: options.sample };
+              const a = auditJson(
+                target.name,
+                options.incremental ? await auditOutboxIncremental(audit) : await auditOutbox(audit),
+              );
+              if (!options.json) ctx.io.stdout.write(auditText(a));
+              return a;
+            },
+          );
           const output: AuditOutput = { drifted: outboxes.reduce((n, a) => n + a.drifted, 0), outboxes };
           if (options.json) printJson(ctx.io, output);
           return output.drifted > 0 ? EXIT.problem : EXIT.ok;

@@ -12,15 +12,28 @@ import type { Target } from './targets.js';
 /** The owner `audit` and `repair` compare with, or a usage error saying the config gives none. */
 export function ownerOf(target: Target, source: string, command: string): OutboxOwner {
   if (target.owner) return target.owner;
-  throw new CliError(`${command} of ${target.name} needs an owner mapping, and ${source} gives none`, `set outboxes.${target.name}.owner to an OutboxOwner, in a .ts or .mjs config`, EXIT.usage);
+  throw new CliError(
+    `${command} of ${target.name} needs an owner mapping, and ${source} gives none`,
+    `set outboxes.${target.name}.owner to an OutboxOwner, in a .ts or .mjs config`,
+    EXIT.usage,
+  );
 }
 
 /**
  * The OpenFGA reader of an audit or repair, counting its requests on a progress line (a terminal
  * only): the audit's cost is its reads, so that is what moves.
  */
-export function countingReader(connection: OpenFgaConnection, io: CliIo, label: string, json: boolean | undefined): { reader: TupleReader; end(): void } {
-  const inner = createOpenFgaTupleReader({ apiUrl: connection.apiUrl, storeId: connection.storeId, ...(connection.credentials ? { credentials: connection.credentials } : {}) });
+export function countingReader(
+  connection: OpenFgaConnection,
+  io: CliIo,
+  label: string,
+  json: boolean | undefined,
+): { reader: TupleReader; end(): void } {
+  const inner = createOpenFgaTupleReader({
+    apiUrl: connection.apiUrl,
+    storeId: connection.storeId,
+    ...(connection.credentials ? { credentials: connection.credentials } : {}),
+  });
   const bar = progress(io, label, json);
   let reads = 0;
   const counted =
@@ -58,7 +71,12 @@ export async function eachOwnedTarget<T>(
   await checkOpenFga(openfga);
   const results: T[] = [];
   for (const [i, target] of targets.entries()) {
-    const { reader, end } = countingReader(openfga, ctx.io, `${command === 'audit' ? 'auditing' : 'repairing'} ${target.name}`, json);
+    const { reader, end } = countingReader(
+      openfga,
+      ctx.io,
+      `${command === 'audit' ? 'auditing' : 'repairing'} ${target.name}`,
+      json,
+    );
     try {
       results.push(await work(target, owners[i] as OutboxOwner, reader));
     } finally {

@@ -25,7 +25,13 @@ beforeAll(async () => {
   spec = await createBacklogTable(t.db);
   await createThingsTable(t.db, THINGS);
   // t1 agrees; t2's tuple is missing; vpc:t9 is an orphan (no row).
-  await t.db.insertInto(THINGS).values([{ id: 't1', project_id: 'p1' }, { id: 't2', project_id: 'p1' }]).execute();
+  await t.db
+    .insertInto(THINGS)
+    .values([
+      { id: 't1', project_id: 'p1' },
+      { id: 't2', project_id: 'p1' },
+    ])
+    .execute();
   await fga.client.write({ writes: [thingTuple('t1', 'p1'), thingTuple('t9', 'p1')] });
   const dir = mkdtempSync(join(tmpdir(), 'outbox-cli-audit-'));
   const owner = pathToFileURL(join(import.meta.dirname, 'testing/things-owner.ts')).href;
@@ -41,7 +47,14 @@ beforeAll(async () => {
      };`,
   );
   noOwner = join(dir, 'no-owner.json');
-  writeFileSync(noOwner, JSON.stringify({ databaseUrl: '$TEST_DATABASE_URL', openfga: { apiUrl: '$OPENFGA_API_URL', storeId: '$OPENFGA_STORE_ID' }, outboxes: { things: outbox } }));
+  writeFileSync(
+    noOwner,
+    JSON.stringify({
+      databaseUrl: '$TEST_DATABASE_URL',
+      openfga: { apiUrl: '$OPENFGA_API_URL', storeId: '$OPENFGA_STORE_ID' },
+      outboxes: { things: outbox },
+    }),
+  );
 });
 
 const env = () => ({ TEST_DATABASE_URL: t.url, ...openFgaEnv(fga) });
@@ -78,7 +91,10 @@ describe('audit and repair', () => {
     expect(plan.code, plan.stderr).toBe(1);
     const planned = jsonOf(plan);
     assertOutputSchema('repair', planned);
-    expect(planned).toMatchObject({ dryRun: true, outboxes: [{ partitions: 2, intents: 2, writes: 1, deletes: 1, withinBudget: true, enqueued: [] }] });
+    expect(planned).toMatchObject({
+      dryRun: true,
+      outboxes: [{ partitions: 2, intents: 2, writes: 1, deletes: 1, withinBudget: true, enqueued: [] }],
+    });
 
     const refused = await run('repair', '--apply', '--max-deletes', '0');
     expect(refused.code).toBe(1);
@@ -86,24 +102,33 @@ describe('audit and repair', () => {
 
     const applied = await run('repair', '--apply', '--json');
     expect(applied.code, applied.stderr).toBe(0);
-    expect(jsonOf(applied)).toMatchObject({ dryRun: false, outboxes: [{ intents: 2, enqueued: [expect.any(String), expect.any(String)] }] });
+    expect(jsonOf(applied)).toMatchObject({
+      dryRun: false,
+      outboxes: [{ intents: 2, enqueued: [expect.any(String), expect.any(String)] }],
+    });
     expect((await run('drain')).code).toBe(0);
 
     const clean = await run('audit');
     expect(clean.code, clean.stdout + clean.stderr).toBe(0);
-    expect(clean.stdout).toMatch(/^things: OpenFGA agrees with the owner \(full; compared \d+ partition\(s\), 0 skipped as pending, \d+ OpenFGA read\(s\)\)\n$/);
+    expect(clean.stdout).toMatch(
+      /^things: OpenFGA agrees with the owner \(full; compared \d+ partition\(s\), 0 skipped as pending, \d+ OpenFGA read\(s\)\)\n$/,
+    );
   });
 
   test('without an owner in the config, audit and repair refuse (exit 2) saying so', async () => {
     for (const command of ['audit', 'repair']) {
       const result = await runCli([command, '--config', noOwner], { env: env() });
       expect(result.code).toBe(2);
-      expect(result.stderr).toBe(`outbox: ${command} of things needs an owner mapping, and ${noOwner} gives none (set outboxes.things.owner to an OutboxOwner, in a .ts or .mjs config)\n`);
+      expect(result.stderr).toBe(
+        `outbox: ${command} of things needs an owner mapping, and ${noOwner} gives none (set outboxes.things.owner to an OutboxOwner, in a .ts or .mjs config)\n`,
+      );
     }
   });
 
   test('an unreachable OpenFGA is exit 3', async () => {
-    const result = await runCli(['audit', '--config', config], { env: { ...env(), OPENFGA_API_URL: `http://127.0.0.1:${await freePort()}` } });
+    const result = await runCli(['audit', '--config', config], {
+      env: { ...env(), OPENFGA_API_URL: `http://127.0.0.1:${await freePort()}` },
+    });
     expect(result.code).toBe(3);
     expect(result.stderr.trimEnd().split('\n')).toHaveLength(1);
   });

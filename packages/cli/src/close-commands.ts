@@ -1,4 +1,10 @@
-import { createReconciler, DiscardRefusedError, MAX_RETIRE_IDS, RetireRefusedError, type RedrivenIntent } from '@outbox/reconciler';
+import {
+  createReconciler,
+  DiscardRefusedError,
+  MAX_RETIRE_IDS,
+  RetireRefusedError,
+  type RedrivenIntent,
+} from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { CliError } from './cli-error.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
@@ -68,38 +74,64 @@ function defineClose(command: Command, ctx: CommandContext, mode: CloseMode): Co
     .option('--yes', `${verb} without asking (required without a terminal)`)
     .action(
       exitWith(ctx.box, async (ids: string[], options: CloseOptions): Promise<ExitCode> => {
-        if (options.reason.trim() === '') throw new CliError('--reason is empty', 'say why: it is kept as evidence', EXIT.usage);
-        if (ids.length > MAX_RETIRE_IDS) throw new CliError(`at most ${MAX_RETIRE_IDS} ids per ${verb}, got ${ids.length}`, 'split the list', EXIT.usage);
-        if (!options.yes && !ctx.io.stdin.isTTY) throw new CliError(`${verb} changes rows and asks first, but there is no terminal to ask on`, 'pass --yes', EXIT.usage);
-        return onTargets(options, ctx, async ([target]) => {
-          if (!target) throw new Error('no outbox selected');
-          const reason = options.reason.trim();
-          const closed: IntentOutput[] = [];
-          const refused: { id: string; refusal: string }[] = [];
-          // RetireOutput or DiscardOutput: the closed rows under the key `retired` or `discarded`.
-          const output = () => ({ outbox: target.name, table: target.spec.table, reason, [closedAs]: closed, refused });
-          if (!options.yes) {
-            for (const row of await rowsById(target, ids)) ctx.io.stderr.write(`  #${row.id} ${row.partitionKey} ${row.state}\n`);
-            const question = `${verb[0]?.toUpperCase()}${verb.slice(1)} ${ids.length} intent(s) of ${target.spec.table} with reason "${reason}"${mode.consequence}?`;
-            if (!(await confirm(ctx.io, question))) {
-              ctx.io.stderr.write(`${ctx.name}: nothing ${closedAs}\n`);
+        if (options.reason.trim() === '')
+          throw new CliError('--reason is empty', 'say why: it is kept as evidence', EXIT.usage);
+        if (ids.length > MAX_RETIRE_IDS)
+          throw new CliError(
+            `at most ${MAX_RETIRE_IDS} ids per ${verb}, got ${ids.length}`,
+            'split the list',
+            EXIT.usage,
+          );
+        if (!options.yes && !ctx.io.stdin.isTTY)
+          throw new CliError(
+            `${verb} changes rows and asks first, but there is no terminal to ask on`,
+            'pass --yes',
+            EXIT.usage,
+          );
+        return onTargets(
+          options,
+          ctx,
+          async ([target]) => {
+            if (!target) throw new Error('no outbox selected');
+            const reason = options.reason.trim();
+            const closed: IntentOutput[] = [];
+            const refused: { id: string; refusal: string }[] = [];
+            // RetireOutput or DiscardOutput: the closed rows under the key `retired` or `discarded`.
+            const output = () => ({
+              outbox: target.name,
+              table: target.spec.table,
+              reason,
+              [closedAs]: closed,
+              refused,
+            });
+            if (!options.yes) {
+              for (const row of await rowsById(target, ids))
+                ctx.io.stderr.write(`  #${row.id} ${row.partitionKey} ${row.state}\n`);
+              const question = `${verb[0]?.toUpperCase()}${verb.slice(1)} ${ids.length} intent(s) of ${target.spec.table} with reason "${reason}"${mode.consequence}?`;
+              if (!(await confirm(ctx.io, question))) {
+                ctx.io.stderr.write(`${ctx.name}: nothing ${closedAs}\n`);
+                return EXIT.problem;
+              }
+            }
+            try {
+              closed.push(...(await mode.close(target, ids, reason)).map(intentOutput));
+            } catch (error) {
+              const refusals = mode.refused(error);
+              if (!refusals) throw error;
+              refused.push(...refusals);
+              if (options.json) printJson(ctx.io, output());
+              ctx.io.stderr.write(`${explainError(error).line(ctx.name)}\n`);
               return EXIT.problem;
             }
-          }
-          try {
-            closed.push(...(await mode.close(target, ids, reason)).map(intentOutput));
-          } catch (error) {
-            const refusals = mode.refused(error);
-            if (!refusals) throw error;
-            refused.push(...refusals);
             if (options.json) printJson(ctx.io, output());
-            ctx.io.stderr.write(`${explainError(error).line(ctx.name)}\n`);
-            return EXIT.problem;
-          }
-          if (options.json) printJson(ctx.io, output());
-          else ctx.io.stdout.write(`${target.name}: ${closedAs} ${closed.map((r) => `#${r.id}`).join(', ')} ("${reason}")${mode.consequence}\n`);
-          return EXIT.ok;
-        }, (config) => onlyOutbox(config, options.outbox, verb));
+            else
+              ctx.io.stdout.write(
+                `${target.name}: ${closedAs} ${closed.map((r) => `#${r.id}`).join(', ')} ("${reason}")${mode.consequence}\n`,
+              );
+            return EXIT.ok;
+          },
+          (config) => onlyOutbox(config, options.outbox, verb),
+        );
       }),
     );
   return command;

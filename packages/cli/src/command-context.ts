@@ -44,16 +44,31 @@ export interface TargetOptions {
 export const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
 
 /** Adds the options that choose what a command works on (unless the config is fixed). */
-export function addTargetOptions(command: Command, ctx: CommandContext, options: { readonly json: boolean } = { json: true }): Command {
+export function addTargetOptions(
+  command: Command,
+  ctx: CommandContext,
+  options: { readonly json: boolean } = { json: true },
+): Command {
   if (options.json) command.option('--json', 'print one JSON document on stdout (schema in docs/cli.md)');
   if (ctx.fixedConfig) return command;
   return command
-    .option('--config <path>', `config file (default: the nearest ${CONFIG_FILE_NAMES.join(', ')} from the working directory up)`)
+    .option(
+      '--config <path>',
+      `config file (default: the nearest ${CONFIG_FILE_NAMES.join(', ')} from the working directory up)`,
+    )
     .option('--outbox <name>', 'an outbox of the config; repeat for several (default: all)', collect)
     .option('--database-url <url>', 'without a config file: the Postgres URL of one outbox (with --table)')
-    .option('--table <schema.table>', 'without a config file: the outbox table (with --database-url and --partition-column)')
+    .option(
+      '--table <schema.table>',
+      'without a config file: the outbox table (with --database-url and --partition-column)',
+    )
     .option('--partition-column <column>', 'with --table: the partition column (resource_id, tuple_key, …)')
-    .addOption(new Option('--max-attempts <n>', 'with --table: the spec\'s maxAttempts (default: the one the table records)').argParser(integerArgument(1, 1_000)));
+    .addOption(
+      new Option(
+        '--max-attempts <n>',
+        "with --table: the spec's maxAttempts (default: the one the table records)",
+      ).argParser(integerArgument(1, 1_000)),
+    );
 }
 
 /**
@@ -62,28 +77,54 @@ export function addTargetOptions(command: Command, ctx: CommandContext, options:
  */
 export async function loadTargetConfig(options: TargetOptions, ctx: CommandContext): Promise<CheckedConfig> {
   if (ctx.fixedConfig) return ctx.fixedConfig;
-  const flags = options.databaseUrl !== undefined || options.table !== undefined || options.partitionColumn !== undefined;
+  const flags =
+    options.databaseUrl !== undefined || options.table !== undefined || options.partitionColumn !== undefined;
   if (flags) {
     if (options.config !== undefined || options.outbox !== undefined) {
-      throw new CliError('--table and --database-url describe one outbox without a config file: leave out --config and --outbox', undefined, EXIT.usage);
+      throw new CliError(
+        '--table and --database-url describe one outbox without a config file: leave out --config and --outbox',
+        undefined,
+        EXIT.usage,
+      );
     }
-    const missing = [options.databaseUrl ? undefined : '--database-url', options.table ? undefined : '--table', options.partitionColumn ? undefined : '--partition-column'].filter(Boolean);
-    if (missing.length > 0) throw new CliError(`without a config file, ${missing.join(' and ')} ${missing.length > 1 ? 'are' : 'is'} needed too`, 'or pass --config', EXIT.usage);
+    const missing = [
+      options.databaseUrl ? undefined : '--database-url',
+      options.table ? undefined : '--table',
+      options.partitionColumn ? undefined : '--partition-column',
+    ].filter(Boolean);
+    if (missing.length > 0)
+      throw new CliError(
+        `without a config file, ${missing.join(' and ')} ${missing.length > 1 ? 'are' : 'is'} needed too`,
+        'or pass --config',
+        EXIT.usage,
+      );
     const table = options.table as string;
     const checked = checkConfig(
       {
         databaseUrl: options.databaseUrl,
         openfga: OPENFGA_ENV_CONFIG,
-        outboxes: { [table]: { table, partitionColumn: options.partitionColumn, ...(options.maxAttempts ? { maxAttempts: options.maxAttempts } : {}) } },
+        outboxes: {
+          [table]: {
+            table,
+            partitionColumn: options.partitionColumn,
+            ...(options.maxAttempts ? { maxAttempts: options.maxAttempts } : {}),
+          },
+        },
       },
       '--table',
       { codeConfig: false },
     );
-    return options.maxAttempts ? checked : { ...checked, outboxes: checked.outboxes.map((o) => ({ ...o, maxAttemptsFromTable: true })) };
+    return options.maxAttempts
+      ? checked
+      : { ...checked, outboxes: checked.outboxes.map((o) => ({ ...o, maxAttemptsFromTable: true })) };
   }
   const path = options.config !== undefined ? resolve(ctx.io.cwd, options.config) : findConfigFile(ctx.io.cwd);
   if (path === undefined) {
-    throw new CliError(`no config file found (looked for ${CONFIG_FILE_NAMES.join(', ')} from ${ctx.io.cwd} up)`, 'pass --config, or --database-url with --table and --partition-column', EXIT.usage);
+    throw new CliError(
+      `no config file found (looked for ${CONFIG_FILE_NAMES.join(', ')} from ${ctx.io.cwd} up)`,
+      'pass --config, or --database-url with --table and --partition-column',
+      EXIT.usage,
+    );
   }
   return loadConfigFile(path);
 }

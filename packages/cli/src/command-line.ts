@@ -52,7 +52,10 @@ export interface ExitBox {
  * program.command('status').action(exitWith(box, async (options) => (await status(options)) ? EXIT.ok : EXIT.problem));
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function exitWith<A extends any[]>(box: ExitBox, action: (...args: A) => Promise<ExitCode>): (...args: A) => Promise<void> {
+export function exitWith<A extends any[]>(
+  box: ExitBox,
+  action: (...args: A) => Promise<ExitCode>,
+): (...args: A) => Promise<void> {
   return async (...args: A) => {
     box.code = await action(...args);
   };
@@ -63,7 +66,12 @@ export function exitWith<A extends any[]>(box: ExitBox, action: (...args: A) => 
  * code. Usage errors print one line with a pointer to `--help` (exit 2); errors an action throws go
  * through `explainError` (one line; the stack only with OUTBOX_DEBUG=1).
  */
-export async function runCommandLine(program: Command, argv: readonly string[], io: CliIo, box: ExitBox = { code: EXIT.ok }): Promise<ExitCode> {
+export async function runCommandLine(
+  program: Command,
+  argv: readonly string[],
+  io: CliIo,
+  box: ExitBox = { code: EXIT.ok },
+): Promise<ExitCode> {
   let command = program.name();
   program.hook('preSubcommand', (_parent, sub) => {
     command = `${program.name()} ${sub.name()}`;

@@ -24,10 +24,12 @@ const DEFAULT_RETENTION_MS = 30 * DAY_MS;
 const MAX_RETENTION_MS = 36_500 * DAY_MS;
 
 /** The rows of one kind a run looks at: `delivered rows sent more than 30d ago`. */
-const older = (rows: string, verb: string, ms: number) => (ms === 0 ? `${rows} of any age` : `${rows} ${verb} more than ${durationText(ms)} ago`);
+const older = (rows: string, verb: string, ms: number) =>
+  ms === 0 ? `${rows} of any age` : `${rows} ${verb} more than ${durationText(ms)} ago`;
 
 function outcomeText(o: Outcome, dryRun: boolean): string {
-  if (o.skipped) return `${o.name}: skipped: another compaction of ${o.table} holds its lock (a service's reconciler compacts on its timer); nothing deleted\n`;
+  if (o.skipped)
+    return `${o.name}: skipped: another compaction of ${o.table} holds its lock (a service's reconciler compacts on its timer); nothing deleted\n`;
   const what = `${dryRun ? 'would delete' : 'deleted'} ${o.deleted} row(s): ${o.delivered} delivered, ${o.closed} retired or discarded`;
   return `${o.name}: ${what}; ${o.scanned} scanned in ${o.batches} batch(es)${dryRun ? ' (dry run: nothing deleted)' : ''}\n`;
 }
@@ -42,8 +44,17 @@ export function defineCompact(command: Command, ctx: CommandContext): Command {
         'row of its partition, or one the late-write check marks. Small batches, each its own transaction, no lock a drainer waits for.',
     )
     .option('--dry-run', 'count what would be deleted; delete nothing')
-    .option('--retention <duration>', 'keep delivered rows this long (30d, 12h, 90m, 0)', durationArgument(MAX_RETENTION_MS), DEFAULT_RETENTION_MS)
-    .option('--closed-retention <duration>', 'keep retired and discarded rows this long after they were closed (default: --retention)', durationArgument(MAX_RETENTION_MS))
+    .option(
+      '--retention <duration>',
+      'keep delivered rows this long (30d, 12h, 90m, 0)',
+      durationArgument(MAX_RETENTION_MS),
+      DEFAULT_RETENTION_MS,
+    )
+    .option(
+      '--closed-retention <duration>',
+      'keep retired and discarded rows this long after they were closed (default: --retention)',
+      durationArgument(MAX_RETENTION_MS),
+    )
     .option('--batch-size <n>', 'rows looked at per transaction', integerArgument(1, 10_000), 1_000)
     .action(
       exitWith(ctx.box, async (options: CompactOptions): Promise<ExitCode> => {
@@ -60,14 +71,27 @@ export function defineCompact(command: Command, ctx: CommandContext): Command {
           }
           for (const target of targets) {
             // The reconciler's compact verifies the table first: a table that is not an outbox is exit 2, not a delete.
-            const result: CompactionResult = await createReconciler({ db: target.db, spec: target.spec, logger: silentLogger }).compact({
+            const result: CompactionResult = await createReconciler({
+              db: target.db,
+              spec: target.spec,
+              logger: silentLogger,
+            }).compact({
               retentionMs,
               closedRetentionMs,
               batchSize: options.batchSize,
               dryRun,
             });
             const { deleted, delivered, closed, scanned, batches, skipped } = result;
-            const outcome = { name: target.name, table: target.spec.table, deleted, delivered, closed, scanned, batches, skipped };
+            const outcome = {
+              name: target.name,
+              table: target.spec.table,
+              deleted,
+              delivered,
+              closed,
+              scanned,
+              batches,
+              skipped,
+            };
             output.outboxes.push(outcome);
             if (!options.json) ctx.io.stdout.write(outcomeText(outcome, dryRun));
           }

@@ -15,7 +15,9 @@ let spec: OutboxSpec;
 let ids: Record<'x1' | 'x2' | 'x3' | 'y1' | 'y2' | 'y3' | 'z1' | 'z2' | 'w1', string>;
 const flags = () => ['--database-url', t.url, '--table', spec.table, '--partition-column', 'resource_id'];
 const remaining = async () =>
-  (await sql<{ id: string }>`select id::text from ${sql.raw(tableNames(spec).table)} order by id`.execute(t.db)).rows.map((r) => r.id);
+  (
+    await sql<{ id: string }>`select id::text from ${sql.raw(tableNames(spec).table)} order by id`.execute(t.db)
+  ).rows.map((r) => r.id);
 
 beforeEach(async () => {
   spec = await createBacklogTable(t.db);
@@ -55,7 +57,18 @@ describe('compact', () => {
       dryRun: true,
       retentionMs: 0,
       closedRetentionMs: 0,
-      outboxes: [{ name: spec.table, table: spec.table, deleted: 5, delivered: 3, closed: 2, scanned: 9, batches: 1, skipped: false }],
+      outboxes: [
+        {
+          name: spec.table,
+          table: spec.table,
+          deleted: 5,
+          delivered: 3,
+          closed: 2,
+          scanned: 9,
+          batches: 1,
+          skipped: false,
+        },
+      ],
     });
     expect(await remaining()).toEqual(before);
   });
@@ -84,27 +97,68 @@ describe('compact', () => {
         '',
       ].join('\n'),
     );
-    const delivered = jsonOf(await runCli(['compact', '--retention', '0', '--closed-retention', '1d12h', '--batch-size', '2', '--json', ...flags()]));
+    const delivered = jsonOf(
+      await runCli([
+        'compact',
+        '--retention',
+        '0',
+        '--closed-retention',
+        '1d12h',
+        '--batch-size',
+        '2',
+        '--json',
+        ...flags(),
+      ]),
+    );
     assertOutputSchema('compact', delivered);
-    expect(delivered).toMatchObject({ dryRun: false, retentionMs: 0, closedRetentionMs: 36 * 3_600_000, outboxes: [{ deleted: 3, delivered: 3, closed: 0, scanned: 9 }] });
+    expect(delivered).toMatchObject({
+      dryRun: false,
+      retentionMs: 0,
+      closedRetentionMs: 36 * 3_600_000,
+      outboxes: [{ deleted: 3, delivered: 3, closed: 0, scanned: 9 }],
+    });
     expect((delivered as { outboxes: { batches: number }[] }).outboxes[0]?.batches).toBe(5);
     expect(await remaining()).toEqual(before.filter((id) => ![ids.x1, ids.x2, ids.y1].includes(id)));
   });
 
   test('a bad duration or batch size is usage (exit 2), one line, before anything is read', async () => {
-    for (const args of [['--retention', '30x'], ['--retention', '1d1d'], ['--closed-retention', ''], ['--retention', '36501d'], ['--batch-size', '0'], ['--dry-rum']]) {
+    for (const args of [
+      ['--retention', '30x'],
+      ['--retention', '1d1d'],
+      ['--closed-retention', ''],
+      ['--retention', '36501d'],
+      ['--batch-size', '0'],
+      ['--dry-rum'],
+    ]) {
       const run = await runCli(['compact', ...args, ...flags()]);
       expect(run.code, args.join(' ')).toBe(2);
       expect(run.stderr.trimEnd().split('\n'), run.stderr).toHaveLength(1);
       expect(run.stdout).toBe('');
     }
     const bad = await runCli(['compact', '--retention', '30x', ...flags()]);
-    expect(bad.stderr).toBe("outbox: option '--retention <duration>' argument '30x' is invalid. expected a duration such as 30d, 12h, 1d12h, 90m, 45s or 0, at most 36500d. (see outbox compact --help)\n");
+    expect(bad.stderr).toBe(
+      "outbox: option '--retention <duration>' argument '30x' is invalid. expected a duration such as 30d, 12h, 1d12h, 90m, 45s or 0, at most 36500d. (see outbox compact --help)\n",
+    );
   });
 
   test('a table that is not an outbox is exit 2 before any delete', async () => {
-    await sql.raw('create table cli.not_an_outbox (id bigint primary key, resource_id text)').execute(t.db).catch(() => undefined);
-    const run = await runCli(['compact', '--retention', '0', '--database-url', t.url, '--table', 'cli.not_an_outbox', '--partition-column', 'resource_id', '--max-attempts', '3']);
+    await sql
+      .raw('create table cli.not_an_outbox (id bigint primary key, resource_id text)')
+      .execute(t.db)
+      .catch(() => undefined);
+    const run = await runCli([
+      'compact',
+      '--retention',
+      '0',
+      '--database-url',
+      t.url,
+      '--table',
+      'cli.not_an_outbox',
+      '--partition-column',
+      'resource_id',
+      '--max-attempts',
+      '3',
+    ]);
     expect(run.code, run.stderr).toBe(2);
     expect(run.stderr.trimEnd().split('\n')).toHaveLength(1);
     expect(run.stderr).toContain('cli.not_an_outbox does not match the outbox contract');

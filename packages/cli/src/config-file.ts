@@ -27,7 +27,12 @@ const messageOf = (error: unknown) => (error instanceof Error ? error.message.sp
  * strips a `.ts` file's types itself; under tsx, tsx does) and their default export is the config.
  */
 export async function loadConfigFile(path: string): Promise<CheckedConfig> {
-  if (!existsSync(path)) throw new CliError(`config file ${path} does not exist`, 'pass --config with a path to outbox.config.ts, .mjs or .json', EXIT.usage);
+  if (!existsSync(path))
+    throw new CliError(
+      `config file ${path} does not exist`,
+      'pass --config with a path to outbox.config.ts, .mjs or .json',
+      EXIT.usage,
+    );
   if (path.endsWith('.json')) {
     let raw: unknown;
     try {
@@ -45,8 +50,14 @@ export async function loadConfigFile(path: string): Promise<CheckedConfig> {
     module = (await import(pathToFileURL(path).href)) as { default?: unknown };
   } catch (error) {
     if (error instanceof CliError) throw error;
-    throw new CliError(`${path} failed to load: ${messageOf(error)}`, 'run it with `node` to see the whole error', EXIT.usage, { cause: error });
+    throw new CliError(
+      `${path} failed to load: ${messageOf(error)}`,
+      'run it with `node` to see the whole error',
+      EXIT.usage,
+      { cause: error },
+    );
   }
-  if (module.default === undefined) throw new CliError(`${path}: no default export`, 'export default defineConfig({ … })', EXIT.usage);
+  if (module.default === undefined)
+    throw new CliError(`${path}: no default export`, 'export default defineConfig({ … })', EXIT.usage);
   return checkConfig(module.default, path, { codeConfig: true });
 }

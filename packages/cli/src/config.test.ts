@@ -33,7 +33,10 @@ beforeAll(async () => {
 describe('a config file', () => {
   test('is found upward from the working directory; env references resolve; the password is masked in the output', async () => {
     const root = mkdtempSync(join(tmpdir(), 'outbox-cli-upward-'));
-    writeFileSync(join(root, 'outbox.config.json'), JSON.stringify({ databaseUrl: '${TEST_DATABASE_URL}', outboxes: { things: outboxFields() } }));
+    writeFileSync(
+      join(root, 'outbox.config.json'),
+      JSON.stringify({ databaseUrl: '${TEST_DATABASE_URL}', outboxes: { things: outboxFields() } }),
+    );
     const cwd = join(root, 'a', 'b');
     mkdirSync(cwd, { recursive: true });
     const run = await runCli(['status', '--json'], { cwd, env: { TEST_DATABASE_URL: t.url } });
@@ -47,26 +50,42 @@ describe('a config file', () => {
   });
 
   test('a missing variable names itself and the field (exit 2, one line)', async () => {
-    const path = writeConfig('missing-var.json', { databaseUrl: '$NOT_SET_ANYWHERE', outboxes: { things: outboxFields() } });
+    const path = writeConfig('missing-var.json', {
+      databaseUrl: '$NOT_SET_ANYWHERE',
+      outboxes: { things: outboxFields() },
+    });
     const run = await runCli(['status', '--config', path]);
     expect(run.code).toBe(2);
-    expect(oneLine(run.stderr)).toBe(`outbox: ${path}: databaseUrl: environment variable NOT_SET_ANYWHERE is not set (export NOT_SET_ANYWHERE)`);
+    expect(oneLine(run.stderr)).toBe(
+      `outbox: ${path}: databaseUrl: environment variable NOT_SET_ANYWHERE is not set (export NOT_SET_ANYWHERE)`,
+    );
   });
 
   test.each([
-    ['an empty partition column', { partitionColumn: '' }, 'outboxes.things.partitionColumn: is required and has no default'],
+    [
+      'an empty partition column',
+      { partitionColumn: '' },
+      'outboxes.things.partitionColumn: is required and has no default',
+    ],
     ['a misspelt field', { tabel: 'x.y' }, 'outboxes.things.tabel: unknown field'],
     ['maxAttempts out of range', { maxAttempts: 0 }, 'outboxes.things.maxAttempts: expected an integer from 1 to 1000'],
     ['a table without a schema', { table: 'outbox' }, 'outboxes.things.table: expected "<schema>.<table>"'],
   ])('%s is refused naming the field (exit 2, one line)', async (_what, change, message) => {
-    const path = writeConfig('bad-field.json', { databaseUrl: t.url, outboxes: { things: { ...outboxFields(), ...change } } });
+    const path = writeConfig('bad-field.json', {
+      databaseUrl: t.url,
+      outboxes: { things: { ...outboxFields(), ...change } },
+    });
     const run = await runCli(['status', '--config', path]);
     expect(run.code).toBe(2);
     expect(oneLine(run.stderr)).toContain(`outbox: ${path}: ${message}`);
   });
 
   test('an owner in JSON is refused (owners are code); bad JSON is one line', async () => {
-    const owner = await runCli(['status', '--config', writeConfig('owner.json', { databaseUrl: t.url, outboxes: { things: { ...outboxFields(), owner: {} } } })]);
+    const owner = await runCli([
+      'status',
+      '--config',
+      writeConfig('owner.json', { databaseUrl: t.url, outboxes: { things: { ...outboxFields(), owner: {} } } }),
+    ]);
     expect(owner.code).toBe(2);
     expect(oneLine(owner.stderr)).toContain('outboxes.things.owner: an owner is code');
     const broken = await runCli(['status', '--config', writeConfig('broken.json', '{ "outboxes": ')]);
@@ -88,11 +107,16 @@ describe('a config file', () => {
     const throwing = writeConfig('throws.mjs', `throw new Error('no such secret store');`);
     const failed = await runCli(['status', '--config', throwing]);
     expect(failed.code).toBe(2);
-    expect(oneLine(failed.stderr)).toBe(`outbox: ${throwing} failed to load: no such secret store (run it with \`node\` to see the whole error)`);
+    expect(oneLine(failed.stderr)).toBe(
+      `outbox: ${throwing} failed to load: no such secret store (run it with \`node\` to see the whole error)`,
+    );
   });
 
   test('--outbox picks by name; an unknown name lists the known ones; show refuses two outboxes', async () => {
-    const path = writeConfig('two.json', { databaseUrl: t.url, outboxes: { one: outboxFields(), two: outboxFields() } });
+    const path = writeConfig('two.json', {
+      databaseUrl: t.url,
+      outboxes: { one: outboxFields(), two: outboxFields() },
+    });
     const picked = await runCli(['status', '--json', '--config', path, '--outbox', 'two']);
     expect((jsonOf(picked) as { outboxes: { name: string }[] }).outboxes.map((o) => o.name)).toEqual(['two']);
     const unknown = await runCli(['status', '--config', path, '--outbox', 'three']);
@@ -100,13 +124,17 @@ describe('a config file', () => {
     expect(oneLine(unknown.stderr)).toBe(`outbox: no outbox named "three" in ${path} (have: one, two)`);
     const show = await runCli(['show', '1', '--config', path]);
     expect(show.code).toBe(2);
-    expect(oneLine(show.stderr)).toBe('outbox: show works on one outbox, and 2 are selected (pass --outbox with one of: one, two)');
+    expect(oneLine(show.stderr)).toBe(
+      'outbox: show works on one outbox, and 2 are selected (pass --outbox with one of: one, two)',
+    );
   });
 
   test('no config anywhere is exit 2, saying where it looked', async () => {
     const run = await runCli(['status'], { cwd: mkdtempSync(join(tmpdir(), 'outbox-cli-none-')) });
     expect(run.code).toBe(2);
-    expect(oneLine(run.stderr)).toMatch(/^outbox: no config file found \(looked for outbox\.config\.ts, outbox\.config\.mjs, outbox\.config\.json from .* up\)/);
+    expect(oneLine(run.stderr)).toMatch(
+      /^outbox: no config file found \(looked for outbox\.config\.ts, outbox\.config\.mjs, outbox\.config\.json from .* up\)/,
+    );
   });
 });
 
@@ -114,9 +142,15 @@ describe('usage', () => {
   test.each([
     [['status', '--jsno'], "outbox: unknown option '--jsno'; did you mean --json? (see outbox status --help)"],
     [['stauts'], "outbox: unknown command 'stauts'; did you mean status? (see outbox --help)"],
-    [['status', 'extra'], "outbox: too many arguments for 'status'. Expected 0 arguments but got 1: extra. (see outbox status --help)"],
+    [
+      ['status', 'extra'],
+      "outbox: too many arguments for 'status'. Expected 0 arguments but got 1: extra. (see outbox status --help)",
+    ],
     [['retire', '7', '--yes'], "outbox: required option '--reason <text>' not specified (see outbox retire --help)"],
-    [['status', '--table', 'a.b'], 'outbox: without a config file, --database-url and --partition-column are needed too (or pass --config)'],
+    [
+      ['status', '--table', 'a.b'],
+      'outbox: without a config file, --database-url and --partition-column are needed too (or pass --config)',
+    ],
   ])('%j is exit 2 with one line', async (args, line) => {
     const run = await runCli(args);
     expect(run.code).toBe(2);
@@ -125,7 +159,19 @@ describe('usage', () => {
   });
 
   test('--help on every command prints its usage and exits 0', async () => {
-    for (const command of ['status', 'list', 'show', 'drain', 'redrive', 'retire', 'discard', 'compact', 'audit', 'repair', 'doctor']) {
+    for (const command of [
+      'status',
+      'list',
+      'show',
+      'drain',
+      'redrive',
+      'retire',
+      'discard',
+      'compact',
+      'audit',
+      'repair',
+      'doctor',
+    ]) {
       const run = await runCli([command, '--help']);
       expect(run.code, command).toBe(0);
       expect(run.stdout).toContain(`Usage: outbox ${command} [options]`);
@@ -136,7 +182,15 @@ describe('usage', () => {
 describe('an unreachable server', () => {
   test('Postgres refusing the connection is exit 3, one line, password masked', async () => {
     const port = await freePort();
-    const run = await runCli(['status', '--database-url', `postgres://operator:hunter2@127.0.0.1:${port}/platform`, '--table', spec.table, '--partition-column', 'resource_id']);
+    const run = await runCli([
+      'status',
+      '--database-url',
+      `postgres://operator:hunter2@127.0.0.1:${port}/platform`,
+      '--table',
+      spec.table,
+      '--partition-column',
+      'resource_id',
+    ]);
     expect(run.code).toBe(3);
     expect(oneLine(run.stderr)).toBe(
       `outbox: Postgres at postgres://operator:***@127.0.0.1:${port}/platform did not answer: connect ECONNREFUSED 127.0.0.1:${port} (is it running, and is the URL right?)`,
@@ -146,7 +200,15 @@ describe('an unreachable server', () => {
   test('a wrong password is configuration (exit 2), and is not printed', async () => {
     const url = new URL(t.url);
     url.password = 'not-the-password';
-    const run = await runCli(['status', '--database-url', url.toString(), '--table', spec.table, '--partition-column', 'resource_id']);
+    const run = await runCli([
+      'status',
+      '--database-url',
+      url.toString(),
+      '--table',
+      spec.table,
+      '--partition-column',
+      'resource_id',
+    ]);
     expect(run.code).toBe(2);
     expect(oneLine(run.stderr)).toContain(':***@');
     expect(run.stderr).not.toContain('not-the-password');

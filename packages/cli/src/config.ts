@@ -105,12 +105,14 @@ export function checkConfig(raw: unknown, source: string, options: { readonly co
   };
   const string = (field: string, value: unknown, required: boolean): string | undefined => {
     if (value === undefined && !required) return undefined;
-    if (typeof value !== 'string' || value.trim() === '') return fail(field, `expected a non-empty string, got ${JSON.stringify(value) ?? 'nothing'}`);
+    if (typeof value !== 'string' || value.trim() === '')
+      return fail(field, `expected a non-empty string, got ${JSON.stringify(value) ?? 'nothing'}`);
     return value;
   };
   const known = (field: string, value: Raw, fields: ReadonlySet<string>) => {
     const unknown = Object.keys(value).find((key) => !fields.has(key));
-    if (unknown !== undefined) fail(field ? `${field}.${unknown}` : unknown, `unknown field (expected one of: ${[...fields].join(', ')})`);
+    if (unknown !== undefined)
+      fail(field ? `${field}.${unknown}` : unknown, `unknown field (expected one of: ${[...fields].join(', ')})`);
   };
 
   if (!isObject(raw)) return fail('config', 'expected an object (the default export, or the JSON document)');
@@ -135,29 +137,39 @@ export function checkConfig(raw: unknown, source: string, options: { readonly co
   let migrations: CheckedConfig['migrations'];
   if (raw.migrations !== undefined) {
     const m = raw.migrations;
-    if (!isObject(m) || !Array.isArray(m.names) || m.names.some((n) => typeof n !== 'string')) fail('migrations.names', 'expected an array of migration names');
+    if (!isObject(m) || !Array.isArray(m.names) || m.names.some((n) => typeof n !== 'string'))
+      fail('migrations.names', 'expected an array of migration names');
     const names = (m as Raw).names as string[];
     const table = string('migrations.table', (m as Raw).table, false) ?? 'public.kysely_migration';
-    if (!/^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$/.test(table)) fail('migrations.table', `expected "<schema>.<table>", got ${JSON.stringify(table)}`);
+    if (!/^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$/.test(table))
+      fail('migrations.table', `expected "<schema>.<table>", got ${JSON.stringify(table)}`);
     migrations = { names, table };
   }
 
-  if (!isObject(raw.outboxes) || Object.keys(raw.outboxes).length === 0) return fail('outboxes', 'expected an object naming at least one outbox, e.g. { "vpc": { "table": …, "partitionColumn": … } }');
+  if (!isObject(raw.outboxes) || Object.keys(raw.outboxes).length === 0)
+    return fail(
+      'outboxes',
+      'expected an object naming at least one outbox, e.g. { "vpc": { "table": …, "partitionColumn": … } }',
+    );
   const outboxes = Object.entries(raw.outboxes).map(([name, entry]): ConfiguredOutbox => {
     const field = `outboxes.${name}`;
-    if (!NAME.test(name)) fail(field, 'an outbox name is lower-case letters, digits, _, . and - (it is what --outbox takes)');
-    if (!isObject(entry)) return fail(field, 'expected an object with the spec fields (table, partitionColumn, …) or { spec }');
+    if (!NAME.test(name))
+      fail(field, 'an outbox name is lower-case letters, digits, _, . and - (it is what --outbox takes)');
+    if (!isObject(entry))
+      return fail(field, 'expected an object with the spec fields (table, partitionColumn, …) or { spec }');
     known(field, entry, ENTRY_FIELDS);
     return {
       name,
       spec: checkSpec(field, entry, fail),
       databaseUrl: string(`${field}.databaseUrl`, entry.databaseUrl, false) ?? databaseUrl,
       databaseUrlField: entry.databaseUrl === undefined ? 'databaseUrl' : `${field}.databaseUrl`,
-      owner: entry.owner === undefined ? undefined : checkOwner(`${field}.owner`, entry.owner, options.codeConfig, fail),
+      owner:
+        entry.owner === undefined ? undefined : checkOwner(`${field}.owner`, entry.owner, options.codeConfig, fail),
     };
   });
   for (const o of outboxes) {
-    if (o.databaseUrl === undefined) fail(`outboxes.${o.name}.databaseUrl`, 'no database URL: set it here or the top-level databaseUrl');
+    if (o.databaseUrl === undefined)
+      fail(`outboxes.${o.name}.databaseUrl`, 'no database URL: set it here or the top-level databaseUrl');
   }
   return { source, outboxes, openfga, migrations };
 }
@@ -165,22 +177,42 @@ export function checkConfig(raw: unknown, source: string, options: { readonly co
 function checkSpec(field: string, entry: Raw, fail: (field: string, message: string) => never): OutboxSpec {
   const given = entry.spec;
   const inline = SPEC_FIELDS.filter((key) => entry[key] !== undefined);
-  if (given !== undefined && inline.length > 0) fail(`${field}.${inline[0]}`, 'give either spec or the spec fields, not both');
+  if (given !== undefined && inline.length > 0)
+    fail(`${field}.${inline[0]}`, 'give either spec or the spec fields, not both');
   if (given !== undefined && !isObject(given)) fail(`${field}.spec`, 'expected the OutboxSpec from defineOutbox()');
   const input = (given ?? entry) as Raw;
   try {
     // A spec object from defineOutbox passes again unchanged; anything else is checked as it would be there.
-    return defineOutbox(Object.fromEntries(SPEC_FIELDS.filter((key) => input[key] !== undefined).map((key) => [key, input[key]])) as unknown as OutboxSpecInput);
+    return defineOutbox(
+      Object.fromEntries(
+        SPEC_FIELDS.filter((key) => input[key] !== undefined).map((key) => [key, input[key]]),
+      ) as unknown as OutboxSpecInput,
+    );
   } catch (error) {
-    if (error instanceof OutboxConfigError) return fail(`${field}${given !== undefined ? '.spec' : ''}.${error.field}`, error.message.slice(error.field.length + 2));
+    if (error instanceof OutboxConfigError)
+      return fail(
+        `${field}${given !== undefined ? '.spec' : ''}.${error.field}`,
+        error.message.slice(error.field.length + 2),
+      );
     throw error;
   }
 }
 
-function checkOwner(field: string, owner: unknown, codeConfig: boolean, fail: (field: string, message: string) => never): OutboxOwner {
-  if (!codeConfig) fail(field, 'an owner is code (an OutboxOwner from @outbox/reconciler): give it in outbox.config.ts or .mjs, not JSON');
-  if (!isObject(owner) || !Array.isArray(owner.objectTypes)) fail(field, 'expected an OutboxOwner (objectTypes, partitionOf, partitionFilter, expectedPage, partitions)');
+function checkOwner(
+  field: string,
+  owner: unknown,
+  codeConfig: boolean,
+  fail: (field: string, message: string) => never,
+): OutboxOwner {
+  if (!codeConfig)
+    fail(
+      field,
+      'an owner is code (an OutboxOwner from @outbox/reconciler): give it in outbox.config.ts or .mjs, not JSON',
+    );
+  if (!isObject(owner) || !Array.isArray(owner.objectTypes))
+    fail(field, 'expected an OutboxOwner (objectTypes, partitionOf, partitionFilter, expectedPage, partitions)');
   const missing = OWNER_FUNCTIONS.find((name) => typeof (owner as Raw)[name] !== 'function');
-  if (missing !== undefined) fail(`${field}.${missing}`, 'expected a function: an OutboxOwner as @outbox/reconciler defines it');
+  if (missing !== undefined)
+    fail(`${field}.${missing}`, 'expected a function: an OutboxOwner as @outbox/reconciler defines it');
   return owner as unknown as OutboxOwner;
 }

@@ -7,12 +7,21 @@ import { jsonOf, runCli, runOnTerminal } from './testing/run-outbox.js';
 // discard through the bin, on the scripted backlog: what it closes, what it refuses, when it asks.
 const t = useTestDatabase();
 const flags = (table: string) => ['--database-url', t.url, '--table', table, '--partition-column', 'resource_id'];
-const stateOf = async (table: string, id: string) => (jsonOf(await runCli(['show', id, '--json', ...flags(table)])) as { state: string }).state;
+const stateOf = async (table: string, id: string) =>
+  (jsonOf(await runCli(['show', id, '--json', ...flags(table)])) as { state: string }).state;
 
 describe('discard', () => {
   test('--yes closes a poisoned row no successor covers, with its reason; --json lists it; status counts it', async () => {
     const b = await scriptedBacklog(t.db);
-    const run = await runCli(['discard', b.poisoned, '--reason', 'vpc deleted by hand', '--yes', '--json', ...flags(b.spec.table)]);
+    const run = await runCli([
+      'discard',
+      b.poisoned,
+      '--reason',
+      'vpc deleted by hand',
+      '--yes',
+      '--json',
+      ...flags(b.spec.table),
+    ]);
     expect(run.code, run.stderr).toBe(0);
     const doc = jsonOf(run);
     assertOutputSchema('discard', doc);
@@ -20,19 +29,47 @@ describe('discard', () => {
       outbox: b.spec.table,
       table: b.spec.table,
       reason: 'vpc deleted by hand',
-      discarded: [{ id: b.poisoned, partitionKey: 'vpc:c', lastError: expect.stringMatching(/^OpenFGA unreachable/), poisonCause: 'exhausted', poisonCode: null }],
+      discarded: [
+        {
+          id: b.poisoned,
+          partitionKey: 'vpc:c',
+          lastError: expect.stringMatching(/^OpenFGA unreachable/),
+          poisonCause: 'exhausted',
+          poisonCode: null,
+        },
+      ],
       refused: [],
     });
-    expect(jsonOf(await runCli(['show', b.poisoned, '--json', ...flags(b.spec.table)]))).toMatchObject({ state: 'discarded', retiredReason: 'vpc deleted by hand' });
-    const status = jsonOf(await runCli(['status', '--json', ...flags(b.spec.table)])) as { outboxes: Record<string, unknown>[] };
-    expect(status.outboxes[0]).toMatchObject({ poisoned: 2, poisonedByCause: { exhausted: 1, refused: 1 }, retired: 1, discarded: 2 });
+    expect(jsonOf(await runCli(['show', b.poisoned, '--json', ...flags(b.spec.table)]))).toMatchObject({
+      state: 'discarded',
+      retiredReason: 'vpc deleted by hand',
+    });
+    const status = jsonOf(await runCli(['status', '--json', ...flags(b.spec.table)])) as {
+      outboxes: Record<string, unknown>[];
+    };
+    expect(status.outboxes[0]).toMatchObject({
+      poisoned: 2,
+      poisonedByCause: { exhausted: 1, refused: 1 },
+      retired: 1,
+      discarded: 2,
+    });
   });
 
   test('the human line names the rows and what discarding means; a refused row can be discarded too', async () => {
     const b = await scriptedBacklog(t.db);
-    const run = await runCli(['discard', b.refused, b.poisoned, '--reason', 'not wanted', '--yes', ...flags(b.spec.table)]);
+    const run = await runCli([
+      'discard',
+      b.refused,
+      b.poisoned,
+      '--reason',
+      'not wanted',
+      '--yes',
+      ...flags(b.spec.table),
+    ]);
     expect(run.code, run.stderr).toBe(0);
-    expect(run.stdout).toBe(`${b.spec.table}: discarded #${b.poisoned}, #${b.refused} ("not wanted"): their tuples will never be written to OpenFGA\n`);
+    expect(run.stdout).toBe(
+      `${b.spec.table}: discarded #${b.poisoned}, #${b.refused} ("not wanted"): their tuples will never be written to OpenFGA\n`,
+    );
     expect(run.stderr).toBe('');
   });
 
@@ -64,8 +101,16 @@ describe('discard', () => {
     const b = await scriptedBacklog(t.db);
     const noTerminal = await runCli(['discard', b.poisoned, '--reason', 'x', ...flags(b.spec.table)]);
     expect(noTerminal.code).toBe(2);
-    expect(noTerminal.stderr).toBe('outbox: discard changes rows and asks first, but there is no terminal to ask on (pass --yes)\n');
-    for (const args of [[b.poisoned, '--yes'], [b.poisoned, '--reason', ' ', '--yes'], ['--reason', 'x', '--yes'], ['x1', '--reason', 'x', '--yes'], [b.poisoned, '--reason', 'x', '--yse']]) {
+    expect(noTerminal.stderr).toBe(
+      'outbox: discard changes rows and asks first, but there is no terminal to ask on (pass --yes)\n',
+    );
+    for (const args of [
+      [b.poisoned, '--yes'],
+      [b.poisoned, '--reason', ' ', '--yes'],
+      ['--reason', 'x', '--yes'],
+      ['x1', '--reason', 'x', '--yes'],
+      [b.poisoned, '--reason', 'x', '--yse'],
+    ]) {
       const run = await runCli(['discard', ...args, ...flags(b.spec.table)]);
       expect(run.code, args.join(' ')).toBe(2);
       expect(run.stderr.trimEnd().split('\n'), run.stderr).toHaveLength(1);
@@ -78,7 +123,9 @@ describe('discard', () => {
     const b = await scriptedBacklog(t.db);
     const no = runOnTerminal(['discard', b.poisoned, '--reason', 'asked', ...flags(b.spec.table)], 'n');
     expect(no).toContain(`#${b.poisoned} vpc:c poisoned`);
-    expect(no).toContain(`Discard 1 intent(s) of ${b.spec.table} with reason "asked": their tuples will never be written to OpenFGA? [y/N]`);
+    expect(no).toContain(
+      `Discard 1 intent(s) of ${b.spec.table} with reason "asked": their tuples will never be written to OpenFGA? [y/N]`,
+    );
     expect(no).toContain('outbox: nothing discarded');
     expect(no).toContain('exit=1');
     expect(await stateOf(b.spec.table, b.poisoned)).toBe('poisoned');

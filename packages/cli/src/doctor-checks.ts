@@ -20,10 +20,19 @@ const messageOf = (error: unknown) => (error instanceof Error ? error.message : 
 export async function tableCheck(target: Target): Promise<Check> {
   try {
     await verifyOutboxTable(target.db, target.spec);
-    return pass(`${target.spec.table} matches the contract (columns, indexes, trigger, drain and enqueue functions, maxAttempts ${target.spec.maxAttempts})`);
+    return pass(
+      `${target.spec.table} matches the contract (columns, indexes, trigger, drain and enqueue functions, maxAttempts ${target.spec.maxAttempts})`,
+    );
   } catch (error) {
-    if (error instanceof OutboxTableError) return fail(`${target.spec.table}: ${error.missing.join('; ')}`, 'run the migrations (createOutboxTable / createDrainFunctions for this spec), or fix the spec');
-    return fail(`${target.spec.table} could not be verified: ${messageOf(error)}`, 'check the config\'s spec and database URL');
+    if (error instanceof OutboxTableError)
+      return fail(
+        `${target.spec.table}: ${error.missing.join('; ')}`,
+        'run the migrations (createOutboxTable / createDrainFunctions for this spec), or fix the spec',
+      );
+    return fail(
+      `${target.spec.table} could not be verified: ${messageOf(error)}`,
+      "check the config's spec and database URL",
+    );
   }
 }
 
@@ -40,9 +49,17 @@ export async function partitionColumnCheck(target: Target): Promise<Check> {
     .execute(target.db)
     .catch(() => ({ rows: [{ column: null, has_column: false }] }));
   const row = result.rows[0];
-  if (row?.column === partitionColumn) return pass(`the table orders partitions by ${partitionColumn}, as the spec says`);
-  if (row?.column) return fail(`the spec says ${partitionColumn}, the table's partition-head index is on ${row.column}`, `set partitionColumn: '${row.column}' in the config, or point it at the right table`);
-  return fail(`the table has ${row?.has_column ? `a ${partitionColumn} column but no partition-head index` : `no ${partitionColumn} column`}`, 'run the outbox migration for this spec');
+  if (row?.column === partitionColumn)
+    return pass(`the table orders partitions by ${partitionColumn}, as the spec says`);
+  if (row?.column)
+    return fail(
+      `the spec says ${partitionColumn}, the table's partition-head index is on ${row.column}`,
+      `set partitionColumn: '${row.column}' in the config, or point it at the right table`,
+    );
+  return fail(
+    `the table has ${row?.has_column ? `a ${partitionColumn} column but no partition-head index` : `no ${partitionColumn} column`}`,
+    'run the outbox migration for this spec',
+  );
 }
 
 /** Who listens on the spec's channel: the drainers' LISTEN sessions (their last statement is the LISTEN). */
@@ -54,7 +71,10 @@ export async function channelCheck(target: Target): Promise<Check> {
   const n = result.rows[0]?.n ?? 0;
   return n > 0
     ? pass(`${n} session(s) LISTEN on ${channel}: drainers wake on each commit`)
-    : warn(`no session LISTENs on ${channel}: drainers (if any run) deliver on their timer only`, `start the drainer with listen: { connectionString } on channel ${channel}, or ignore this if none should run here`);
+    : warn(
+        `no session LISTENs on ${channel}: drainers (if any run) deliver on their timer only`,
+        `start the drainer with listen: { connectionString } on channel ${channel}, or ignore this if none should run here`,
+      );
 }
 
 /** The applied Kysely migrations against the ones the code ships (when the config names them). */
@@ -64,14 +84,27 @@ export async function migrationsCheck(target: Target, config: CheckedConfig): Pr
   const [schema, table] = expected.table.split('.') as [string, string];
   let applied: string[];
   try {
-    applied = (await sql<{ name: string }>`select name from ${sql.id(schema, table)} order by name`.execute(target.db)).rows.map((r) => r.name);
+    applied = (
+      await sql<{ name: string }>`select name from ${sql.id(schema, table)} order by name`.execute(target.db)
+    ).rows.map((r) => r.name);
   } catch (error) {
-    return fail(`${expected.table} cannot be read: ${messageOf(error)}`, 'run the migrations (pnpm migrate in this repository)');
+    return fail(
+      `${expected.table} cannot be read: ${messageOf(error)}`,
+      'run the migrations (pnpm migrate in this repository)',
+    );
   }
   const pending = expected.names.filter((name) => !applied.includes(name));
   const unknown = applied.filter((name) => !expected.names.includes(name));
-  if (pending.length > 0) return fail(`${pending.length} migration(s) not applied: ${pending.join(', ')}`, 'run the migrations (pnpm migrate in this repository)');
-  if (unknown.length > 0) return warn(`applied migrations this code does not ship: ${unknown.join(', ')}`, 'a newer release migrated this database: upgrade before running this one');
+  if (pending.length > 0)
+    return fail(
+      `${pending.length} migration(s) not applied: ${pending.join(', ')}`,
+      'run the migrations (pnpm migrate in this repository)',
+    );
+  if (unknown.length > 0)
+    return warn(
+      `applied migrations this code does not ship: ${unknown.join(', ')}`,
+      'a newer release migrated this database: upgrade before running this one',
+    );
   return pass(`all ${expected.names.length} migrations applied`);
 }
 
@@ -90,6 +123,11 @@ export async function longTransactionsCheck(target: Target, minutes: number): Pr
     from pg_catalog.pg_prepared_xacts where prepared < now() - make_interval(mins => ${minutes})
     order by age_seconds desc limit 5`.execute(target.db);
   if (result.rows.length === 0) return pass(`no transaction older than ${minutes} min holds back vacuum`);
-  const list = result.rows.map((r) => `${r.pid === null ? '' : `pid ${r.pid} `}${r.who} ${Math.round(r.age_seconds / 60)} min`).join(', ');
-  return fail(`transactions older than ${minutes} min hold back vacuum: ${list}`, 'end them (pg_terminate_backend(pid), or COMMIT/ROLLBACK PREPARED): until then delivered rows pile up in the claim index');
+  const list = result.rows
+    .map((r) => `${r.pid === null ? '' : `pid ${r.pid} `}${r.who} ${Math.round(r.age_seconds / 60)} min`)
+    .join(', ');
+  return fail(
+    `transactions older than ${minutes} min hold back vacuum: ${list}`,
+    'end them (pg_terminate_backend(pid), or COMMIT/ROLLBACK PREPARED): until then delivered rows pile up in the claim index',
+  );
 }

@@ -1,7 +1,13 @@
 import type { Command } from 'commander';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
-import { channelCheck, longTransactionsCheck, migrationsCheck, partitionColumnCheck, tableCheck } from './doctor-checks.js';
+import {
+  channelCheck,
+  longTransactionsCheck,
+  migrationsCheck,
+  partitionColumnCheck,
+  tableCheck,
+} from './doctor-checks.js';
 import { CliError } from './cli-error.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { checkOpenFga, openFgaConnection } from './openfga-connection.js';
@@ -19,15 +25,37 @@ function checkLine(c: DoctorCheck): string {
 }
 
 /** OpenFGA's store and model, as the drain and audit will use them; unreachable is remembered for exit 3. */
-async function openFgaCheck(ctx: CommandContext, options: DoctorOptions, config: Parameters<typeof openFgaConnection>[0]): Promise<{ check: Omit<DoctorCheck, 'outbox' | 'check'>; unreachable: boolean }> {
-  if (!config.openfga) return { check: { status: 'skip', detail: `${config.source} has no openfga section: drain, audit and repair are unavailable`, fix: null }, unreachable: false };
+async function openFgaCheck(
+  ctx: CommandContext,
+  options: DoctorOptions,
+  config: Parameters<typeof openFgaConnection>[0],
+): Promise<{ check: Omit<DoctorCheck, 'outbox' | 'check'>; unreachable: boolean }> {
+  if (!config.openfga)
+    return {
+      check: {
+        status: 'skip',
+        detail: `${config.source} has no openfga section: drain, audit and repair are unavailable`,
+        fix: null,
+      },
+      unreachable: false,
+    };
   try {
     const connection = openFgaConnection(config, ctx.io.env, 'doctor');
     const modelId = await checkOpenFga(connection);
-    return { check: { status: 'pass', detail: `store ${connection.storeId} at ${connection.apiUrl}, model ${modelId}`, fix: null }, unreachable: false };
+    return {
+      check: {
+        status: 'pass',
+        detail: `store ${connection.storeId} at ${connection.apiUrl}, model ${modelId}`,
+        fix: null,
+      },
+      unreachable: false,
+    };
   } catch (error) {
     if (!(error instanceof CliError)) throw error;
-    return { check: { status: 'fail', detail: error.message, fix: error.hint ?? 'check the openfga section of the config' }, unreachable: error.exitCode === EXIT.unreachable };
+    return {
+      check: { status: 'fail', detail: error.message, fix: error.hint ?? 'check the openfga section of the config' },
+      unreachable: error.exitCode === EXIT.unreachable,
+    };
   }
 }
 
@@ -40,7 +68,12 @@ export function defineDoctor(command: Command, ctx: CommandContext): Command {
         'on its channel; per database the migrations (when the config names them) and long transactions holding back vacuum; ' +
         'the OpenFGA store and model. Exit 1 on any failure, 3 when OpenFGA or Postgres does not answer.',
     )
-    .option('--long-transaction-minutes <n>', 'a transaction open longer than this holds back vacuum (0: any)', integerArgument(0, 100_000), 5)
+    .option(
+      '--long-transaction-minutes <n>',
+      'a transaction open longer than this holds back vacuum (0: any)',
+      integerArgument(0, 100_000),
+      5,
+    )
     .action(
       exitWith(ctx.box, async (options: DoctorOptions): Promise<ExitCode> => {
         return onTargets(options, ctx, async (targets, config) => {
@@ -58,7 +91,11 @@ export function defineDoctor(command: Command, ctx: CommandContext): Command {
           const databases = [...new Map(targets.map((t) => [t.databaseUrl, t])).values()];
           for (const target of databases) {
             add(null, `migrations (${target.database})`, await migrationsCheck(target, config));
-            add(null, `long transactions (${target.database})`, await longTransactionsCheck(target, options.longTransactionMinutes));
+            add(
+              null,
+              `long transactions (${target.database})`,
+              await longTransactionsCheck(target, options.longTransactionMinutes),
+            );
           }
           const openfga = await openFgaCheck(ctx, options, config);
           add(null, 'openfga', openfga.check);

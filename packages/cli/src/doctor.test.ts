@@ -36,7 +36,8 @@ function configWith(name: string, extra: Record<string, unknown>, outbox: Record
   );
   return path;
 }
-const doctor = (config: string, ...args: string[]) => runCli(['doctor', '--config', config, ...args], { env: { TEST_DATABASE_URL: t.url, ...openFgaEnv(fga) } });
+const doctor = (config: string, ...args: string[]) =>
+  runCli(['doctor', '--config', config, ...args], { env: { TEST_DATABASE_URL: t.url, ...openFgaEnv(fga) } });
 
 beforeAll(async () => {
   spec = await createBacklogTable(t.db);
@@ -68,7 +69,10 @@ describe('doctor', () => {
     try {
       await listener.query(`listen "${spec.channel}"`);
       const doc = jsonOf(await doctor(configWith('ok.json', {}), '--json')) as Doc;
-      expect(byCheck(doc, 'listen channel')).toMatchObject({ status: 'pass', detail: `1 session(s) LISTEN on ${spec.channel}: drainers wake on each commit` });
+      expect(byCheck(doc, 'listen channel')).toMatchObject({
+        status: 'pass',
+        detail: `1 session(s) LISTEN on ${spec.channel}: drainers wake on each commit`,
+      });
     } finally {
       await listener.end();
     }
@@ -78,18 +82,35 @@ describe('doctor', () => {
     const run = await doctor(configWith('wrong-column.json', {}, { partitionColumn: 'tuple_key' }));
     expect(run.code).toBe(1);
     expect(run.stdout).toContain('FAIL  things: table: ');
-    expect(run.stdout).toContain(`FAIL  things: partition column: the spec says tuple_key, the table's partition-head index is on resource_id\n      → set partitionColumn: 'resource_id' in the config`);
+    expect(run.stdout).toContain(
+      `FAIL  things: partition column: the spec says tuple_key, the table's partition-head index is on resource_id\n      → set partitionColumn: 'resource_id' in the config`,
+    );
   });
 
   test('migrations: one the code ships and the database lacks fails; one the database has and the code does not warns', async () => {
-    const applied = (await sql<{ name: string }>`select name from public.kysely_migration order by name`.execute(t.db)).rows.map((r) => r.name);
-    const ahead = jsonOf(await doctor(configWith('ahead.json', { migrations: { names: [...applied, '9999_future'] } }), '--json')) as Doc;
-    expect(byCheck(ahead, 'migrations')).toMatchObject({ status: 'fail', detail: '1 migration(s) not applied: 9999_future' });
+    const applied = (
+      await sql<{ name: string }>`select name from public.kysely_migration order by name`.execute(t.db)
+    ).rows.map((r) => r.name);
+    const ahead = jsonOf(
+      await doctor(configWith('ahead.json', { migrations: { names: [...applied, '9999_future'] } }), '--json'),
+    ) as Doc;
+    expect(byCheck(ahead, 'migrations')).toMatchObject({
+      status: 'fail',
+      detail: '1 migration(s) not applied: 9999_future',
+    });
     expect(ahead.ok).toBe(false);
-    const behind = jsonOf(await doctor(configWith('behind.json', { migrations: { names: applied.slice(0, -1) } }), '--json')) as Doc;
-    expect(byCheck(behind, 'migrations')).toMatchObject({ status: 'warn', detail: `applied migrations this code does not ship: ${applied.at(-1)}` });
+    const behind = jsonOf(
+      await doctor(configWith('behind.json', { migrations: { names: applied.slice(0, -1) } }), '--json'),
+    ) as Doc;
+    expect(byCheck(behind, 'migrations')).toMatchObject({
+      status: 'warn',
+      detail: `applied migrations this code does not ship: ${applied.at(-1)}`,
+    });
     const same = jsonOf(await doctor(configWith('same.json', { migrations: { names: applied } }), '--json')) as Doc;
-    expect(byCheck(same, 'migrations')).toMatchObject({ status: 'pass', detail: `all ${applied.length} migrations applied` });
+    expect(byCheck(same, 'migrations')).toMatchObject({
+      status: 'pass',
+      detail: `all ${applied.length} migrations applied`,
+    });
   });
 
   test('a transaction holding a snapshot fails the long-transaction check with its pid', async () => {
@@ -101,7 +122,11 @@ describe('doctor', () => {
       const pid = (await holder.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]?.pid;
       const run = await doctor(configWith('ok.json', {}), '--long-transaction-minutes', '0');
       expect(run.code).toBe(1);
-      expect(run.stdout).toMatch(new RegExp(`FAIL  long transactions \\(.*\\): transactions older than 0 min hold back vacuum: .*pid ${pid} stuck-report \\(idle in transaction\\) 0 min`));
+      expect(run.stdout).toMatch(
+        new RegExp(
+          `FAIL  long transactions \\(.*\\): transactions older than 0 min hold back vacuum: .*pid ${pid} stuck-report \\(idle in transaction\\) 0 min`,
+        ),
+      );
     } finally {
       await holder.query('rollback');
       await holder.end();

@@ -27,7 +27,13 @@ interface Drained extends DrainOutbox {
 
 const COUNTS = ['batches', 'claimed', 'delivered', 'retried', 'poisoned', 'released'] as const;
 
-async function drainTarget(target: Target, openfga: OpenFgaConnection, modelId: string, options: DrainOptions, ctx: CommandContext): Promise<Drained> {
+async function drainTarget(
+  target: Target,
+  openfga: OpenFgaConnection,
+  modelId: string,
+  options: DrainOptions,
+  ctx: CommandContext,
+): Promise<Drained> {
   const deliveredIds: string[] = [];
   let haltReason: string | null = null;
   const total = (await outboxStats(target.db, target.spec)).deliverable;
@@ -36,8 +42,17 @@ async function drainTarget(target: Target, openfga: OpenFgaConnection, modelId: 
   const drainer = createDrainer({
     db: target.db,
     spec: target.spec,
-    sink: createOpenFgaSink({ apiUrl: openfga.apiUrl, storeId: openfga.storeId, authorizationModelId: modelId, ...(openfga.credentials ? { credentials: openfga.credentials } : {}) }),
-    logger: { info: () => undefined, warn: (message) => void ctx.io.stderr.write(`${ctx.name}: ${target.name}: ${message}\n`), error: (message) => void ctx.io.stderr.write(`${ctx.name}: ${target.name}: ${message}\n`) },
+    sink: createOpenFgaSink({
+      apiUrl: openfga.apiUrl,
+      storeId: openfga.storeId,
+      authorizationModelId: modelId,
+      ...(openfga.credentials ? { credentials: openfga.credentials } : {}),
+    }),
+    logger: {
+      info: () => undefined,
+      warn: (message) => void ctx.io.stderr.write(`${ctx.name}: ${target.name}: ${message}\n`),
+      error: (message) => void ctx.io.stderr.write(`${ctx.name}: ${target.name}: ${message}\n`),
+    },
     onEvent: (event) => {
       if (event.type === 'delivered') {
         deliveredIds.push(...event.ids);
@@ -63,7 +78,16 @@ async function drainTarget(target: Target, openfga: OpenFgaConnection, modelId: 
     await drainer.stop();
   }
   const left = await outboxStats(target.db, target.spec);
-  return { name: target.name, table: target.spec.table, passes, ...sums, halted, haltReason, left: { deliverable: left.deliverable, poisoned: left.poisoned }, deliveredIds };
+  return {
+    name: target.name,
+    table: target.spec.table,
+    passes,
+    ...sums,
+    halted,
+    haltReason,
+    left: { deliverable: left.deliverable, poisoned: left.poisoned },
+    deliveredIds,
+  };
 }
 
 /** The first delivered intents, one line each: `#12 vpc:…: 2 write(s), 0 delete(s)`. */
@@ -72,14 +96,21 @@ async function deliveredLines(target: Target, ids: readonly string[]): Promise<s
   const n = tableNames(target.spec);
   const named = ids.slice(0, NAMED_DELIVERIES);
   const rows = await sql<{ id: string; key: string; payload: { writes?: unknown[]; deletes?: unknown[] } }>`
-    select id::text as id, ${sql.raw(n.partition)} as key, payload from ${sql.raw(n.table)} where id = any(${named}::bigint[]) order by id`.execute(target.db);
-  const lines = rows.rows.map((r) => `  #${r.id} ${r.key}: ${r.payload.writes?.length ?? 0} write(s), ${r.payload.deletes?.length ?? 0} delete(s)`);
+    select id::text as id, ${sql.raw(n.partition)} as key, payload from ${sql.raw(n.table)} where id = any(${named}::bigint[]) order by id`.execute(
+    target.db,
+  );
+  const lines = rows.rows.map(
+    (r) =>
+      `  #${r.id} ${r.key}: ${r.payload.writes?.length ?? 0} write(s), ${r.payload.deletes?.length ?? 0} delete(s)`,
+  );
   if (ids.length > named.length) lines.push(`  … and ${ids.length - named.length} more`);
   return lines;
 }
 
 function summary(d: DrainOutbox): string {
-  const halt = d.halted ? ` HALTED, nothing counted for the halted batch: ${d.haltReason ?? 'the sink stopped the pass'}` : '';
+  const halt = d.halted
+    ? ` HALTED, nothing counted for the halted batch: ${d.haltReason ?? 'the sink stopped the pass'}`
+    : '';
   return (
     `${d.table}: delivered ${d.delivered}, retried ${d.retried}, poisoned ${d.poisoned} in ${d.passes} pass${d.passes === 1 ? '' : 'es'}${halt}; ` +
     `left ${d.left.deliverable} deliverable, ${d.left.poisoned} poisoned`
@@ -91,7 +122,7 @@ export function defineDrain(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary('deliver the backlog to OpenFGA now (one pass, or until empty)')
     .description(
-      'Delivers each outbox\'s deliverable intents to OpenFGA: one drain pass (batches until nothing is claimable), or with --until-empty ' +
+      "Delivers each outbox's deliverable intents to OpenFGA: one drain pass (batches until nothing is claimable), or with --until-empty " +
         'passes until one delivers nothing. Safe beside running drainers (SKIP LOCKED). Checks the OpenFGA store and model first. ' +
         'Exit 1 when an intent was poisoned or the sink halted.',
     )
@@ -106,10 +137,12 @@ export function defineDrain(command: Command, ctx: CommandContext): Command {
           for (const target of targets) {
             const d = await drainTarget(target, openfga, modelId, options, ctx);
             drained.push(d);
-            if (!options.json) ctx.io.stdout.write([summary(d), ...(await deliveredLines(target, d.deliveredIds))].join('\n') + '\n');
+            if (!options.json)
+              ctx.io.stdout.write([summary(d), ...(await deliveredLines(target, d.deliveredIds))].join('\n') + '\n');
           }
           const ok = drained.every((d) => d.poisoned === 0 && !d.halted);
-          if (options.json) printJson(ctx.io, { ok, outboxes: drained.map(({ deliveredIds: _, ...d }) => d) } satisfies DrainOutput);
+          if (options.json)
+            printJson(ctx.io, { ok, outboxes: drained.map(({ deliveredIds: _, ...d }) => d) } satisfies DrainOutput);
           return ok ? EXIT.ok : EXIT.problem;
         });
       }),

@@ -23,7 +23,8 @@ describe('durations', () => {
   });
 
   test('says a duration back the way it is read', () => {
-    for (const value of ['30d', '1d12h', '1h30m', '2h30m15s', '45s', '0']) expect(durationText(parse(value))).toBe(value);
+    for (const value of ['30d', '1d12h', '1h30m', '2h30m15s', '45s', '0'])
+      expect(durationText(parse(value))).toBe(value);
     expect(durationText(90 * 60_000)).toBe('1h30m');
     expect(formatDuration(192)).toBe('3m12s');
   });

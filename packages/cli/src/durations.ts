@@ -35,8 +35,15 @@ const DURATION = /^(?:(\d{1,6})d)?(?:(\d{1,7})h)?(?:(\d{1,9})m)?(?:(\d{1,11})s)?
 export function durationArgument(maxMs: number): (value: string) => number {
   return (value) => {
     const match = value === '' ? null : DURATION.exec(value);
-    const ms = value === '0' ? 0 : match && (['d', 'h', 'm', 's'] as const).reduce((sum, unit, i) => sum + Number(match[i + 1] ?? 0) * UNIT_MS[unit], 0);
-    if (ms === null || ms > maxMs) throw new InvalidArgumentError(`expected a duration such as 30d, 12h, 1d12h, 90m, 45s or 0, at most ${durationText(maxMs)}.`);
+    const ms =
+      value === '0'
+        ? 0
+        : match &&
+          (['d', 'h', 'm', 's'] as const).reduce((sum, unit, i) => sum + Number(match[i + 1] ?? 0) * UNIT_MS[unit], 0);
+    if (ms === null || ms > maxMs)
+      throw new InvalidArgumentError(
+        `expected a duration such as 30d, 12h, 1d12h, 90m, 45s or 0, at most ${durationText(maxMs)}.`,
+      );
     return ms;
   };
 }

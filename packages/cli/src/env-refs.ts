@@ -14,13 +14,22 @@ const REFERENCE = /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}|\$([A-Za-z_][
  * expandEnv('openfga.storeId', '$OPENFGA_STORE_ID', process.env, 'outbox.config.json');
  */
 export function expandEnv(field: string, value: string, env: NodeJS.ProcessEnv, source: string): string | undefined {
-  const expanded = value.replace(REFERENCE, (match, braced: string | undefined, fallback: string | undefined, fallbackValue: string | undefined, bare: string | undefined) => {
-    if (match === '$$') return '$';
-    const name = (braced ?? bare) as string;
-    const found = env[name];
-    if (found !== undefined && found !== '') return found;
-    if (fallback !== undefined) return fallbackValue ?? '';
-    throw new CliError(`${source}: ${field}: environment variable ${name} is not set`, `export ${name}`, EXIT.usage);
-  });
+  const expanded = value.replace(
+    REFERENCE,
+    (
+      match,
+      braced: string | undefined,
+      fallback: string | undefined,
+      fallbackValue: string | undefined,
+      bare: string | undefined,
+    ) => {
+      if (match === '$$') return '$';
+      const name = (braced ?? bare) as string;
+      const found = env[name];
+      if (found !== undefined && found !== '') return found;
+      if (fallback !== undefined) return fallbackValue ?? '';
+      throw new CliError(`${source}: ${field}: environment variable ${name} is not set`, `export ${name}`, EXIT.usage);
+    },
+  );
   return expanded === '' ? undefined : expanded;
 }

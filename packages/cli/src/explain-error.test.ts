@@ -14,9 +14,24 @@ describe('explainError', () => {
     ['a name that does not resolve', withCode('getaddrinfo ENOTFOUND db.internal', 'ENOTFOUND')],
     ['a connect timeout', withCode('connect ETIMEDOUT 10.0.0.5:5432', 'ETIMEDOUT')],
     ["pg's connection timeout (no code)", new Error('timeout expired')],
-    ['both addresses refused (Node wraps them in an AggregateError)', new AggregateError([withCode('connect ECONNREFUSED ::1:5432', 'ECONNREFUSED'), withCode('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED')], '')],
-    ['a refusal wrapped as a cause', new Error('query failed', { cause: withCode('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED') })],
-    ["the OpenFGA SDK's network error", Object.assign(new Error('FGA Error: connect ECONNREFUSED'), { name: 'FgaError' })],
+    [
+      'both addresses refused (Node wraps them in an AggregateError)',
+      new AggregateError(
+        [
+          withCode('connect ECONNREFUSED ::1:5432', 'ECONNREFUSED'),
+          withCode('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED'),
+        ],
+        '',
+      ),
+    ],
+    [
+      'a refusal wrapped as a cause',
+      new Error('query failed', { cause: withCode('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED') }),
+    ],
+    [
+      "the OpenFGA SDK's network error",
+      Object.assign(new Error('FGA Error: connect ECONNREFUSED'), { name: 'FgaError' }),
+    ],
     ['a server starting up (57P03)', withCode('the database system is starting up', '57P03')],
   ])('%s is exit 3', (_what, error) => {
     expect(explainError(error).exitCode).toBe(EXIT.unreachable);
@@ -32,7 +47,12 @@ describe('explainError', () => {
   });
 
   test('a refused discard is exit 1, its hint naming what to do with the ids refused (in-flight needs a drainer mid-claim)', () => {
-    const refused = explainError(new DiscardRefusedError('vpc.fga_register_outbox', [{ id: '3', refusal: 'in-flight' }, { id: '4', refusal: 'superseded' }]));
+    const refused = explainError(
+      new DiscardRefusedError('vpc.fga_register_outbox', [
+        { id: '3', refusal: 'in-flight' },
+        { id: '4', refusal: 'superseded' },
+      ]),
+    );
     expect(refused.exitCode).toBe(EXIT.problem);
     expect(refused.line('outbox')).toBe(
       'outbox: discard on vpc.fga_register_outbox changed nothing: not discardable: 3 in-flight, 4 superseded ' +
@@ -43,7 +63,9 @@ describe('explainError', () => {
   test('anything else is exit 1 and says it is unexpected; a CliError is kept as it is', () => {
     const unexpected = explainError(new TypeError('x is not a function'));
     expect(unexpected.exitCode).toBe(EXIT.problem);
-    expect(unexpected.line('outbox')).toBe('outbox: unexpected error: x is not a function (set OUTBOX_DEBUG=1 for the stack)');
+    expect(unexpected.line('outbox')).toBe(
+      'outbox: unexpected error: x is not a function (set OUTBOX_DEBUG=1 for the stack)',
+    );
     const own = new CliError('no row 7', 'see list', EXIT.problem);
     expect(explainError(own)).toBe(own);
   });

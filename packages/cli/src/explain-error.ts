@@ -5,9 +5,19 @@ import { CliError } from './cli-error.js';
 import { EXIT } from './exit-codes.js';
 
 /** Node's codes for a server that cannot be reached: refused, no route, no such name, too slow. */
-const NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EPIPE']);
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EPIPE',
+]);
 /** How pg words a connection that timed out or dropped (it sets no code). */
-const NETWORK_MESSAGES = /timeout expired|connection timeout|Connection terminated unexpectedly|terminating connection due to administrator command/i;
+const NETWORK_MESSAGES =
+  /timeout expired|connection timeout|Connection terminated unexpectedly|terminating connection due to administrator command/i;
 /** SQLSTATEs of a login or database the config names wrongly. */
 const LOGIN_STATES = new Set(['28P01', '28000', '3D000']);
 /** The server is starting or shutting down: as good as unreachable. */
@@ -62,10 +72,18 @@ function tableLine(error: OutboxTableError): string {
 export function explainError(error: unknown): CliError {
   if (error instanceof CliError) return error;
   if (error instanceof OutboxConfigError) return new CliError(error.message, undefined, EXIT.usage, { cause: error });
-  if (error instanceof OutboxTableError) return new CliError(tableLine(error), 'run the migrations, or point the config at the right table', EXIT.usage, { cause: error });
+  if (error instanceof OutboxTableError)
+    return new CliError(tableLine(error), 'run the migrations, or point the config at the right table', EXIT.usage, {
+      cause: error,
+    });
   if (error instanceof RetireRefusedError) {
     const refused = error.refused.map((r) => `${r.id} ${r.refusal}`).join(', ');
-    return new CliError(`retire on ${error.table} changed nothing: not superseded: ${refused}`, 'retire only what `outbox redrive` reports superseded', EXIT.problem, { cause: error });
+    return new CliError(
+      `retire on ${error.table} changed nothing: not superseded: ${refused}`,
+      'retire only what `outbox redrive` reports superseded',
+      EXIT.problem,
+      { cause: error },
+    );
   }
   if (error instanceof DiscardRefusedError) {
     const refused = error.refused.map((r) => `${r.id} ${r.refusal}`).join(', ');
@@ -75,7 +93,9 @@ export function explainError(error: unknown): CliError {
       ...(has('superseded') ? ['retire the superseded ones'] : []),
       ...(has('in-flight') ? ['retry the in-flight ones in a moment: a drainer holds their partition'] : []),
     ].join('; ');
-    return new CliError(`discard on ${error.table} changed nothing: not discardable: ${refused}`, hint, EXIT.problem, { cause: error });
+    return new CliError(`discard on ${error.table} changed nothing: not discardable: ${refused}`, hint, EXIT.problem, {
+      cause: error,
+    });
   }
   if (error instanceof RepairBudgetError) {
     return new CliError(
@@ -86,8 +106,22 @@ export function explainError(error: unknown): CliError {
     );
   }
   const state = sqlState(error);
-  if (state === SQLSTATE.UNDEFINED_TABLE) return new CliError(messageOf(error), 'run the migrations (`outbox doctor` checks the tables)', EXIT.usage, { cause: error });
-  if (state !== undefined && LOGIN_STATES.has(state)) return new CliError(`Postgres refused: ${messageOf(error)}`, 'check the database URL in the config', EXIT.usage, { cause: error });
-  if (isUnreachable(error)) return new CliError(`a server did not answer: ${networkReason(error)}`, 'is it running, and is the address right?', EXIT.unreachable, { cause: error });
-  return new CliError(`unexpected error: ${messageOf(error)}`, 'set OUTBOX_DEBUG=1 for the stack', EXIT.problem, { cause: error });
+  if (state === SQLSTATE.UNDEFINED_TABLE)
+    return new CliError(messageOf(error), 'run the migrations (`outbox doctor` checks the tables)', EXIT.usage, {
+      cause: error,
+    });
+  if (state !== undefined && LOGIN_STATES.has(state))
+    return new CliError(`Postgres refused: ${messageOf(error)}`, 'check the database URL in the config', EXIT.usage, {
+      cause: error,
+    });
+  if (isUnreachable(error))
+    return new CliError(
+      `a server did not answer: ${networkReason(error)}`,
+      'is it running, and is the address right?',
+      EXIT.unreachable,
+      { cause: error },
+    );
+  return new CliError(`unexpected error: ${messageOf(error)}`, 'set OUTBOX_DEBUG=1 for the stack', EXIT.problem, {
+    cause: error,
+  });
 }

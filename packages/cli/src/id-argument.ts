@@ -8,7 +8,8 @@ const MAX_BIGINT = 2n ** 63n - 1n;
  * else is refused as a usage error before any query runs.
  */
 export function idArgument(value: string): string {
-  if (!ID.test(value) || BigInt(value) > MAX_BIGINT) throw new InvalidArgumentError('expected an outbox row id (a positive whole number).');
+  if (!ID.test(value) || BigInt(value) > MAX_BIGINT)
+    throw new InvalidArgumentError('expected an outbox row id (a positive whole number).');
   return value;
 }
 

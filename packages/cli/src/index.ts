@@ -1,5 +1,11 @@
 export { runOutboxCli, type RunOutboxCliOptions } from './run-outbox-cli.js';
-export { defineConfig, type MigrationsCheck, type OpenFgaConfig, type OutboxCliConfig, type OutboxEntry } from './config.js';
+export {
+  defineConfig,
+  type MigrationsCheck,
+  type OpenFgaConfig,
+  type OutboxCliConfig,
+  type OutboxEntry,
+} from './config.js';
 export { OPENFGA_ENV_CONFIG } from './command-context.js';
 export { EXIT, type ExitCode } from './exit-codes.js';
 export { CliError } from './cli-error.js';

@@ -22,8 +22,17 @@ interface ListOptions extends TargetOptions {
 const ERROR_WIDTH = 60;
 
 function rowCells(outbox: string, row: ListedRow, now: Date): string[] {
-  const next = row.state === 'deliverable' || row.state === 'backing-off' ? formatRelative(new Date(row.nextAttemptAt), now) : '-';
-  return [outbox, row.id, row.partitionKey, row.state, String(row.attempts), next, row.lastError === null ? '' : cut(row.lastError, ERROR_WIDTH)];
+  const next =
+    row.state === 'deliverable' || row.state === 'backing-off' ? formatRelative(new Date(row.nextAttemptAt), now) : '-';
+  return [
+    outbox,
+    row.id,
+    row.partitionKey,
+    row.state,
+    String(row.attempts),
+    next,
+    row.lastError === null ? '' : cut(row.lastError, ERROR_WIDTH),
+  ];
 }
 
 /** `outbox list`: rows by state, key or id range. */
@@ -31,7 +40,12 @@ export function defineList(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary('rows by state, partition key or id range')
     .description('Lists outbox rows in id order, with their attempts, next attempt and last error.')
-    .addOption(new Option('--state <state>', 'only rows in this state (poisoned includes superseded; deliverable includes backing-off)').choices(STATE_FILTERS))
+    .addOption(
+      new Option(
+        '--state <state>',
+        'only rows in this state (poisoned includes superseded; deliverable includes backing-off)',
+      ).choices(STATE_FILTERS),
+    )
     .option('--key <partition-key>', 'only rows of this partition (e.g. vpc:<id>)')
     .option('--from-id <id>', 'only rows with this id or larger', idArgument)
     .option('--to-id <id>', 'only rows with this id or smaller', idArgument)
@@ -51,9 +65,21 @@ export function defineList(command: Command, ctx: CommandContext): Command {
           const now = new Date();
           const cells = output.outboxes.flatMap((o) => o.rows.map((row) => rowCells(o.name, row, now)));
           const headers = ['outbox', 'id', 'key', 'state', 'attempts', 'next-attempt', 'last-error'];
-          ctx.io.stdout.write(cells.length === 0 ? 'no rows match\n' : textTable(headers.map((header) => ({ header, align: header === 'id' || header === 'attempts' ? 'right' : 'left' })), cells));
+          ctx.io.stdout.write(
+            cells.length === 0
+              ? 'no rows match\n'
+              : textTable(
+                  headers.map((header) => ({
+                    header,
+                    align: header === 'id' || header === 'attempts' ? 'right' : 'left',
+                  })),
+                  cells,
+                ),
+          );
           for (const o of output.outboxes.filter((x) => x.more)) {
-            ctx.io.stdout.write(`${o.name}: more rows match than --limit ${options.limit} (narrow with --from-id, or raise --limit)\n`);
+            ctx.io.stdout.write(
+              `${o.name}: more rows match than --limit ${options.limit} (narrow with --from-id, or raise --limit)\n`,
+            );
           }
           return EXIT.ok;
         });

@@ -1,4 +1,10 @@
-import { CredentialsMethod, FgaApiAuthenticationError, FgaApiNotFoundError, FgaApiValidationError, OpenFgaClient } from '@openfga/sdk';
+import {
+  CredentialsMethod,
+  FgaApiAuthenticationError,
+  FgaApiNotFoundError,
+  FgaApiValidationError,
+  OpenFgaClient,
+} from '@openfga/sdk';
 import { CliError } from './cli-error.js';
 import type { CheckedConfig } from './config.js';
 import { expandEnv } from './env-refs.js';
@@ -29,15 +35,35 @@ function isHttpUrl(value: string): boolean {
 /** The config's OpenFGA connection, or a usage error saying it is missing, which variable is unset, or which field is malformed. */
 export function openFgaConnection(config: CheckedConfig, env: NodeJS.ProcessEnv, command: string): OpenFgaConnection {
   const o = config.openfga;
-  if (!o) throw new CliError(`${command} needs OpenFGA, and ${config.source} has no openfga section`, 'add openfga: { apiUrl, storeId }', EXIT.usage);
-  const value = (field: string, raw: string | undefined) => (raw === undefined ? undefined : expandEnv(`openfga.${field}`, raw, env, config.source));
+  if (!o)
+    throw new CliError(
+      `${command} needs OpenFGA, and ${config.source} has no openfga section`,
+      'add openfga: { apiUrl, storeId }',
+      EXIT.usage,
+    );
+  const value = (field: string, raw: string | undefined) =>
+    raw === undefined ? undefined : expandEnv(`openfga.${field}`, raw, env, config.source);
   const apiUrl = value('apiUrl', o.apiUrl);
   const storeId = value('storeId', o.storeId);
-  if (!apiUrl || !storeId) throw new CliError(`${config.source}: openfga.${apiUrl ? 'storeId' : 'apiUrl'} is empty`, undefined, EXIT.usage);
-  if (!isHttpUrl(apiUrl)) throw new CliError(`${config.source}: openfga.apiUrl is not an http(s) URL`, 'e.g. http://127.0.0.1:8080', EXIT.usage);
+  if (!apiUrl || !storeId)
+    throw new CliError(`${config.source}: openfga.${apiUrl ? 'storeId' : 'apiUrl'} is empty`, undefined, EXIT.usage);
+  if (!isHttpUrl(apiUrl))
+    throw new CliError(
+      `${config.source}: openfga.apiUrl is not an http(s) URL`,
+      'e.g. http://127.0.0.1:8080',
+      EXIT.usage,
+    );
   const authorizationModelId = value('authorizationModelId', o.authorizationModelId);
-  for (const [field, id, what] of [['storeId', storeId, 'store'], ['authorizationModelId', authorizationModelId, 'model']] as const) {
-    if (id && !ULID.test(id)) throw new CliError(`${config.source}: openfga.${field} is not an OpenFGA ${what} id (a 26-character ULID): ${JSON.stringify(id)}`, undefined, EXIT.usage);
+  for (const [field, id, what] of [
+    ['storeId', storeId, 'store'],
+    ['authorizationModelId', authorizationModelId, 'model'],
+  ] as const) {
+    if (id && !ULID.test(id))
+      throw new CliError(
+        `${config.source}: openfga.${field} is not an OpenFGA ${what} id (a 26-character ULID): ${JSON.stringify(id)}`,
+        undefined,
+        EXIT.usage,
+      );
   }
   const token = value('apiToken', o.apiToken);
   return {
@@ -59,27 +85,62 @@ export async function checkOpenFga(connection: OpenFgaConnection, timeoutMs = 5_
   const once = { retryParams: { maxRetry: 0 } };
   const where = `OpenFGA at ${connection.apiUrl}`;
   const bounded = <T>(work: Promise<T>) =>
-    Promise.race([work, new Promise<never>((_, reject) => setTimeout(() => reject(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })), timeoutMs).unref())]);
+    Promise.race([
+      work,
+      new Promise<never>((_, reject) =>
+        setTimeout(
+          () => reject(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })),
+          timeoutMs,
+        ).unref(),
+      ),
+    ]);
   try {
     const store = (await bounded(client.getStore(once))) as { id?: unknown } | undefined;
-    if (store?.id !== connection.storeId) throw new CliError(`${where} answered GetStore with something that is not store ${connection.storeId}`, 'is openfga.apiUrl OpenFGA\'s HTTP API?', EXIT.usage);
+    if (store?.id !== connection.storeId)
+      throw new CliError(
+        `${where} answered GetStore with something that is not store ${connection.storeId}`,
+        "is openfga.apiUrl OpenFGA's HTTP API?",
+        EXIT.usage,
+      );
     if (connection.authorizationModelId) {
       await bounded(client.readAuthorizationModel({ ...once, authorizationModelId: connection.authorizationModelId }));
       return connection.authorizationModelId;
     }
     const latest = (await bounded(client.readLatestAuthorizationModel(once))).authorization_model;
-    if (!latest) throw new CliError(`store ${connection.storeId} has no authorization model`, 'write one (pnpm migrate does, for this repo)', EXIT.usage);
+    if (!latest)
+      throw new CliError(
+        `store ${connection.storeId} has no authorization model`,
+        'write one (pnpm migrate does, for this repo)',
+        EXIT.usage,
+      );
     return latest.id;
   } catch (error) {
     if (error instanceof CliError) throw error;
-    if (error instanceof FgaApiNotFoundError) throw new CliError(`${where} has no store ${connection.storeId}`, 'check openfga.storeId', EXIT.usage, { cause: error });
+    if (error instanceof FgaApiNotFoundError)
+      throw new CliError(`${where} has no store ${connection.storeId}`, 'check openfga.storeId', EXIT.usage, {
+        cause: error,
+      });
     if (error instanceof FgaApiValidationError && error.apiErrorCode === 'authorization_model_not_found') {
-      throw new CliError(`store ${connection.storeId} has no authorization model ${connection.authorizationModelId ?? ''}`, 'check openfga.authorizationModelId', EXIT.usage, { cause: error });
+      throw new CliError(
+        `store ${connection.storeId} has no authorization model ${connection.authorizationModelId ?? ''}`,
+        'check openfga.authorizationModelId',
+        EXIT.usage,
+        { cause: error },
+      );
     }
-    if (error instanceof FgaApiAuthenticationError || [401, 403].includes((error as { statusCode?: number }).statusCode ?? 0)) {
+    if (
+      error instanceof FgaApiAuthenticationError ||
+      [401, 403].includes((error as { statusCode?: number }).statusCode ?? 0)
+    ) {
       throw new CliError(`${where} refused the credentials`, 'check openfga.apiToken', EXIT.usage, { cause: error });
     }
-    if (isUnreachable(error)) throw new CliError(`${where} did not answer: ${networkReason(error)}`, 'is it running, and is openfga.apiUrl right?', EXIT.unreachable, { cause: error });
+    if (isUnreachable(error))
+      throw new CliError(
+        `${where} did not answer: ${networkReason(error)}`,
+        'is it running, and is openfga.apiUrl right?',
+        EXIT.unreachable,
+        { cause: error },
+      );
     throw error;
   }
 }

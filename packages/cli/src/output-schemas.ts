@@ -74,7 +74,10 @@ export const ListedRow = Type.Object(
 export const ListOutput = Type.Object(
   {
     outboxes: Type.Array(
-      Type.Object({ name: Type.String(), table: Type.String(), rows: Type.Array(ListedRow), more: Type.Boolean() }, strict),
+      Type.Object(
+        { name: Type.String(), table: Type.String(), rows: Type.Array(ListedRow), more: Type.Boolean() },
+        strict,
+      ),
     ),
   },
   strict,
@@ -119,16 +122,34 @@ export const DrainOutput = Type.Object({ ok: Type.Boolean(), outboxes: Type.Arra
 export type DrainOutput = Static<typeof DrainOutput>;
 export type DrainOutbox = Static<typeof DrainOutbox>;
 
-const Intent = Type.Object({ id: Id, partitionKey: Type.String(), lastError: Nullable(Type.String()), poisonCause: PoisonCause, poisonCode: Nullable(Type.String()) }, strict);
+const Intent = Type.Object(
+  {
+    id: Id,
+    partitionKey: Type.String(),
+    lastError: Nullable(Type.String()),
+    poisonCause: PoisonCause,
+    poisonCode: Nullable(Type.String()),
+  },
+  strict,
+);
 export type IntentOutput = Static<typeof Intent>;
 
 /** A reconciler's intent as the JSON prints it: every field present, null where the row has none. */
 export function intentOutput(intent: RedrivenIntent): IntentOutput {
-  return { id: intent.id, partitionKey: intent.partitionKey, lastError: intent.lastError, poisonCause: intent.poisonCause ?? null, poisonCode: intent.poisonCode ?? null };
+  return {
+    id: intent.id,
+    partitionKey: intent.partitionKey,
+    lastError: intent.lastError,
+    poisonCause: intent.poisonCause ?? null,
+    poisonCode: intent.poisonCode ?? null,
+  };
 }
 
 /** A refused intent a redrive left poisoned: asked to retry (`requested`), it is revived once `reviveAfter` has passed. */
-const WaitingIntent = Type.Object({ ...Intent.properties, requested: Type.Boolean(), reviveAfter: Nullable(Timestamp) }, strict);
+const WaitingIntent = Type.Object(
+  { ...Intent.properties, requested: Type.Boolean(), reviveAfter: Nullable(Timestamp) },
+  strict,
+);
 export type WaitingOutput = Static<typeof WaitingIntent>;
 export const RedriveOutput = Type.Object(
   {
@@ -197,11 +218,16 @@ const TupleKey = Type.Object(
     user: Type.String(),
     relation: Type.String(),
     object: Type.String(),
-    condition: Type.Optional(Type.Object({ name: Type.String(), context: Type.Optional(Type.Record(Type.String(), Type.Unknown())) }, strict)),
+    condition: Type.Optional(
+      Type.Object({ name: Type.String(), context: Type.Optional(Type.Record(Type.String(), Type.Unknown())) }, strict),
+    ),
   },
   strict,
 );
-const PartitionSample = Type.Object({ partitionKey: Type.String(), object: Type.String(), tuples: Type.Array(TupleKey), tupleCount: Count }, strict);
+const PartitionSample = Type.Object(
+  { partitionKey: Type.String(), object: Type.String(), tuples: Type.Array(TupleKey), tupleCount: Count },
+  strict,
+);
 const DriftKind = Type.Object({ partitions: Count, tuples: Count, sample: Type.Array(PartitionSample) }, strict);
 const Reads = Type.Object({ tuplePages: Count, partitionReads: Count, changePages: Count }, strict);
 export const AuditOutbox = Type.Object(
@@ -222,7 +248,17 @@ export const AuditOutbox = Type.Object(
         objects: Count,
         partitions: Count,
         tuples: Count,
-        sample: Type.Array(Type.Object({ object: Type.String(), partitionKeys: Type.Array(Type.String()), tuples: Type.Array(TupleKey), tupleCount: Count }, strict)),
+        sample: Type.Array(
+          Type.Object(
+            {
+              object: Type.String(),
+              partitionKeys: Type.Array(Type.String()),
+              tuples: Type.Array(TupleKey),
+              tupleCount: Count,
+            },
+            strict,
+          ),
+        ),
       },
       strict,
     ),
@@ -235,7 +271,10 @@ export const AuditOutbox = Type.Object(
 export const AuditOutput = Type.Object({ drifted: Count, outboxes: Type.Array(AuditOutbox) }, strict);
 export type AuditOutput = Static<typeof AuditOutput>;
 
-const Correction = Type.Object({ partitionKey: Type.String(), writes: Type.Array(TupleKey), deletes: Type.Array(TupleKey) }, strict);
+const Correction = Type.Object(
+  { partitionKey: Type.String(), writes: Type.Array(TupleKey), deletes: Type.Array(TupleKey) },
+  strict,
+);
 export const RepairOutbox = Type.Object(
   {
     name: Type.String(),

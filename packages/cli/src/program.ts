@@ -32,7 +32,11 @@ export type CommandName = keyof typeof COMMANDS;
 
 /** The `outbox` program with all its commands. */
 export function outboxProgram(ctx: CommandContext): Command {
-  const program = createCommandLine(ctx.name, 'Operates @outbox tables: see the backlog, steer it, check agreement with OpenFGA. Exit codes: 0 ok, 1 problem found, 2 usage or configuration, 3 server unreachable.', ctx.io);
+  const program = createCommandLine(
+    ctx.name,
+    'Operates @outbox tables: see the backlog, steer it, check agreement with OpenFGA. Exit codes: 0 ok, 1 problem found, 2 usage or configuration, 3 server unreachable.',
+    ctx.io,
+  );
   for (const [name, define] of Object.entries(COMMANDS)) define(program.command(name), ctx);
   return program;
 }

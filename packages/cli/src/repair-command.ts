@@ -2,7 +2,14 @@ import { repairOutbox } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { tupleText } from './audit-command.js';
 import { eachOwnedTarget } from './audit-reader.js';
-import { addTargetOptions, collect, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
+import {
+  addTargetOptions,
+  collect,
+  onTargets,
+  printJson,
+  type CommandContext,
+  type TargetOptions,
+} from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { RepairOutput } from './output-schemas.js';
@@ -31,38 +38,54 @@ function repairText(r: RepairOutbox): string {
   return `${lines.join('\n')}\n`;
 }
 
-
 /** `outbox repair`: plans (default) or enqueues the corrections an audit finds. */
 export function defineRepair(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary('correct drift through the outbox (dry run unless --apply)')
     .description(
       'Repairs drift by enqueuing correcting intents into the owning outbox (never writing to OpenFGA itself), decided under the ' +
-        'partitions\' locks. A dry run by default: exit 1 while corrections are planned. --apply enqueues them; more deletes than ' +
+        "partitions' locks. A dry run by default: exit 1 while corrections are planned. --apply enqueues them; more deletes than " +
         '--max-deletes refuses the run (exit 1) before anything is enqueued.',
     )
     .option('--apply', 'enqueue the corrections (default: a dry run)')
     .option('--max-deletes <n>', 'most tuple deletes one run may enqueue', integerArgument(0, 1_000_000), 100)
-    .option('--partition <key>', 'repair only this partition; repeatable (default: audit the whole outbox first)', collect)
+    .option(
+      '--partition <key>',
+      'repair only this partition; repeatable (default: audit the whole outbox first)',
+      collect,
+    )
     .option('--sample <n>', 'corrections listed per outbox', integerArgument(0, 1_000), 20)
     .action(
       exitWith(ctx.box, async (options: RepairOptions): Promise<ExitCode> => {
         return onTargets(options, ctx, async (targets, config) => {
-          const outboxes = await eachOwnedTarget(targets, config, ctx, 'repair', options.json, async (target, owner, reader) => {
-            const { outbox, ...rest } = await repairOutbox({
-              db: target.db,
-              spec: target.spec,
-              owner,
-              reader,
-              dryRun: !options.apply,
-              maxDeletes: options.maxDeletes,
-              sampleSize: options.sample,
-              ...(options.partition ? { partitionKeys: options.partition } : {}),
-            });
-            const r = { name: target.name, table: outbox, ...rest, enqueued: [...rest.enqueued], sample: [...rest.sample] } as RepairOutbox;
-            if (!options.json) ctx.io.stdout.write(repairText(r));
-            return r;
-          });
+          const outboxes = await eachOwnedTarget(
+            targets,
+            config,
+            ctx,
+            'repair',
+            options.json,
+            async (target, owner, reader) => {
+              const { outbox, ...rest } = await repairOutbox({
+                db: target.db,
+                spec: target.spec,
+                owner,
+                reader,
+                dryRun: !options.apply,
+                maxDeletes: options.maxDeletes,
+                sampleSize: options.sample,
+                ...(options.partition ? { partitionKeys: options.partition } : {}),
+              });
+              const r = {
+                name: target.name,
+                table: outbox,
+                ...rest,
+                enqueued: [...rest.enqueued],
+                sample: [...rest.sample],
+              } as RepairOutbox;
+              if (!options.json) ctx.io.stdout.write(repairText(r));
+              return r;
+            },
+          );
           const output: RepairOutput = { dryRun: !options.apply, outboxes };
           if (options.json) printJson(ctx.io, output);
           const planned = output.outboxes.some((r) => !r.withinBudget || (r.dryRun && r.partitions > 0));

@@ -4,7 +4,16 @@ import { sql, type RawBuilder } from 'kysely';
 import type { RowState } from './output-schemas.js';
 
 /** What `list --state` takes: a row state, or `pending` (every row not delivered and not closed). */
-export const STATE_FILTERS = ['pending', 'deliverable', 'backing-off', 'poisoned', 'superseded', 'delivered', 'retired', 'discarded'] as const;
+export const STATE_FILTERS = [
+  'pending',
+  'deliverable',
+  'backing-off',
+  'poisoned',
+  'superseded',
+  'delivered',
+  'retired',
+  'discarded',
+] as const;
 export type StateFilter = (typeof STATE_FILTERS)[number];
 
 /** The `maxAttempts` rows are counted with, as the drainers and `outboxStats` count (docs/design.md §4). */

@@ -69,7 +69,15 @@ export async function listRows(target: Target, filter: RowFilter): Promise<{ row
 /** One row in full, or undefined when no row has that id. */
 export async function showRow(target: Target, id: string) {
   const n = tableNames(target.spec);
-  const result = await sql<RowRecord & { payload: unknown; retired_reason: string | null; is_head: boolean; superseded_by: string | null; max_attempts: number }>`
+  const result = await sql<
+    RowRecord & {
+      payload: unknown;
+      retired_reason: string | null;
+      is_head: boolean;
+      superseded_by: string | null;
+      max_attempts: number;
+    }
+  >`
     select ${rowColumns(target.spec)}, t.payload, t.retired_reason, t.is_head, ${countedMax(target.spec)} as max_attempts,
       case when ${stateFilterSql(target.spec, 'superseded')} then ${supersededBySql(target.spec)} end as superseded_by
     from ${sql.raw(n.table)} t where t.id = ${id}::bigint`.execute(target.db);
@@ -89,6 +97,8 @@ export async function showRow(target: Target, id: string) {
 export async function rowsById(target: Target, ids: readonly string[]): Promise<ListedRow[]> {
   const n = tableNames(target.spec);
   const result = await sql<RowRecord>`
-    select ${rowColumns(target.spec)} from ${sql.raw(n.table)} t where t.id = any(${[...ids]}::bigint[]) order by t.id`.execute(target.db);
+    select ${rowColumns(target.spec)} from ${sql.raw(n.table)} t where t.id = any(${[...ids]}::bigint[]) order by t.id`.execute(
+    target.db,
+  );
   return result.rows.map(listed);
 }

@@ -41,7 +41,9 @@ export async function runOutboxCli(argv: readonly string[], options: RunOutboxCl
   const name = options.name ?? 'outbox';
   let fixedConfig: CheckedConfig | undefined;
   try {
-    fixedConfig = options.config ? checkConfig(options.config, options.configSource ?? name, { codeConfig: true }) : undefined;
+    fixedConfig = options.config
+      ? checkConfig(options.config, options.configSource ?? name, { codeConfig: true })
+      : undefined;
   } catch (error) {
     io.stderr.write(`${explainError(error).line(name)}\n`);
     return EXIT.usage;

@@ -15,7 +15,8 @@ interface ShowOptions extends TargetOptions {
 /** The state line: the state, and for a poisoned row why, for a superseded one what to do. */
 function stateText(row: ShowOutput): string {
   if (row.supersededBy) return `${row.state} by #${row.supersededBy} (delivered): retire it, never revive it`;
-  if (row.state === 'poisoned') return `poisoned (${row.poisonCause ?? 'exhausted'}${row.poisonCode ? `: ${row.poisonCode}` : ''})`;
+  if (row.state === 'poisoned')
+    return `poisoned (${row.poisonCause ?? 'exhausted'}${row.poisonCode ? `: ${row.poisonCode}` : ''})`;
   if (row.state === 'discarded') return 'discarded: its tuples were never written';
   return row.state;
 }
@@ -43,19 +44,31 @@ function showText(row: ShowOutput): string {
 export function defineShow(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary('one row in full')
-    .description('Shows one outbox row in full: its state, payload and, for a superseded row, the delivered successor that supersedes it.')
+    .description(
+      'Shows one outbox row in full: its state, payload and, for a superseded row, the delivered successor that supersedes it.',
+    )
     .argument('<id>', 'the row id', idArgument)
     .action(
       exitWith(ctx.box, async (id: string, options: ShowOptions): Promise<ExitCode> => {
-        return onTargets(options, ctx, async ([target]) => {
-          if (!target) throw new Error('no outbox selected');
-          const row = await showRow(target, id);
-          if (!row) throw new CliError(`${target.spec.table} has no row ${id}`, `see \`${ctx.name} list --outbox ${target.name}\``, EXIT.problem);
-          const output: ShowOutput = { outbox: target.name, table: target.spec.table, ...row };
-          if (options.json) printJson(ctx.io, output);
-          else ctx.io.stdout.write(showText(output));
-          return EXIT.ok;
-        }, (config) => onlyOutbox(config, options.outbox, 'show'));
+        return onTargets(
+          options,
+          ctx,
+          async ([target]) => {
+            if (!target) throw new Error('no outbox selected');
+            const row = await showRow(target, id);
+            if (!row)
+              throw new CliError(
+                `${target.spec.table} has no row ${id}`,
+                `see \`${ctx.name} list --outbox ${target.name}\``,
+                EXIT.problem,
+              );
+            const output: ShowOutput = { outbox: target.name, table: target.spec.table, ...row };
+            if (options.json) printJson(ctx.io, output);
+            else ctx.io.stdout.write(showText(output));
+            return EXIT.ok;
+          },
+          (config) => onlyOutbox(config, options.outbox, 'show'),
+        );
       }),
     );
   return command;

@@ -15,7 +15,8 @@ interface StatusOptions extends TargetOptions {
 }
 
 /** A count with the part of it an operator must look at: `3`, or `3 (2 refused)`. */
-const withPart = (total: number, part: number, label: string) => (part > 0 ? `${total} (${part} ${label})` : String(total));
+const withPart = (total: number, part: number, label: string) =>
+  part > 0 ? `${total} (${part} ${label})` : String(total);
 
 /**
  * The human table's columns, in order: one line per column, from the row the JSON prints. Within
@@ -30,8 +31,16 @@ const STATUS_COLUMNS: readonly (TextColumn & { readonly cell: (s: StatusOutbox, 
   { header: 'poisoned', align: 'right', cell: (s) => withPart(s.poisoned, s.poisonedByCause.refused, 'refused') },
   { header: 'superseded', align: 'right', cell: (s) => String(s.superseded) },
   { header: 'closed', align: 'right', cell: (s) => withPart(s.retired + s.discarded, s.discarded, 'discarded') },
-  { header: 'oldest', align: 'right', cell: (s) => (s.oldestPendingAgeSeconds === null ? '-' : formatDuration(s.oldestPendingAgeSeconds)) },
-  { header: 'last-delivery', align: 'right', cell: (s, now) => (s.lastDeliveryAt === null ? 'never' : formatRelative(new Date(s.lastDeliveryAt), now)) },
+  {
+    header: 'oldest',
+    align: 'right',
+    cell: (s) => (s.oldestPendingAgeSeconds === null ? '-' : formatDuration(s.oldestPendingAgeSeconds)),
+  },
+  {
+    header: 'last-delivery',
+    align: 'right',
+    cell: (s, now) => (s.lastDeliveryAt === null ? 'never' : formatRelative(new Date(s.lastDeliveryAt), now)),
+  },
 ];
 
 /**
@@ -41,7 +50,10 @@ const STATUS_COLUMNS: readonly (TextColumn & { readonly cell: (s: StatusOutbox, 
  * process.stdout.write(statusTable(await Promise.all(targets.map(outboxStatus)), new Date()));
  */
 export function statusTable(outboxes: readonly StatusOutbox[], now: Date): string {
-  return textTable(STATUS_COLUMNS, outboxes.map((s) => STATUS_COLUMNS.map((c) => c.cell(s, now))));
+  return textTable(
+    STATUS_COLUMNS,
+    outboxes.map((s) => STATUS_COLUMNS.map((c) => c.cell(s, now))),
+  );
 }
 
 const DEFAULT_WATCH_SECONDS = 2;
@@ -58,13 +70,23 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
 export function defineStatus(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary('counts by state, oldest pending age, last delivery')
-    .description('Counts each outbox\'s rows by state (docs/design.md §2), with the oldest pending row\'s age and the last delivery.')
+    .description(
+      "Counts each outbox's rows by state (docs/design.md §2), with the oldest pending row's age and the last delivery.",
+    )
     .option('--check', 'exit 1 when any row is poisoned (for cron and alerts)')
-    .option('--watch [seconds]', `redraw every few seconds (default ${DEFAULT_WATCH_SECONDS}) until Ctrl-C`, integerArgument(1, 3_600))
+    .option(
+      '--watch [seconds]',
+      `redraw every few seconds (default ${DEFAULT_WATCH_SECONDS}) until Ctrl-C`,
+      integerArgument(1, 3_600),
+    )
     .action(
       exitWith(ctx.box, async (options: StatusOptions): Promise<ExitCode> => {
         if (options.watch !== undefined && (options.json || options.check)) {
-          throw new CliError('--watch redraws a table: it does not go with --json or --check', 'poll `status --json` or `status --check` instead', EXIT.usage);
+          throw new CliError(
+            '--watch redraws a table: it does not go with --json or --check',
+            'poll `status --json` or `status --check` instead',
+            EXIT.usage,
+          );
         }
         return onTargets(options, ctx, async (targets) => {
           const read = async () => {
@@ -83,7 +105,9 @@ export function defineStatus(command: Command, ctx: CommandContext): Command {
                 const outboxes = await read();
                 const now = new Date();
                 if (ctx.io.stdout.isTTY) ctx.io.stdout.write('\x1b[H\x1b[2J');
-                ctx.io.stdout.write(`${now.toISOString()}  every ${seconds}s, Ctrl-C to stop\n${statusTable(outboxes, now)}\n`);
+                ctx.io.stdout.write(
+                  `${now.toISOString()}  every ${seconds}s, Ctrl-C to stop\n${statusTable(outboxes, now)}\n`,
+                );
                 await pause(seconds * 1_000, stop.signal);
               }
             } finally {
@@ -98,9 +122,15 @@ export function defineStatus(command: Command, ctx: CommandContext): Command {
           else ctx.io.stdout.write(statusTable(outboxes, now));
           const poisoned = outboxes.filter((s) => s.poisoned > 0);
           if (!options.check || poisoned.length === 0) return EXIT.ok;
-          const where = poisoned.map((s) => `${s.name} ${withPart(s.poisoned, s.poisonedByCause.refused, 'refused')}`).join(', ');
-          const refused = poisoned.some((s) => s.poisonedByCause.refused > 0) ? ', with --refused once the cause of the refusals is fixed' : '';
-          ctx.io.stderr.write(`${ctx.name}: poisoned rows: ${where} (see \`${ctx.name} list --state poisoned\`, then \`${ctx.name} redrive\`${refused})\n`);
+          const where = poisoned
+            .map((s) => `${s.name} ${withPart(s.poisoned, s.poisonedByCause.refused, 'refused')}`)
+            .join(', ');
+          const refused = poisoned.some((s) => s.poisonedByCause.refused > 0)
+            ? ', with --refused once the cause of the refusals is fixed'
+            : '';
+          ctx.io.stderr.write(
+            `${ctx.name}: poisoned rows: ${where} (see \`${ctx.name} list --state poisoned\`, then \`${ctx.name} redrive\`${refused})\n`,
+          );
           return EXIT.problem;
         });
       }),

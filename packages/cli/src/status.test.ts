@@ -7,7 +7,16 @@ import { jsonOf, runCli } from './testing/run-outbox.js';
 // status, list and show on one scripted backlog (a row in every state, both poison causes), through the bin.
 const t = useTestDatabase();
 let backlog: Backlog;
-const target = () => ['--database-url', t.url, '--table', backlog.spec.table, '--partition-column', 'resource_id', '--max-attempts', '3'];
+const target = () => [
+  '--database-url',
+  t.url,
+  '--table',
+  backlog.spec.table,
+  '--partition-column',
+  'resource_id',
+  '--max-attempts',
+  '3',
+];
 
 beforeAll(async () => {
   backlog = await scriptedBacklog(t.db);
@@ -43,9 +52,21 @@ describe('status', () => {
     const run = await runCli(['status', ...target()]);
     expect(run.code, run.stderr).toBe(0);
     const [header, row] = run.stdout.trimEnd().split('\n');
-    expect(header?.split(/\s+/)).toEqual(['outbox', 'pending', 'deliverable', 'backing-off', 'poisoned', 'superseded', 'closed', 'oldest', 'last-delivery']);
+    expect(header?.split(/\s+/)).toEqual([
+      'outbox',
+      'pending',
+      'deliverable',
+      'backing-off',
+      'poisoned',
+      'superseded',
+      'closed',
+      'oldest',
+      'last-delivery',
+    ]);
     // poisoned names its refused part, closed (retired + discarded) its discarded part.
-    expect(row).toMatch(new RegExp(`^${backlog.spec.table} +5 +2 +1 +3 \\(1 refused\\) +1 +2 \\(1 discarded\\) +\\d+s +\\d+s ago$`));
+    expect(row).toMatch(
+      new RegExp(`^${backlog.spec.table} +5 +2 +1 +3 \\(1 refused\\) +1 +2 \\(1 discarded\\) +\\d+s +\\d+s ago$`),
+    );
     expect(header?.length).toBe(row?.length);
   });
 
@@ -60,12 +81,15 @@ describe('status', () => {
   test('--watch redraws until SIGINT, then exits 0', async () => {
     const { spawn } = await import('node:child_process');
     const { OUTBOX_BIN, TSX_LOADER } = await import('./testing/run-outbox.js');
-    const child = spawn(process.execPath, ['--import', TSX_LOADER, OUTBOX_BIN, 'status', '--watch', '1', ...target()], { env: { PATH: process.env.PATH ?? '' } });
+    const child = spawn(process.execPath, ['--import', TSX_LOADER, OUTBOX_BIN, 'status', '--watch', '1', ...target()], {
+      env: { PATH: process.env.PATH ?? '' },
+    });
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
     const deadline = Date.now() + 30_000;
-    while ((out.match(/every 1s/g) ?? []).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    while ((out.match(/every 1s/g) ?? []).length < 2 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 100));
     child.kill('SIGINT');
     expect(await exited).toBe(0);
     expect((out.match(/^outbox\s+pending/gm) ?? []).length).toBeGreaterThanOrEqual(2);
@@ -84,18 +108,43 @@ describe('list', () => {
     expect(run.code, run.stderr).toBe(0);
     const doc = jsonOf(run);
     assertOutputSchema('list', doc);
-    const { rows, more } = (doc as { outboxes: { rows: { id: string; state: string; attempts: number; lastError: string | null; partitionKey: string }[]; more: boolean }[] }).outboxes[0]!;
+    const { rows, more } = (
+      doc as {
+        outboxes: {
+          rows: { id: string; state: string; attempts: number; lastError: string | null; partitionKey: string }[];
+          more: boolean;
+        }[];
+      }
+    ).outboxes[0]!;
     expect(more).toBe(false);
     const byId = new Map(rows.map((r) => [r.id, r]));
-    expect(byId.get(backlog.delivered)).toMatchObject({ state: 'delivered', partitionKey: 'vpc:a', attempts: 0, lastError: null });
+    expect(byId.get(backlog.delivered)).toMatchObject({
+      state: 'delivered',
+      partitionKey: 'vpc:a',
+      attempts: 0,
+      lastError: null,
+    });
     expect(byId.get(backlog.superseded)).toMatchObject({ state: 'superseded', partitionKey: 'vpc:b', attempts: 3 });
     expect(byId.get(backlog.supersededBy)).toMatchObject({ state: 'delivered', partitionKey: 'vpc:b' });
-    expect(byId.get(backlog.poisoned)).toMatchObject({ state: 'poisoned', attempts: 3, lastError: expect.stringMatching(/x{120} end$/) });
-    expect(byId.get(backlog.backingOff)).toMatchObject({ state: 'backing-off', attempts: 1, lastError: 'OpenFGA 503: busy' });
+    expect(byId.get(backlog.poisoned)).toMatchObject({
+      state: 'poisoned',
+      attempts: 3,
+      lastError: expect.stringMatching(/x{120} end$/),
+    });
+    expect(byId.get(backlog.backingOff)).toMatchObject({
+      state: 'backing-off',
+      attempts: 1,
+      lastError: 'OpenFGA 503: busy',
+    });
     expect(byId.get(backlog.deliverable)).toMatchObject({ state: 'deliverable', attempts: 0 });
     expect(byId.get(backlog.retired)).toMatchObject({ state: 'retired' });
     expect(byId.get(backlog.poisoned)).toMatchObject({ poisonCause: 'exhausted', poisonCode: null });
-    expect(byId.get(backlog.refused)).toMatchObject({ state: 'poisoned', poisonCause: 'refused', poisonCode: 'validation_error', lastError: REFUSED_ERROR });
+    expect(byId.get(backlog.refused)).toMatchObject({
+      state: 'poisoned',
+      poisonCause: 'refused',
+      poisonCode: 'validation_error',
+      lastError: REFUSED_ERROR,
+    });
     expect(byId.get(backlog.discarded)).toMatchObject({ state: 'discarded', partitionKey: 'vpc:h' });
     expect(rows.map((r) => BigInt(r.id))).toEqual([...rows.map((r) => BigInt(r.id))].sort((a, b) => (a < b ? -1 : 1)));
   });
@@ -110,7 +159,13 @@ describe('list', () => {
     expect(await ids('superseded')).toEqual([backlog.superseded]);
     expect(await ids('deliverable')).toEqual([backlog.backingOff, backlog.deliverable]);
     expect(await ids('backing-off')).toEqual([backlog.backingOff]);
-    expect(await ids('pending')).toEqual([backlog.superseded, backlog.poisoned, backlog.backingOff, backlog.deliverable, backlog.refused]);
+    expect(await ids('pending')).toEqual([
+      backlog.superseded,
+      backlog.poisoned,
+      backlog.backingOff,
+      backlog.deliverable,
+      backlog.refused,
+    ]);
     expect(await ids('retired')).toEqual([backlog.retired]);
     expect(await ids('discarded')).toEqual([backlog.discarded]);
   });
@@ -120,21 +175,40 @@ describe('list', () => {
     expect(byKey.code, byKey.stderr).toBe(0);
     const lines = byKey.stdout.trimEnd().split('\n');
     expect(lines).toHaveLength(3);
-    expect(lines[1]).toMatch(new RegExp(`^\\S+\\s+${backlog.superseded}\\s+vpc:b\\s+superseded\\s+3\\s+-\\s+OpenFGA unreachable`));
+    expect(lines[1]).toMatch(
+      new RegExp(`^\\S+\\s+${backlog.superseded}\\s+vpc:b\\s+superseded\\s+3\\s+-\\s+OpenFGA unreachable`),
+    );
     expect(lines[2]).toMatch(new RegExp(`\\s${backlog.supersededBy}\\s+vpc:b\\s+delivered\\s`));
 
-    const range = await runCli(['list', '--json', '--from-id', backlog.poisoned, '--to-id', backlog.backingOff, ...target()]);
-    expect((jsonOf(range) as { outboxes: { rows: { id: string }[] }[] }).outboxes[0]!.rows.map((r) => r.id)).toEqual([backlog.poisoned, backlog.backingOff]);
+    const range = await runCli([
+      'list',
+      '--json',
+      '--from-id',
+      backlog.poisoned,
+      '--to-id',
+      backlog.backingOff,
+      ...target(),
+    ]);
+    expect((jsonOf(range) as { outboxes: { rows: { id: string }[] }[] }).outboxes[0]!.rows.map((r) => r.id)).toEqual([
+      backlog.poisoned,
+      backlog.backingOff,
+    ]);
 
     const limited = await runCli(['list', '--limit', '2', ...target()]);
     expect(limited.stdout).toContain('more rows match than --limit 2');
-    const poisonedLine = (await runCli(['list', '--state', 'poisoned', ...target()])).stdout.split('\n').find((l) => l.includes('vpc:c'));
+    const poisonedLine = (await runCli(['list', '--state', 'poisoned', ...target()])).stdout
+      .split('\n')
+      .find((l) => l.includes('vpc:c'));
     expect(poisonedLine).toMatch(/…$/);
     expect(poisonedLine).not.toContain(' end');
   });
 
   test('a bad --state or id is usage (exit 2), one line', async () => {
-    for (const args of [['--state', 'stuck'], ['--from-id', 'x1'], ['--limit', '0']]) {
+    for (const args of [
+      ['--state', 'stuck'],
+      ['--from-id', 'x1'],
+      ['--limit', '0'],
+    ]) {
       const run = await runCli(['list', ...args, ...target()]);
       expect(run.code, args.join(' ')).toBe(2);
       expect(run.stderr.trimEnd().split('\n'), run.stderr).toHaveLength(1);
@@ -157,7 +231,12 @@ describe('show', () => {
       attempts: 3,
       maxAttempts: 3,
       isHead: false,
-      payload: { writes: [{ user: 'project:p1', relation: 'project', object: 'vpc:b' }, { user: 'user:alice', relation: 'owner', object: 'vpc:b' }] },
+      payload: {
+        writes: [
+          { user: 'project:p1', relation: 'project', object: 'vpc:b' },
+          { user: 'user:alice', relation: 'owner', object: 'vpc:b' },
+        ],
+      },
     });
     const text = await runCli(['show', backlog.superseded, ...target()]);
     expect(text.stdout).toContain(`superseded by #${backlog.supersededBy} (delivered)`);
@@ -165,8 +244,14 @@ describe('show', () => {
   });
 
   test('a poisoned row without successor is not superseded; a retired row shows its reason', async () => {
-    expect(jsonOf(await runCli(['show', backlog.poisoned, '--json', ...target()]))).toMatchObject({ state: 'poisoned', supersededBy: null });
-    expect(jsonOf(await runCli(['show', backlog.retired, '--json', ...target()]))).toMatchObject({ state: 'retired', retiredReason: 'deregistered during the outage' });
+    expect(jsonOf(await runCli(['show', backlog.poisoned, '--json', ...target()]))).toMatchObject({
+      state: 'poisoned',
+      supersededBy: null,
+    });
+    expect(jsonOf(await runCli(['show', backlog.retired, '--json', ...target()]))).toMatchObject({
+      state: 'retired',
+      retiredReason: 'deregistered during the outage',
+    });
   });
 
   test('a refused row says why it is poisoned; a discarded row that its tuples were never written', async () => {
@@ -175,12 +260,17 @@ describe('show', () => {
     const discarded = await runCli(['show', backlog.discarded, ...target()]);
     expect(discarded.stdout).toMatch(/^state +discarded: its tuples were never written$/m);
     expect(discarded.stdout).toMatch(/^closed +\S+Z: project deleted; the grant is not wanted$/m);
-    expect(jsonOf(await runCli(['show', backlog.discarded, '--json', ...target()]))).toMatchObject({ state: 'discarded', retiredReason: 'project deleted; the grant is not wanted' });
+    expect(jsonOf(await runCli(['show', backlog.discarded, '--json', ...target()]))).toMatchObject({
+      state: 'discarded',
+      retiredReason: 'project deleted; the grant is not wanted',
+    });
   });
 
   test('an id with no row is exit 1, one line', async () => {
     const run = await runCli(['show', '999999', ...target()]);
     expect(run.code).toBe(1);
-    expect(run.stderr).toBe(`outbox: ${backlog.spec.table} has no row 999999 (see \`outbox list --outbox ${backlog.spec.table}\`)\n`);
+    expect(run.stderr).toBe(
+      `outbox: ${backlog.spec.table} has no row 999999 (see \`outbox list --outbox ${backlog.spec.table}\`)\n`,
+    );
   });
 });

@@ -27,7 +27,8 @@ export function selectOutboxes(config: CheckedConfig, names: readonly string[] |
   if (!names || names.length === 0) return config.outboxes;
   const have = config.outboxes.map((o) => o.name);
   const unknown = names.find((name) => !have.includes(name));
-  if (unknown !== undefined) throw new CliError(`no outbox named "${unknown}" in ${config.source}`, `have: ${have.join(', ')}`, EXIT.usage);
+  if (unknown !== undefined)
+    throw new CliError(`no outbox named "${unknown}" in ${config.source}`, `have: ${have.join(', ')}`, EXIT.usage);
   return config.outboxes.filter((o) => names.includes(o.name));
 }
 
@@ -53,7 +54,12 @@ export async function withTargets<T>(
       const field = outbox.databaseUrlField;
       const url = expandEnv(field, outbox.databaseUrl as string, env, config.source);
       if (url === undefined) throw new CliError(`${config.source}: ${field} is empty`, undefined, EXIT.usage);
-      if (!/^postgres(ql)?:\/\//.test(url)) throw new CliError(`${config.source}: ${field} is not a postgres:// URL: ${maskUrl(url)}`, undefined, EXIT.usage);
+      if (!/^postgres(ql)?:\/\//.test(url))
+        throw new CliError(
+          `${config.source}: ${field} is not a postgres:// URL: ${maskUrl(url)}`,
+          undefined,
+          EXIT.usage,
+        );
       let db = pools.get(url);
       if (!db) {
         const pool = new pg.Pool({ connectionString: url, max: 3, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
@@ -61,13 +67,24 @@ export async function withTargets<T>(
         db = new Kysely({ dialect: new PostgresDialect({ pool }) });
         pools.set(url, db);
         await sql`select 1`.execute(db).catch((error: unknown) => {
-          if (isUnreachable(error)) throw new CliError(`Postgres at ${maskUrl(url)} did not answer: ${networkReason(error)}`, 'is it running, and is the URL right?', EXIT.unreachable, { cause: error });
+          if (isUnreachable(error))
+            throw new CliError(
+              `Postgres at ${maskUrl(url)} did not answer: ${networkReason(error)}`,
+              'is it running, and is the URL right?',
+              EXIT.unreachable,
+              { cause: error },
+            );
           const explained = explainError(error);
-          throw new CliError(`Postgres at ${maskUrl(url)}: ${explained.message}`, explained.hint, explained.exitCode, { cause: error });
+          throw new CliError(`Postgres at ${maskUrl(url)}: ${explained.message}`, explained.hint, explained.exitCode, {
+            cause: error,
+          });
         });
       }
       const recorded = outbox.maxAttemptsFromTable ? await recordedMaxAttempts(db, outbox.spec) : undefined;
-      const spec = recorded === undefined || recorded === outbox.spec.maxAttempts ? outbox.spec : defineOutbox({ ...outbox.spec, maxAttempts: recorded });
+      const spec =
+        recorded === undefined || recorded === outbox.spec.maxAttempts
+          ? outbox.spec
+          : defineOutbox({ ...outbox.spec, maxAttempts: recorded });
       targets.push({ name: outbox.name, spec, owner: outbox.owner, database: maskUrl(url), databaseUrl: url, db });
     }
     return await work(targets);
@@ -80,7 +97,11 @@ export async function withTargets<T>(
 export function onlyOutbox(config: CheckedConfig, names: readonly string[] | undefined, command: string): string[] {
   const selected = selectOutboxes(config, names);
   if (selected.length !== 1) {
-    throw new CliError(`${command} works on one outbox, and ${selected.length} are selected`, `pass --outbox with one of: ${selected.map((o) => o.name).join(', ')}`, EXIT.usage);
+    throw new CliError(
+      `${command} works on one outbox, and ${selected.length} are selected`,
+      `pass --outbox with one of: ${selected.map((o) => o.name).join(', ')}`,
+      EXIT.usage,
+    );
   }
   return [selected[0]?.name as string];
 }

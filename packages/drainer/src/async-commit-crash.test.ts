@@ -34,10 +34,18 @@ describe('asynchronous commits and a Postgres crash', () => {
     const keys = Array.from({ length: 600 }, (_, i) => `vpc:${i % 6}`);
     const setup = kysely(server.url);
     await createOutboxTable(setup, spec);
-    const ids = await setup.transaction().execute((trx) => enqueueMany(trx, spec, keys.map((partitionKey, i) => ({ partitionKey, payload: payload(i) }))));
+    const ids = await setup.transaction().execute((trx) =>
+      enqueueMany(
+        trx,
+        spec,
+        keys.map((partitionKey, i) => ({ partitionKey, payload: payload(i) })),
+      ),
+    );
     // Stop the WAL writer: the drainer's asynchronous commits now stay in shared memory until
     // something commits synchronously (which writes and flushes everything before it) or the crash.
-    const walWriter = await sql<{ pid: number }>`select pid from pg_stat_activity where backend_type = 'walwriter'`.execute(setup);
+    const walWriter = await sql<{
+      pid: number;
+    }>`select pid from pg_stat_activity where backend_type = 'walwriter'`.execute(setup);
     process.kill(Number(walWriter.rows[0]?.pid), 'SIGSTOP');
 
     const committed: string[] = []; // ids whose batch committed, as the drainer saw it
@@ -48,7 +56,9 @@ describe('asynchronous commits and a Postgres crash', () => {
         if (before.delivered.length === 200) {
           // An application transaction commits durably (the default): the drainer's earlier commits are flushed with it.
           durable = [...committed];
-          await setup.transaction().execute((trx) => enqueue(trx, spec, { partitionKey: 'vpc:other', payload: payload(-1) }));
+          await setup
+            .transaction()
+            .execute((trx) => enqueue(trx, spec, { partitionKey: 'vpc:other', payload: payload(-1) }));
         }
         if (before.delivered.length === 400 && !crashed) {
           crashed = true;
@@ -99,13 +109,16 @@ describe('asynchronous commits and a Postgres crash', () => {
     const pendingAfterRecovery = state.rows.filter((r) => !r.sent).map((r) => r.id);
     expect(again.map((i) => i.id).sort()).toEqual([...pendingAfterRecovery].sort());
     expect(lost.every((id) => again.some((i) => i.id === id))).toBe(true);
-    const ofKey = (intents: readonly Intent[], key: string) => intents.filter((i) => i.partitionKey === key).map((i) => BigInt(i.id));
+    const ofKey = (intents: readonly Intent[], key: string) =>
+      intents.filter((i) => i.partitionKey === key).map((i) => BigInt(i.id));
     const ascending = (values: bigint[]) => values.every((v, i) => i === 0 || (values[i - 1] as bigint) < v);
     for (const key of [...new Set(keys)]) {
       expect(ascending(ofKey(again, key))).toBe(true);
       expect(ascending(ofKey(before.delivered.slice(0, delivering), key))).toBe(true);
     }
-    const left = await sql<{ n: number }>`select count(*)::int as n from crash.outbox where sent_at is null`.execute(setup);
+    const left = await sql<{ n: number }>`select count(*)::int as n from crash.outbox where sent_at is null`.execute(
+      setup,
+    );
     expect(left.rows[0]?.n).toBe(0);
     expect(ids).toHaveLength(600);
     await db.destroy();

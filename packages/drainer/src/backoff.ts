@@ -17,7 +17,11 @@ export interface BackoffOptions {
  * made): full jitter spreads a batch that failed together. The options are checked by `createDrainer`,
  * not here.
  */
-export function backoffDelayMs(attemptsMade: number, options: BackoffOptions = {}, random: () => number = Math.random): number {
+export function backoffDelayMs(
+  attemptsMade: number,
+  options: BackoffOptions = {},
+  random: () => number = Math.random,
+): number {
   const base = options.baseMs ?? 1_000;
   const cap = options.maxMs ?? 300_000;
   const ceiling = Math.min(cap, base * 2 ** Math.min(attemptsMade, 30));

@@ -17,7 +17,14 @@ describe('how many partitions a claim takes', () => {
     const ids = await enqueueRows(t.db, spec, keys);
     const events: DrainerEvent[] = [];
     const sink = createRecordingSink();
-    await createDrainer({ db: t.db, spec, sink, batchSize: 20, logger: quiet, onEvent: (e) => events.push(e) }).drainOnce();
+    await createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      batchSize: 20,
+      logger: quiet,
+      onEvent: (e) => events.push(e),
+    }).drainOnce();
     const batches = claimed(events);
     // 8 heads at first, the oldest one's run filling the batch; every settled partition still has
     // rows, so the head limit halves (8 → 4 → 2 → 1).
@@ -35,17 +42,26 @@ describe('how many partitions a claim takes', () => {
     }
   });
 
-  test('the oldest head\'s run takes the room first; the other heads share what it leaves', async () => {
+  test("the oldest head's run takes the room first; the other heads share what it leaves", async () => {
     const spec = await freshOutbox(t.db);
     // vpc:a is oldest (3 rows), then vpc:b and vpc:c (10 rows each), then vpc:hot (30 rows).
-    const keys = ['vpc:a', 'vpc:b', 'vpc:c', 'vpc:a', 'vpc:a', ...Array.from({ length: 18 }, (_, i) => (i % 2 ? 'vpc:c' : 'vpc:b'))];
+    const keys = [
+      'vpc:a',
+      'vpc:b',
+      'vpc:c',
+      'vpc:a',
+      'vpc:a',
+      ...Array.from({ length: 18 }, (_, i) => (i % 2 ? 'vpc:c' : 'vpc:b')),
+    ];
     const ids = await enqueueRows(t.db, spec, keys);
     const of = (key: string, n: number) => ids.filter((_, i) => keys[i] === key).slice(0, n);
     await t.withTransactions(1, async ([trx]) => {
       // 3 heads, room 9: vpc:a's run is its 2 other rows; the 7 left make a share of 3 each.
       const claim = await claimBatch(trx!, spec, 12, { headLimit: 3 });
       expect(claim.heads).toBe(3);
-      expect(claim.intents.map((i) => i.id)).toEqual([...of('vpc:a', 3), ...of('vpc:b', 4), ...of('vpc:c', 4)].sort((x, y) => Number(x) - Number(y)));
+      expect(claim.intents.map((i) => i.id)).toEqual(
+        [...of('vpc:a', 3), ...of('vpc:b', 4), ...of('vpc:c', 4)].sort((x, y) => Number(x) - Number(y)),
+      );
     });
     const hot = await freshOutbox(t.db);
     const hotKeys = ['vpc:hot', 'vpc:x', 'vpc:y', ...Array.from({ length: 29 }, () => 'vpc:hot'), 'vpc:x', 'vpc:y'];
@@ -53,17 +69,33 @@ describe('how many partitions a claim takes', () => {
     await t.withTransactions(1, async ([trx]) => {
       // The oldest head has a long backlog: its run fills the batch, the other heads come alone.
       const claim = await claimBatch(trx!, hot, 10, { headLimit: 3 });
-      expect(claim.intents.map((i) => i.partitionKey)).toEqual(['vpc:hot', 'vpc:x', 'vpc:y', ...Array.from({ length: 7 }, () => 'vpc:hot')]);
+      expect(claim.intents.map((i) => i.partitionKey)).toEqual([
+        'vpc:hot',
+        'vpc:x',
+        'vpc:y',
+        ...Array.from({ length: 7 }, () => 'vpc:hot'),
+      ]);
       expect(claim.intents.map((i) => i.id)).toEqual(hotIds.slice(0, 10));
     });
   });
 
   test('one row per partition: every batch is all heads, and stays full', async () => {
     const spec = await freshOutbox(t.db);
-    await enqueueRows(t.db, spec, Array.from({ length: 100 }, (_, i) => `vpc:${i}`));
+    await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: 100 }, (_, i) => `vpc:${i}`),
+    );
     const events: DrainerEvent[] = [];
     const sink = createRecordingSink();
-    await createDrainer({ db: t.db, spec, sink, batchSize: 20, logger: quiet, onEvent: (e) => events.push(e) }).drainOnce();
+    await createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      batchSize: 20,
+      logger: quiet,
+      onEvent: (e) => events.push(e),
+    }).drainOnce();
     expect(claimed(events)).toEqual(Array.from({ length: 5 }, () => ({ count: 20, heads: 20 })));
   });
 

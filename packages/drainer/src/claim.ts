@@ -1,6 +1,12 @@
 import { sql } from 'kysely';
 import type { OutboxSpec, AnyKysely } from '@outbox/outbox';
-import { claimStatement, compareIds, maxAttemptsChangedError, type ClaimedRow, type ClaimOptions as ProtocolClaimOptions } from '@outbox/outbox/protocol';
+import {
+  claimStatement,
+  compareIds,
+  maxAttemptsChangedError,
+  type ClaimedRow,
+  type ClaimOptions as ProtocolClaimOptions,
+} from '@outbox/outbox/protocol';
 import type { Intent } from './sink.js';
 
 /** A claimed batch, every intent row-locked by this transaction, sorted by id (delivery order). */
@@ -41,7 +47,12 @@ export async function claimBatch(
   const intents = result.rows.map((row): Intent => {
     if (row.head) heads += 1;
     createdAt.set(String(row.id), returned - row.age_ms);
-    return { id: String(row.id), partitionKey: row.partition_key, payload: row.payload, attemptCount: row.attempt_count };
+    return {
+      id: String(row.id),
+      partitionKey: row.partition_key,
+      payload: row.payload,
+      attemptCount: row.attempt_count,
+    };
   });
   intents.sort((a, b) => compareIds(a.id, b.id));
   return { intents, heads, createdAt };

@@ -13,7 +13,13 @@ const unchecked = { table: 'config.never_created', partitionColumn: 'resource_id
 
 /** What createDrainer throws for `overrides`, which must be an OutboxConfigError. */
 function configError(overrides: Partial<Record<keyof DrainerConfig, unknown>>): OutboxConfigError {
-  const config = { db: t.db, spec: defineOutbox(unchecked), sink: createRecordingSink(), logger: quiet, ...overrides } as DrainerConfig;
+  const config = {
+    db: t.db,
+    spec: defineOutbox(unchecked),
+    sink: createRecordingSink(),
+    logger: quiet,
+    ...overrides,
+  } as DrainerConfig;
   let thrown: unknown;
   try {
     createDrainer(config);
@@ -37,17 +43,21 @@ async function flushError(promise: Promise<unknown>): Promise<OutboxConfigError>
 }
 
 describe('timer bounds', () => {
-  test.each(['interval', 'deliveryTimeoutMs'] as const)('%s above 2^31 - 1 ms (which setTimeout turns into 1 ms) is an OutboxConfigError naming it', (field) => {
-    for (const value of [MAX_TIMER_MS + 1, 2 ** 32, 1e12]) {
-      const error = configError({ [field]: value });
-      expect(error.field).toBe(field);
-      expect(error.message).toMatch(new RegExp(`^${field}: expected an integer from 1 to 2147483647, got ${value}`));
-    }
-    expect(accepts({ [field]: MAX_TIMER_MS })).not.toThrow();
-  });
+  test.each(['interval', 'deliveryTimeoutMs'] as const)(
+    '%s above 2^31 - 1 ms (which setTimeout turns into 1 ms) is an OutboxConfigError naming it',
+    (field) => {
+      for (const value of [MAX_TIMER_MS + 1, 2 ** 32, 1e12]) {
+        const error = configError({ [field]: value });
+        expect(error.field).toBe(field);
+        expect(error.message).toMatch(new RegExp(`^${field}: expected an integer from 1 to 2147483647, got ${value}`));
+      }
+      expect(accepts({ [field]: MAX_TIMER_MS })).not.toThrow();
+    },
+  );
 
   test.each(['interval', 'deliveryTimeoutMs', 'batchSize'] as const)('%s must still be a positive integer', (field) => {
-    for (const value of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '100']) expect(configError({ [field]: value }).field).toBe(field);
+    for (const value of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '100'])
+      expect(configError({ [field]: value }).field).toBe(field);
   });
 });
 
@@ -95,7 +105,16 @@ describe('backoff', () => {
   });
 
   test('valid settings are accepted, including no backoff at all and the bounds', () => {
-    for (const backoff of [undefined, {}, { baseMs: 0 }, { baseMs: 0, maxMs: 0 }, { baseMs: 50, maxMs: 400 }, { baseMs: MAX_TIMER_MS, maxMs: MAX_TIMER_MS }, { maxMs: 1_000 }, { maxMs: 500 }]) {
+    for (const backoff of [
+      undefined,
+      {},
+      { baseMs: 0 },
+      { baseMs: 0, maxMs: 0 },
+      { baseMs: 50, maxMs: 400 },
+      { baseMs: MAX_TIMER_MS, maxMs: MAX_TIMER_MS },
+      { maxMs: 1_000 },
+      { maxMs: 500 },
+    ]) {
       expect(accepts({ backoff })).not.toThrow();
     }
   });
@@ -103,9 +122,17 @@ describe('backoff', () => {
   test('a checked backoff spaces the retries: the failed row is due again no sooner than now and within the base', async () => {
     const spec = await freshOutbox(t.db);
     const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
-    await sql`insert into ${table} (resource_id, payload, is_head) values ('vpc:b', ${JSON.stringify({ writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:b' }] })}, true)`.execute(t.db);
+    await sql`insert into ${table} (resource_id, payload, is_head) values ('vpc:b', ${JSON.stringify({ writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:b' }] })}, true)`.execute(
+      t.db,
+    );
     const sink = createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'down' }) });
-    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000, maxMs: 60_000 } }).drainOnce();
+    const result = await createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      backoff: { baseMs: 60_000, maxMs: 60_000 },
+    }).drainOnce();
     expect(result.retried).toBe(1);
     const [row] = (
       await sql<{ attempt_count: number; wait_ms: number }>`
@@ -137,20 +164,29 @@ describe('flush arguments', () => {
     ['undefined', undefined],
     ['null', null],
     ['a number', 42],
-  ])('partitionKey %s is an OutboxConfigError naming flush.partitionKey, not a false "all delivered"', async (_what, partitionKey) => {
-    const spec = await freshOutbox(t.db);
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });
-    const error = await flushError(drainer.flush({ partitionKey: partitionKey as unknown as string, timeoutMs: 1_000 }));
-    expect(error.field).toBe('flush.partitionKey');
-    await expect(flushError(drainer.flush(undefined as unknown as { partitionKey: string }))).resolves.toMatchObject({ field: 'flush' });
-    await drainer.stop();
-  });
+  ])(
+    'partitionKey %s is an OutboxConfigError naming flush.partitionKey, not a false "all delivered"',
+    async (_what, partitionKey) => {
+      const spec = await freshOutbox(t.db);
+      const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet });
+      const error = await flushError(
+        drainer.flush({ partitionKey: partitionKey as unknown as string, timeoutMs: 1_000 }),
+      );
+      expect(error.field).toBe('flush.partitionKey');
+      await expect(flushError(drainer.flush(undefined as unknown as { partitionKey: string }))).resolves.toMatchObject({
+        field: 'flush',
+      });
+      await drainer.stop();
+    },
+  );
 
   test('the empty key is a key: flush({ partitionKey: "" }) waits for and delivers the rows stored with an empty key', async () => {
     const spec = await freshOutbox(t.db);
     const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
     const payload = JSON.stringify({ writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:e' }] });
-    await sql`insert into ${table} (resource_id, payload, is_head) values ('', ${payload}, true), ('', ${payload}, false)`.execute(t.db);
+    await sql`insert into ${table} (resource_id, payload, is_head) values ('', ${payload}, true), ('', ${payload}, false)`.execute(
+      t.db,
+    );
     const sink = createRecordingSink();
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: MAX_TIMER_MS });
     await drainer.flush({ partitionKey: '', timeoutMs: 5_000 });
@@ -161,16 +197,25 @@ describe('flush arguments', () => {
 
 describe('synchronousCommit', () => {
   test('synchronousCommit must be a boolean', () => {
-    expect(() => createDrainer({ db: t.db, spec: defineOutbox({ table: 'drain.x', partitionColumn: 'resource_id' }), sink: createRecordingSink(), synchronousCommit: 'yes' as unknown as boolean })).toThrow(
-      /synchronousCommit.*expected a boolean, got yes/,
-    );
+    expect(() =>
+      createDrainer({
+        db: t.db,
+        spec: defineOutbox({ table: 'drain.x', partitionColumn: 'resource_id' }),
+        sink: createRecordingSink(),
+        synchronousCommit: 'yes' as unknown as boolean,
+      }),
+    ).toThrow(/synchronousCommit.*expected a boolean, got yes/);
   });
 });
 
 describe('lateWrites', () => {
-  const reading = (writeLifetimeMs?: number) => ({ ...createRecordingSink(), readTuples: async () => [], ...(writeLifetimeMs !== undefined ? { writeLifetimeMs } : {}) });
+  const reading = (writeLifetimeMs?: number) => ({
+    ...createRecordingSink(),
+    readTuples: async () => [],
+    ...(writeLifetimeMs !== undefined ? { writeLifetimeMs } : {}),
+  });
 
-  test('a check sooner than the sink\'s write lifetime is refused: it could read before a late write lands', () => {
+  test("a check sooner than the sink's write lifetime is refused: it could read before a late write lands", () => {
     const error = configError({ sink: reading(4_000), lateWrites: { verifyDelayMs: 3_999 } });
     expect(error.field).toBe('lateWrites.verifyDelayMs');
     expect(error.message).toMatch(/at least the sink's writeLifetimeMs \(4000\)/);
@@ -178,13 +223,18 @@ describe('lateWrites', () => {
   });
 
   test('asked of a sink that cannot read back, or without a delay the sink cannot give, it is refused', () => {
-    expect(configError({ lateWrites: { verifyDelayMs: 5_000 } }).message).toMatch(/^lateWrites: the sink cannot read its target back/);
+    expect(configError({ lateWrites: { verifyDelayMs: 5_000 } }).message).toMatch(
+      /^lateWrites: the sink cannot read its target back/,
+    );
     expect(configError({ sink: reading(), lateWrites: {} }).field).toBe('lateWrites.verifyDelayMs');
     expect(accepts({ sink: reading(), lateWrites: { verifyDelayMs: 5_000 } })).not.toThrow();
   });
 
   test('a bad value names its field', () => {
-    for (const value of [0, -1, 1.5, '5000', MAX_TIMER_MS + 1]) expect(configError({ sink: reading(), lateWrites: { verifyDelayMs: value as number } }).field).toBe('lateWrites.verifyDelayMs');
+    for (const value of [0, -1, 1.5, '5000', MAX_TIMER_MS + 1])
+      expect(configError({ sink: reading(), lateWrites: { verifyDelayMs: value as number } }).field).toBe(
+        'lateWrites.verifyDelayMs',
+      );
     expect(configError({ lateWrites: 'on' }).field).toBe('lateWrites');
     expect(configError({ sink: { ...reading(), writeLifetimeMs: -1 } }).field).toBe('sink.writeLifetimeMs');
   });

@@ -18,12 +18,20 @@ describe('crashes', () => {
     const spec = defineOutbox({ table: 'crash.outbox', partitionColumn: 'resource_id' });
     await createOutboxTable(t.db, spec);
     const ids = await t.db.transaction().execute((trx) =>
-      enqueueMany(trx, spec, ['vpc:1', 'vpc:1', 'vpc:2'].map((partitionKey) => ({ partitionKey, payload: payload(1) }))),
+      enqueueMany(
+        trx,
+        spec,
+        ['vpc:1', 'vpc:1', 'vpc:2'].map((partitionKey) => ({ partitionKey, payload: payload(1) })),
+      ),
     );
     // One process (node with tsx's loader), so SIGKILL hits the process that holds the connection.
-    const child = spawn(process.execPath, ['--import', 'tsx', resolve(import.meta.dirname, 'testing/kill-me-drainer.ts'), t.url, spec.table], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', resolve(import.meta.dirname, 'testing/kill-me-drainer.ts'), t.url, spec.table],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     for (let i = 0; i < 200 && !out.includes('claimed'); i += 1) await sleep(50);
@@ -44,7 +52,9 @@ describe('crashes', () => {
       if (sink.delivered.length < 3) await sleep(50);
     }
     expect(sink.delivered.map((d) => d.id)).toEqual(ids);
-    const attempts = await sql<{ attempt_count: number }>`select attempt_count from crash.outbox order by id`.execute(t.db);
+    const attempts = await sql<{ attempt_count: number }>`select attempt_count from crash.outbox order by id`.execute(
+      t.db,
+    );
     expect(attempts.rows.map((r) => r.attempt_count)).toEqual([0, 0, 0]); // the crash cost no attempt
   }, 60_000);
 
@@ -59,7 +69,14 @@ describe('crashes', () => {
       await createOutboxTable(db, spec);
       await sql`checkpoint`.execute(db); // the test server runs with fsync off
       const sink = createRecordingSink();
-      const drainer = createDrainer({ db, spec, sink, interval: 200, listen: { connectionString: server.url }, logger: quiet });
+      const drainer = createDrainer({
+        db,
+        spec,
+        sink,
+        interval: 200,
+        listen: { connectionString: server.url },
+        logger: quiet,
+      });
       await drainer.start();
       await server.crash();
       await sleep(1_500);
@@ -70,7 +87,11 @@ describe('crashes', () => {
       await admin.connect();
       await waitUntil(
         'LISTEN after the restart',
-        async () => Number((await admin.query(`select count(*) as n from pg_stat_activity where query = 'listen "${spec.channel}"'`)).rows[0].n) === 1,
+        async () =>
+          Number(
+            (await admin.query(`select count(*) as n from pg_stat_activity where query = 'listen "${spec.channel}"'`))
+              .rows[0].n,
+          ) === 1,
         10_000,
       );
       await admin.end();

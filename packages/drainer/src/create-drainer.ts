@@ -78,7 +78,8 @@ export function createDrainer(options: DrainerConfig): Drainer {
       return running;
     }
     let progressed = false;
-    const current = pass.run()
+    const current = pass
+      .run()
       .then((result) => {
         progressed = result.delivered + result.poisoned > 0;
         return result;
@@ -119,7 +120,12 @@ export function createDrainer(options: DrainerConfig): Drainer {
     await verify();
     if (current !== generation) return;
     if (config.listen) {
-      const started = new NotificationListener({ connectionString: config.listen.connectionString, channel: config.spec.channel, onNotify: kick, logger: config.logger });
+      const started = new NotificationListener({
+        connectionString: config.listen.connectionString,
+        channel: config.spec.channel,
+        onNotify: kick,
+        logger: config.logger,
+      });
       listener = started; // visible to a stop() from now on, which stops it
       await started.start();
       if (current !== generation) return;

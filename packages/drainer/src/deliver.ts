@@ -25,20 +25,32 @@ export function abortGraceMs(deadlineMs: number): number {
  * whatever it does into outcomes: a throw, a wrong answer or no answer fails the whole batch as
  * transient. A {@link SinkHaltError} is rethrown: the caller releases the batch, counting nothing.
  */
-export async function deliverBatch(sink: Sink, intents: readonly Intent[], deadlineMs: number): Promise<readonly Outcome[]> {
+export async function deliverBatch(
+  sink: Sink,
+  intents: readonly Intent[],
+  deadlineMs: number,
+): Promise<readonly Outcome[]> {
   const controller = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       controller.abort(new Error(`sink deadline of ${deadlineMs} ms passed`));
       const grace = abortGraceMs(deadlineMs);
-      timer = setTimeout(() => reject(new Error(`sink did not answer within ${deadlineMs} ms (nor ${grace} ms after its signal was aborted)`)), grace);
+      timer = setTimeout(
+        () =>
+          reject(
+            new Error(`sink did not answer within ${deadlineMs} ms (nor ${grace} ms after its signal was aborted)`),
+          ),
+        grace,
+      );
     }, deadlineMs);
   });
   try {
     const outcomes = await Promise.race([sink.deliver(intents, { signal: controller.signal }), deadline]);
     if (!Array.isArray(outcomes) || outcomes.length !== intents.length) {
-      throw new Error(`sink returned ${Array.isArray(outcomes) ? outcomes.length : typeof outcomes} outcomes for ${intents.length} intents`);
+      throw new Error(
+        `sink returned ${Array.isArray(outcomes) ? outcomes.length : typeof outcomes} outcomes for ${intents.length} intents`,
+      );
     }
     for (const outcome of outcomes as Outcome[]) {
       if (!outcome || !['delivered', 'transient', 'permanent', 'skipped'].includes(outcome.kind)) {
@@ -77,7 +89,8 @@ export function applyOrdering(intents: readonly Intent[], outcomes: readonly Out
     }
     stopped.add(intent.partitionKey);
     if (outcome.kind === 'transient') transient.push({ intent, error: sanitizeLastError(outcome.error) });
-    else if (outcome.kind === 'permanent') permanent.push({ intent, error: sanitizeLastError(outcome.error), code: refusalCode(outcome.code) });
+    else if (outcome.kind === 'permanent')
+      permanent.push({ intent, error: sanitizeLastError(outcome.error), code: refusalCode(outcome.code) });
     else released.push(intent);
   });
   return { delivered, transient, permanent, released };

@@ -46,7 +46,11 @@ export interface BatchOptions {
    * Told what the claim took (intents, of which heads, in how long) before they are delivered: the
    * pass may open another batch meanwhile. What it answers is called once the delivery is over.
    */
-  readonly onClaimed?: (claimed: { readonly count: number; readonly heads: number; readonly claimMs: number }) => (() => void) | void;
+  readonly onClaimed?: (claimed: {
+    readonly count: number;
+    readonly heads: number;
+    readonly claimMs: number;
+  }) => (() => void) | void;
 }
 
 /**
@@ -83,7 +87,10 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
   });
   return {
     chained: recorded.settled === undefined,
-    recorded: { delivered: recorded.delivered.map((i) => i.id), poisoned: recorded.poisoned.map((r) => ({ id: r.intent.id, error: r.error })) },
+    recorded: {
+      delivered: recorded.delivered.map((i) => i.id),
+      poisoned: recorded.poisoned.map((r) => ({ id: r.intent.id, error: r.error })),
+    },
     heads: batch.heads,
     settled: recorded.settled ?? FULL_RUN_SETTLED,
     claimed: batch.intents.length,
@@ -99,12 +106,26 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
         emit({ type: 'delivered', table: spec.table, ids: recorded.delivered.map((i) => i.id), lagMs, deliverMs });
       }
       if (recorded.retried.length > 0) {
-        emit({ type: 'retried', table: spec.table, ids: recorded.retried.map((r) => r.intent.id), errors: recorded.retried.map((r) => r.error) });
+        emit({
+          type: 'retried',
+          table: spec.table,
+          ids: recorded.retried.map((r) => r.intent.id),
+          errors: recorded.retried.map((r) => r.error),
+        });
       }
       if (recorded.poisoned.length > 0) {
         const keys = recorded.poisoned.map((r) => r.intent.partitionKey);
-        logger.warn(`poisoned ${recorded.poisoned.length} intent(s) of ${spec.table}`, { ids: recorded.poisoned.map((r) => r.intent.id), partitionKeys: keys });
-        emit({ type: 'poisoned', table: spec.table, ids: recorded.poisoned.map((r) => r.intent.id), partitionKeys: keys, errors: recorded.poisoned.map((r) => r.error) });
+        logger.warn(`poisoned ${recorded.poisoned.length} intent(s) of ${spec.table}`, {
+          ids: recorded.poisoned.map((r) => r.intent.id),
+          partitionKeys: keys,
+        });
+        emit({
+          type: 'poisoned',
+          table: spec.table,
+          ids: recorded.poisoned.map((r) => r.intent.id),
+          partitionKeys: keys,
+          errors: recorded.poisoned.map((r) => r.error),
+        });
       }
     },
   };

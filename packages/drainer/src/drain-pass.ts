@@ -60,7 +60,12 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
    * True when the lane should go on with another segment. Each lane adapts a head limit of its own,
    * as a drainer of its own would: lanes updating one limit in turn push it back and forth.
    */
-  async function segment(conn: AnyKysely, lanes: PassLanes, own: { limit: HeadLimit }, totals: Totals): Promise<boolean> {
+  async function segment(
+    conn: AnyKysely,
+    lanes: PassLanes,
+    own: { limit: HeadLimit },
+    totals: Totals,
+  ): Promise<boolean> {
     const ending = () => passEnding(lanes);
     const until = performance.now() + SEGMENT_MS;
     const goOn = () => !ending() && performance.now() < until;
@@ -78,9 +83,20 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
           lanes.want((claimed.count === config.batchSize || claimed.heads >= limit.heads) && !ending());
           return lanes.delivering(claimed.claimMs);
         };
-        const batch = await runBatch(conn, { config, limit, flushKeys: options.flushedPartitions(), mayChain: goOn, onClaimed });
+        const batch = await runBatch(conn, {
+          config,
+          limit,
+          flushKeys: options.flushedPartitions(),
+          mayChain: goOn,
+          onClaimed,
+        });
         if (batch === undefined) return false;
-        own.limit = carried = nextHeadLimit(limit, { batchSize: config.batchSize, claimed: batch.claimed, claimedHeads: batch.heads, settled: batch.settled });
+        own.limit = carried = nextHeadLimit(limit, {
+          batchSize: config.batchSize,
+          claimed: batch.claimed,
+          claimedHeads: batch.heads,
+          settled: batch.settled,
+        });
         // A batch that moved nothing ends the pass (every lane after its current batch): it would spin (a skipped head, a 0 ms backoff), or the target is down.
         const progressed = batch.delivered + batch.poisoned > 0;
         if (!progressed) lanes.stall();
@@ -103,7 +119,11 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
       }
     } finally {
       // The transaction of a failed batch, or the empty one that found nothing to claim.
-      if (open) await sql.raw('rollback').execute(conn).catch(() => undefined);
+      if (open)
+        await sql
+          .raw('rollback')
+          .execute(conn)
+          .catch(() => undefined);
     }
   }
 
@@ -139,26 +159,47 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
     try {
       for (;;) {
         const started = performance.now();
-        const check = await checkLateWrites(config, lateWrites.verifyDelayMs, AbortSignal.timeout(config.deliveryTimeoutMs));
+        const check = await checkLateWrites(
+          config,
+          lateWrites.verifyDelayMs,
+          AbortSignal.timeout(config.deliveryTimeoutMs),
+        );
         if (check.checked + check.postponed > 0) {
-          emit({ type: 'late-writes-checked', table: spec.table, checked: check.checked, read: check.read, postponed: check.postponed, corrected: check.corrected, checkMs: performance.now() - started });
+          emit({
+            type: 'late-writes-checked',
+            table: spec.table,
+            checked: check.checked,
+            read: check.read,
+            postponed: check.postponed,
+            corrected: check.corrected,
+            checkMs: performance.now() - started,
+          });
         }
         if (check.corrected.length > 0) {
           enqueued = true;
-          logger.warn(`late write: OpenFGA differed from the ledger after close deliveries; enqueued corrections in ${check.corrected.length} partition(s) of ${spec.table}`, {
-            partitionKeys: check.corrected.map((c) => c.partitionKey),
-            ids: check.corrected.flatMap((c) => c.ids),
-          });
+          logger.warn(
+            `late write: OpenFGA differed from the ledger after close deliveries; enqueued corrections in ${check.corrected.length} partition(s) of ${spec.table}`,
+            {
+              partitionKeys: check.corrected.map((c) => c.partitionKey),
+              ids: check.corrected.flatMap((c) => c.ids),
+            },
+          );
         }
         if (check.truncated.length > 0) {
-          logger.warn(`late-write check: more than the rows it reads were delivered in the window of ${check.truncated.length} partition(s) of ${spec.table}; keys only older rows name are left to the audit`, {
-            partitionKeys: check.truncated,
-          });
+          logger.warn(
+            `late-write check: more than the rows it reads were delivered in the window of ${check.truncated.length} partition(s) of ${spec.table}; keys only older rows name are left to the audit`,
+            {
+              partitionKeys: check.truncated,
+            },
+          );
         }
         if (!check.more || stopping() || performance.now() - lastCheck >= SEGMENT_MS) return enqueued;
       }
     } catch (error) {
-      logger.warn(`late-write check failed, its partitions stay due: ${error instanceof Error ? error.message : String(error)}`, { table: spec.table });
+      logger.warn(
+        `late-write check failed, its partitions stay due: ${error instanceof Error ? error.message : String(error)}`,
+        { table: spec.table },
+      );
       return enqueued;
     } finally {
       checking = false;
@@ -167,7 +208,15 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
 
   async function run(): Promise<DrainResult> {
     const { spec, logger, emit } = config;
-    const totals: Totals = { batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false };
+    const totals: Totals = {
+      batches: 0,
+      claimed: 0,
+      delivered: 0,
+      retried: 0,
+      poisoned: 0,
+      released: 0,
+      halted: false,
+    };
     try {
       await options.verify();
       if (stopping()) return totals;
@@ -176,7 +225,12 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
     } catch (error) {
       const halted = isSinkHalt(error);
       const err = error instanceof Error ? error : new Error(String(error));
-      logger.error(halted ? `delivery halted, nothing counted against the intents: ${err.message}` : `drain pass failed: ${err.message}`, { table: spec.table });
+      logger.error(
+        halted
+          ? `delivery halted, nothing counted against the intents: ${err.message}`
+          : `drain pass failed: ${err.message}`,
+        { table: spec.table },
+      );
       emit({ type: 'pass-failed', table: spec.table, error: err, halted });
       if (halted) return { ...totals, halted: true };
       throw err;

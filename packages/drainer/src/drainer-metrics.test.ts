@@ -33,7 +33,14 @@ describe("the drainer's metrics", () => {
     const spec = await freshOutbox(t.db);
     const [, , c, d] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c', 'vpc:d']);
     const sink = refusingAndFailingOnce(d!, c!);
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 0, maxMs: 0 }, meterProvider: sdk.meterProvider });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      backoff: { baseMs: 0, maxMs: 0 },
+      meterProvider: sdk.meterProvider,
+    });
     const table = { 'outbox.table': spec.table };
 
     // Without backoff the retried intent goes again in the same pass.
@@ -42,7 +49,11 @@ describe("the drainer's metrics", () => {
     expect(pointValue(points, 'outbox.drainer.delivered', table)).toBe(3);
     expect(pointValue(points, 'outbox.drainer.retried', table)).toBe(1);
     expect(pointValue(points, 'outbox.drainer.poisoned', table)).toBe(1);
-    expect(pointsOf(points, 'outbox.drainer.delivered', table)[0]).toMatchObject({ scope: '@outbox/drainer', kind: 'counter', unit: '{intent}' });
+    expect(pointsOf(points, 'outbox.drainer.delivered', table)[0]).toMatchObject({
+      scope: '@outbox/drainer',
+      kind: 'counter',
+      unit: '{intent}',
+    });
 
     // Counters are cumulative.
     await enqueueRows(t.db, spec, ['vpc:e']);
@@ -50,17 +61,31 @@ describe("the drainer's metrics", () => {
     points = await sdk.collect();
     expect(pointValue(points, 'outbox.drainer.delivered', table)).toBe(4);
     expect(pointValue(points, 'outbox.drainer.retried', table)).toBe(1);
-    expect([false, true].map((halted) => pointValue(points, 'outbox.drainer.pass.failures', { ...table, 'outbox.pass.halted': halted }))).toEqual([0, 0]);
+    expect(
+      [false, true].map((halted) =>
+        pointValue(points, 'outbox.drainer.pass.failures', { ...table, 'outbox.pass.halted': halted }),
+      ),
+    ).toEqual([0, 0]);
     await drainer.stop();
   });
 
   test("start every counter of the drainer's table at 0, before any event: rate() then sees the first one", async () => {
     const spec = await freshOutbox(t.db);
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, meterProvider: sdk.meterProvider });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      logger: quiet,
+      meterProvider: sdk.meterProvider,
+    });
     const points = await sdk.collect();
     const table = { 'outbox.table': spec.table };
-    const counters = ['delivered', 'retried', 'poisoned'].map((name) => pointValue(points, `outbox.drainer.${name}`, table));
-    const failures = [false, true].map((halted) => pointValue(points, 'outbox.drainer.pass.failures', { ...table, 'outbox.pass.halted': halted }));
+    const counters = ['delivered', 'retried', 'poisoned'].map((name) =>
+      pointValue(points, `outbox.drainer.${name}`, table),
+    );
+    const failures = [false, true].map((halted) =>
+      pointValue(points, 'outbox.drainer.pass.failures', { ...table, 'outbox.pass.halted': halted }),
+    );
     expect([...counters, ...failures]).toEqual([0, 0, 0, 0, 0]);
     expect(histogramValue(points, 'outbox.drainer.delivery.lag', table)).toBeUndefined(); // a histogram has nothing to say yet
     await drainer.stop();
@@ -68,9 +93,21 @@ describe("the drainer's metrics", () => {
 
   test("time each claim and each delivering sink call in seconds, and size each batch, by the events' own figures", async () => {
     const spec = await freshOutbox(t.db);
-    await enqueueRows(t.db, spec, Array.from({ length: 30 }, (_, i) => `vpc:${i % 7}`));
+    await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: 30 }, (_, i) => `vpc:${i % 7}`),
+    );
     const events: DrainerEvent[] = [];
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), batchSize: 8, logger: quiet, meterProvider: sdk.meterProvider, onEvent: (e) => void events.push(e) });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      batchSize: 8,
+      logger: quiet,
+      meterProvider: sdk.meterProvider,
+      onEvent: (e) => void events.push(e),
+    });
     const result = await drainer.drainOnce();
     await drainer.stop();
     const claims = events.filter((e) => e.type === 'batch-claimed');
@@ -80,11 +117,17 @@ describe("the drainer's metrics", () => {
     const points = await sdk.collect();
     const table = { 'outbox.table': spec.table };
     const size = histogramValue(points, 'outbox.drainer.batch.size', table);
-    expect(size).toMatchObject({ count: result.batches, sum: result.claimed, boundaries: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000] });
+    expect(size).toMatchObject({
+      count: result.batches,
+      sum: result.claimed,
+      boundaries: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000],
+    });
     const claim = histogramValue(points, 'outbox.drainer.claim.duration', table);
     expect(claim?.count).toBe(claims.length);
     expect(claim?.sum).toBeCloseTo(sumOf(claims.map((e) => e.claimMs)) / 1_000, 9);
-    expect(claim?.boundaries).toEqual([0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]);
+    expect(claim?.boundaries).toEqual([
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+    ]);
     const delivery = histogramValue(points, 'outbox.drainer.delivery.duration', table);
     expect(delivery?.count).toBe(deliveries.length);
     expect(delivery?.sum).toBeCloseTo(sumOf(deliveries.map((e) => e.deliverMs)) / 1_000, 9);
@@ -100,7 +143,15 @@ describe("the drainer's metrics", () => {
     const [, , retriedOnce, poisoned] = ids;
     const sink = refusingAndFailingOnce(poisoned!, retriedOnce!);
     const events: DrainerEvent[] = [];
-    const drainer = createDrainer({ db: t.db, spec, sink, backoff: { baseMs: 0, maxMs: 0 }, logger: quiet, meterProvider: sdk.meterProvider, onEvent: (e) => void events.push(e) });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      backoff: { baseMs: 0, maxMs: 0 },
+      logger: quiet,
+      meterProvider: sdk.meterProvider,
+      onEvent: (e) => void events.push(e),
+    });
     const started = performance.now();
     expect(await drainer.drainOnce()).toMatchObject({ delivered: 4, retried: 1, poisoned: 1 });
     const elapsedS = (performance.now() - started) / 1_000;
@@ -115,14 +166,23 @@ describe("the drainer's metrics", () => {
       expect(lag).toBeLessThan(90 + elapsedS + 1);
     }
     const lag = histogramValue(await sdk.collect(), 'outbox.drainer.delivery.lag', { 'outbox.table': spec.table });
-    expect(lag).toMatchObject({ count: 4, boundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600] });
+    expect(lag).toMatchObject({
+      count: 4,
+      boundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600],
+    });
     expect(lag?.sum).toBeCloseTo(sumOf(lags), 6);
     expect(lag?.counts[lag.boundaries.indexOf(300)]).toBe(4); // all in (60, 300]
   });
 
   test('count failed passes, a halt apart from an error', async () => {
     const missing = defineOutbox({ table: 'drainer.no_such_outbox', partitionColumn: 'resource_id' });
-    const broken = createDrainer({ db: t.db, spec: missing, sink: createRecordingSink(), logger: quiet, meterProvider: sdk.meterProvider });
+    const broken = createDrainer({
+      db: t.db,
+      spec: missing,
+      sink: createRecordingSink(),
+      logger: quiet,
+      meterProvider: sdk.meterProvider,
+    });
     await expect(broken.drainOnce()).rejects.toThrow();
     await broken.stop();
 
@@ -136,8 +196,15 @@ describe("the drainer's metrics", () => {
     await halted.stop();
 
     const points = await sdk.collect();
-    expect(pointValue(points, 'outbox.drainer.pass.failures', { 'outbox.table': missing.table, 'outbox.pass.halted': false })).toBe(1);
-    expect(pointValue(points, 'outbox.drainer.pass.failures', { 'outbox.table': spec.table, 'outbox.pass.halted': true })).toBe(1);
+    expect(
+      pointValue(points, 'outbox.drainer.pass.failures', {
+        'outbox.table': missing.table,
+        'outbox.pass.halted': false,
+      }),
+    ).toBe(1);
+    expect(
+      pointValue(points, 'outbox.drainer.pass.failures', { 'outbox.table': spec.table, 'outbox.pass.halted': true }),
+    ).toBe(1);
     expect(pointValue(points, 'outbox.drainer.retried', { 'outbox.table': spec.table })).toBe(0); // a halt counts nothing against the intents
   });
 
@@ -160,12 +227,21 @@ describe("the drainer's metrics", () => {
     const instrument = { add: throwing, record: throwing };
     const meter = { createCounter: () => instrument, createHistogram: () => instrument } as unknown as Meter;
     const events: string[] = [];
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, meter, onEvent: (e) => void events.push(e.type) });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      logger: quiet,
+      meter,
+      onEvent: (e) => void events.push(e.type),
+    });
     expect(await drainer.drainOnce()).toMatchObject({ delivered: 2 });
     expect(events).toContain('delivered'); // the service's hook still hears every event
     await drainer.stop();
 
     // @ts-expect-error not a Meter
-    expect(() => createDrainer({ db: t.db, spec, sink: createRecordingSink(), meter: { name: 'x' } })).toThrow(new OutboxConfigError('meter', 'expected an OpenTelemetry Meter'));
+    expect(() => createDrainer({ db: t.db, spec, sink: createRecordingSink(), meter: { name: 'x' } })).toThrow(
+      new OutboxConfigError('meter', 'expected an OpenTelemetry Meter'),
+    );
   });
 });

@@ -17,15 +17,36 @@ const BATCH_SIZE_BUCKETS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000];
  */
 export function drainerMetrics(options: MeterOptions, table: string): (event: DrainerEvent) => void {
   const meter = resolveMeter(options, { name: manifest.name, version: manifest.version });
-  const count = (name: string, unit: string, description: string) => meter.createCounter(name, { unit, description, valueType: ValueType.INT });
+  const count = (name: string, unit: string, description: string) =>
+    meter.createCounter(name, { unit, description, valueType: ValueType.INT });
   const delivered = count('outbox.drainer.delivered', '{intent}', 'Intents OpenFGA accepted.');
-  const retried = count('outbox.drainer.retried', '{intent}', 'Intents that failed transiently and will be retried after a backoff.');
-  const poisoned = count('outbox.drainer.poisoned', '{intent}', 'Intents poisoned: refused for good, or out of attempts.');
-  const passFailures = count('outbox.drainer.pass.failures', '{pass}', 'Drain passes that failed (a database error, a table that does not verify) or that the sink halted (credentials refused).');
+  const retried = count(
+    'outbox.drainer.retried',
+    '{intent}',
+    'Intents that failed transiently and will be retried after a backoff.',
+  );
+  const poisoned = count(
+    'outbox.drainer.poisoned',
+    '{intent}',
+    'Intents poisoned: refused for good, or out of attempts.',
+  );
+  const passFailures = count(
+    'outbox.drainer.pass.failures',
+    '{pass}',
+    'Drain passes that failed (a database error, a table that does not verify) or that the sink halted (credentials refused).',
+  );
   const seconds = (name: string, description: string, buckets = DURATION_BUCKETS) =>
-    meter.createHistogram(name, { unit: 's', description, valueType: ValueType.DOUBLE, advice: { explicitBucketBoundaries: buckets } });
+    meter.createHistogram(name, {
+      unit: 's',
+      description,
+      valueType: ValueType.DOUBLE,
+      advice: { explicitBucketBoundaries: buckets },
+    });
   const claimDuration = seconds('outbox.drainer.claim.duration', 'How long one claim took (the claim function call).');
-  const deliveryDuration = seconds('outbox.drainer.delivery.duration', 'How long the sink took to deliver a batch in which at least one intent was delivered.');
+  const deliveryDuration = seconds(
+    'outbox.drainer.delivery.duration',
+    'How long the sink took to deliver a batch in which at least one intent was delivered.',
+  );
   const deliveryLag = seconds(
     'outbox.drainer.delivery.lag',
     "Per delivered intent, from its created_at (the enqueueing transaction's now(): its start, not its commit) to the commit that recorded it delivered.",

@@ -47,7 +47,9 @@ describe('the claim with flushed partitions', () => {
     const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
     const [offHead] = ofKey(ids, keys, 'vpc:off');
     const [heldHead] = ofKey(ids, keys, 'vpc:held');
-    await sql`update ${table} set next_attempt_at = now() + interval '1 hour', attempt_count = 1 where id = ${offHead}`.execute(t.db);
+    await sql`update ${table} set next_attempt_at = now() + interval '1 hour', attempt_count = 1 where id = ${offHead}`.execute(
+      t.db,
+    );
     await t.withTransactions(2, async ([holder, drainer]) => {
       await sql`select id from ${table} where id = ${heldHead} for update`.execute(holder!);
       const claim = await claimBatch(drainer!, spec, 10, { flushKeys: ['vpc:off', 'vpc:held'] });
@@ -58,74 +60,85 @@ describe('the claim with flushed partitions', () => {
 });
 
 describe('flush behind a backlog', () => {
-  test.each([1, 3])('a flush called while a pass delivers a backlog (%i open batches) is served by the next batch claimed, not after the backlog; every partition keeps id order', async (concurrentBatches) => {
-    const spec = await freshOutbox(t.db);
-    // 2,000 partitions of one row each, older than vpc:p's two rows: without priority vpc:p's head
-    // is the last of 2,001 in claim order, twenty batches away.
-    const keys = [...backlog(2_000), 'vpc:p', 'vpc:p'];
-    const ids = await enqueueRows(t.db, spec, keys);
+  test.each([1, 3])(
+    'a flush called while a pass delivers a backlog (%i open batches) is served by the next batch claimed, not after the backlog; every partition keeps id order',
+    async (concurrentBatches) => {
+      const spec = await freshOutbox(t.db);
+      // 2,000 partitions of one row each, older than vpc:p's two rows: without priority vpc:p's head
+      // is the last of 2,001 in claim order, twenty batches away.
+      const keys = [...backlog(2_000), 'vpc:p', 'vpc:p'];
+      const ids = await enqueueRows(t.db, spec, keys);
 
-    // The flush's own query, seen by a log hook on the drainer's pool, tells the sink calls when
-    // the flush is registered: from then on every batch claims vpc:p first. A connection is left
-    // for that query beside the open batches'.
-    let registered = false;
-    let flushQueried: () => void = () => undefined;
-    const flushRegistered = new Promise<void>((resolve) => (flushQueried = resolve)).then(() => void (registered = true));
-    // The batch that took vpc:p, once its sink call came.
-    let tookP: () => void = () => undefined;
-    const pTaken = new Promise<void>((resolve) => (tookP = resolve));
-    const db = new Kysely({
-      dialect: new PostgresDialect({ pool: t.pool({ max: concurrentBatches + 1 }) }),
-      log: (event) => {
-        if (event.level === 'query' && /order by x\."resource_id", x\.id$/.test(event.query.sql.trim()) && event.query.parameters.includes('vpc:p')) flushQueried();
-      },
-    });
-    let flushed: Promise<void> | undefined;
-    const sink = createRecordingSink();
-    const deliver = sink.deliver.bind(sink);
-    // In the order the batches were claimed (a sink call starts as its claim returns).
-    const calls: Array<readonly Intent[]> = [];
-    const drainer = createDrainer({
-      db,
-      spec,
-      batchSize: 100,
-      concurrentBatches,
-      logger: quiet,
-      interval: 3_600_000,
-      sink: {
-        // A batch claimed before the flush registered waits for it; one claimed after, without
-        // vpc:p, waits for the batch that took vpc:p: no lane claims twice meanwhile.
-        async deliver(intents, context) {
-          calls.push(intents);
-          const claimedAfter = registered;
-          if (intents.some((i) => i.partitionKey === 'vpc:p')) tookP();
-          else if (claimedAfter) await Promise.race([pTaken, new Promise((resolve) => setTimeout(resolve, 5_000))]);
-          flushed ??= drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 30_000 });
-          await flushRegistered;
-          await new Promise((resolve) => setImmediate(resolve)); // the flush's .then runs
-          return deliver(intents, context);
+      // The flush's own query, seen by a log hook on the drainer's pool, tells the sink calls when
+      // the flush is registered: from then on every batch claims vpc:p first. A connection is left
+      // for that query beside the open batches'.
+      let registered = false;
+      let flushQueried: () => void = () => undefined;
+      const flushRegistered = new Promise<void>((resolve) => (flushQueried = resolve)).then(
+        () => void (registered = true),
+      );
+      // The batch that took vpc:p, once its sink call came.
+      let tookP: () => void = () => undefined;
+      const pTaken = new Promise<void>((resolve) => (tookP = resolve));
+      const db = new Kysely({
+        dialect: new PostgresDialect({ pool: t.pool({ max: concurrentBatches + 1 }) }),
+        log: (event) => {
+          if (
+            event.level === 'query' &&
+            /order by x\."resource_id", x\.id$/.test(event.query.sql.trim()) &&
+            event.query.parameters.includes('vpc:p')
+          )
+            flushQueried();
         },
-      },
-    });
-    const pass = await drainer.drainOnce();
-    await flushed;
+      });
+      let flushed: Promise<void> | undefined;
+      const sink = createRecordingSink();
+      const deliver = sink.deliver.bind(sink);
+      // In the order the batches were claimed (a sink call starts as its claim returns).
+      const calls: Array<readonly Intent[]> = [];
+      const drainer = createDrainer({
+        db,
+        spec,
+        batchSize: 100,
+        concurrentBatches,
+        logger: quiet,
+        interval: 3_600_000,
+        sink: {
+          // A batch claimed before the flush registered waits for it; one claimed after, without
+          // vpc:p, waits for the batch that took vpc:p: no lane claims twice meanwhile.
+          async deliver(intents, context) {
+            calls.push(intents);
+            const claimedAfter = registered;
+            if (intents.some((i) => i.partitionKey === 'vpc:p')) tookP();
+            else if (claimedAfter) await Promise.race([pTaken, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+            flushed ??= drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 30_000 });
+            await flushRegistered;
+            await new Promise((resolve) => setImmediate(resolve)); // the flush's .then runs
+            return deliver(intents, context);
+          },
+        },
+      });
+      const pass = await drainer.drainOnce();
+      await flushed;
 
-    // vpc:p's rows together, in one of the first batches claimed after the flush registered: ahead
-    // of it at most the batches claimed before (one per lane) and those claimed alongside the one
-    // that took it (one per other lane).
-    const callOf = (id: string) => calls.findIndex((call) => call.some((i) => i.id === id));
-    const [first, second] = ofKey(ids, keys, 'vpc:p').map(callOf);
-    expect(first).toBe(second);
-    expect(first).toBeGreaterThanOrEqual(1);
-    expect(first).toBeLessThanOrEqual(2 * concurrentBatches - 1);
-    expect(calls[first!]!.slice(-2).map((i) => i.partitionKey)).toEqual(['vpc:p', 'vpc:p']);
-    // Nothing lost, nothing twice, and order within each partition.
-    expect(pass.delivered).toBe(2_002);
-    expect(new Set(sink.delivered.map((i) => i.id)).size).toBe(2_002);
-    for (const order of deliveryOrder(sink.delivered).values()) expect(order).toEqual([...order].sort((a, b) => Number(a) - Number(b)));
-    await drainer.stop();
-    await db.destroy();
-  });
+      // vpc:p's rows together, in one of the first batches claimed after the flush registered: ahead
+      // of it at most the batches claimed before (one per lane) and those claimed alongside the one
+      // that took it (one per other lane).
+      const callOf = (id: string) => calls.findIndex((call) => call.some((i) => i.id === id));
+      const [first, second] = ofKey(ids, keys, 'vpc:p').map(callOf);
+      expect(first).toBe(second);
+      expect(first).toBeGreaterThanOrEqual(1);
+      expect(first).toBeLessThanOrEqual(2 * concurrentBatches - 1);
+      expect(calls[first!]!.slice(-2).map((i) => i.partitionKey)).toEqual(['vpc:p', 'vpc:p']);
+      // Nothing lost, nothing twice, and order within each partition.
+      expect(pass.delivered).toBe(2_002);
+      expect(new Set(sink.delivered.map((i) => i.id)).size).toBe(2_002);
+      for (const order of deliveryOrder(sink.delivered).values())
+        expect(order).toEqual([...order].sort((a, b) => Number(a) - Number(b)));
+      await drainer.stop();
+      await db.destroy();
+    },
+  );
 
   test('a flush on an idle drainer: its partition is in the first batch of the pass it starts', async () => {
     const spec = await freshOutbox(t.db);

@@ -37,9 +37,18 @@ export async function pendingIntentIds(db: AnyKysely, spec: OutboxSpec, partitio
 }
 
 /** Where each of `ids` stands, by id, in one query; a row gone from the table is absent. */
-export async function intentStatuses(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<Map<string, IntentStatus>> {
+export async function intentStatuses(
+  db: AnyKysely,
+  spec: OutboxSpec,
+  ids: readonly string[],
+): Promise<Map<string, IntentStatus>> {
   const result = await sql<{ id: string; sent: boolean; poisoned: boolean; last_error: string | null }>`
     select id, sent_at is not null as sent, attempt_count >= ${spec.maxAttempts} or retired_at is not null as poisoned, last_error
     from ${sql.raw(tableNames(spec).table)} where id = any(${ids}::bigint[]) order by id`.execute(db);
-  return new Map(result.rows.map((r) => [String(r.id), { id: String(r.id), sent: r.sent, poisoned: !r.sent && r.poisoned, lastError: r.last_error }]));
+  return new Map(
+    result.rows.map((r) => [
+      String(r.id),
+      { id: String(r.id), sent: r.sent, poisoned: !r.sent && r.poisoned, lastError: r.last_error },
+    ]),
+  );
 }

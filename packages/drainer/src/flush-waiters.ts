@@ -7,8 +7,16 @@ import { integerInRange, MAX_TIMER_MS, type ResolvedDrainerConfig } from './reso
 
 /** `flush.ids`, checked: the decimal ids `enqueue` returned, in id order. */
 function intentIds(ids: unknown): string[] {
-  if (!Array.isArray(ids) || ids.length === 0 || ids.length > MAX_INTENTS_PER_ENQUEUE || !ids.every((id) => typeof id === 'string' && /^[1-9]\d{0,18}$/.test(id))) {
-    throw new OutboxConfigError('flush.ids', `expected the 1 to ${MAX_INTENTS_PER_ENQUEUE} ids enqueue returned (decimal strings), got ${JSON.stringify(ids)?.slice(0, 100)}`);
+  if (
+    !Array.isArray(ids) ||
+    ids.length === 0 ||
+    ids.length > MAX_INTENTS_PER_ENQUEUE ||
+    !ids.every((id) => typeof id === 'string' && /^[1-9]\d{0,18}$/.test(id))
+  ) {
+    throw new OutboxConfigError(
+      'flush.ids',
+      `expected the 1 to ${MAX_INTENTS_PER_ENQUEUE} ids enqueue returned (decimal strings), got ${JSON.stringify(ids)?.slice(0, 100)}`,
+    );
   }
   return [...new Set(ids as string[])].sort(compareIds);
 }
@@ -45,14 +53,19 @@ export class FlushWaiters {
 
   /** `Drainer.flush`. */
   async flush(options: { partitionKey: string; ids?: readonly string[]; timeoutMs?: number }): Promise<void> {
-    if (!options || typeof options !== 'object') throw new OutboxConfigError('flush', 'expected { partitionKey, ids?, timeoutMs? }');
+    if (!options || typeof options !== 'object')
+      throw new OutboxConfigError('flush', 'expected { partitionKey, ids?, timeoutMs? }');
     // '' is a key like any other (rows written with an empty key group under it); undefined or a number is not.
     if (typeof options.partitionKey !== 'string') {
       throw new OutboxConfigError('flush.partitionKey', `expected a string, got ${String(options.partitionKey)}`);
     }
     const partitionKey = options.partitionKey;
     const ids = options.ids === undefined ? undefined : intentIds(options.ids);
-    const timeoutMs = integerInRange('flush.timeoutMs', options.timeoutMs, { fallback: 10_000, min: 1, max: MAX_TIMER_MS });
+    const timeoutMs = integerInRange('flush.timeoutMs', options.timeoutMs, {
+      fallback: 10_000,
+      min: 1,
+      max: MAX_TIMER_MS,
+    });
     if (this.#options.stopping()) throw new DrainerStoppedError();
     return this.#wait(partitionKey, ids, timeoutMs);
   }
@@ -74,7 +87,10 @@ export class FlushWaiters {
         },
       };
       // Wall-clock: it holds even while the pool is too busy to answer the queries.
-      const deadline = setTimeout(() => waiter.finish(new FlushTimeoutError(partitionKey, timeoutMs, waiter.waiting)), timeoutMs);
+      const deadline = setTimeout(
+        () => waiter.finish(new FlushTimeoutError(partitionKey, timeoutMs, waiter.waiting)),
+        timeoutMs,
+      );
       // Registered before the first query: a stop() from here on rejects this flush at once.
       this.#waiters.add(waiter);
       // The ids enqueue returned spare the look-up of the partition (a transaction of four statements).
@@ -163,7 +179,9 @@ export class FlushWaiters {
         statuses = await intentStatuses(config.db, config.spec, [...new Set(current.flatMap((w) => w.waiting))]);
       } catch (error) {
         // A connection reset must not reject every waiting flush: each waits on until its own timeoutMs.
-        config.logger.warn(`flush status query on ${config.spec.table} failed; retrying`, { error: error instanceof Error ? error.message : String(error) });
+        config.logger.warn(`flush status query on ${config.spec.table} failed; retrying`, {
+          error: error instanceof Error ? error.message : String(error),
+        });
         continue;
       }
       for (const waiter of current) {

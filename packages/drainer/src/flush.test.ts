@@ -5,7 +5,14 @@ import { Kysely as KyselyClass, PostgresDialect, sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { enqueueRows, freshOutbox, outboxRows, outboxTable, payload, quiet } from './testing/fixture.js';
 import { pendingIntentIdsStatement } from './flush-status.js';
-import { createDrainer, createRecordingSink, DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, type Outcome } from './index.js';
+import {
+  createDrainer,
+  createRecordingSink,
+  DrainerStoppedError,
+  FlushPoisonedError,
+  FlushTimeoutError,
+  type Outcome,
+} from './index.js';
 
 // flush(): what it waits for, how it ends, and how its waiters share one poller.
 const t = useTestDatabase();
@@ -31,9 +38,19 @@ function countingDb(max = 4) {
 function drainerHeldOnSecondBatch(spec: Awaited<ReturnType<typeof freshOutbox>>, outcome: () => Outcome | undefined) {
   let release!: () => void;
   const held = new Promise<void>((resolve) => (release = resolve));
-  const sink = createRecordingSink({ outcome: async (intent) => (intent.partitionKey === 'vpc:held' ? held.then(() => undefined) : outcome()) });
+  const sink = createRecordingSink({
+    outcome: async (intent) => (intent.partitionKey === 'vpc:held' ? held.then(() => undefined) : outcome()),
+  });
   const { db } = countingDb(1);
-  const drainer = createDrainer({ db, spec, sink, logger: quiet, interval: 3_600_000, batchSize: 1, concurrentBatches: 1 });
+  const drainer = createDrainer({
+    db,
+    spec,
+    sink,
+    logger: quiet,
+    interval: 3_600_000,
+    batchSize: 1,
+    concurrentBatches: 1,
+  });
   const end = async () => {
     release();
     await drainer.stop();
@@ -57,7 +74,9 @@ describe('flush', () => {
   test('rejects with the reason when an intent is poisoned', async () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:p']);
-    const sink = createRecordingSink({ outcome: () => ({ kind: 'permanent', error: 'validation_error: type "vpcx" not found' }) });
+    const sink = createRecordingSink({
+      outcome: () => ({ kind: 'permanent', error: 'validation_error: type "vpcx" not found' }),
+    });
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet });
     const error = await drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 5_000 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(FlushPoisonedError);
@@ -84,7 +103,10 @@ describe('flush', () => {
     const run = drainerHeldOnSecondBatch(spec, () => undefined);
     try {
       await run.drainer.flush({ partitionKey: 'vpc:f', timeoutMs: 5_000 });
-      expect((await outboxRows(t.db, spec)).map((r) => [r.resource_id, r.sent])).toEqual([['vpc:f', true], ['vpc:held', false]]);
+      expect((await outboxRows(t.db, spec)).map((r) => [r.resource_id, r.sent])).toEqual([
+        ['vpc:f', true],
+        ['vpc:held', false],
+      ]);
     } finally {
       await run.end();
     }
@@ -93,12 +115,18 @@ describe('flush', () => {
   test('rejects when the batch that poisoned its intent commits, while the next batch holds the only connection', async () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:bad', 'vpc:held']);
-    const run = drainerHeldOnSecondBatch(spec, () => ({ kind: 'permanent', error: 'validation_error: no such relation' }));
+    const run = drainerHeldOnSecondBatch(spec, () => ({
+      kind: 'permanent',
+      error: 'validation_error: no such relation',
+    }));
     try {
       const error = await run.drainer.flush({ partitionKey: 'vpc:bad', timeoutMs: 5_000 }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(FlushPoisonedError);
       expect((error as FlushPoisonedError).lastError).toBe('validation_error: no such relation');
-      expect((await outboxRows(t.db, spec)).map((r) => [r.resource_id, r.sent])).toEqual([['vpc:bad', false], ['vpc:held', false]]);
+      expect((await outboxRows(t.db, spec)).map((r) => [r.resource_id, r.sent])).toEqual([
+        ['vpc:bad', false],
+        ['vpc:held', false],
+      ]);
     } finally {
       await run.end();
     }
@@ -107,12 +135,18 @@ describe('flush', () => {
   test('its look-up of the partition walks the partition-head index, even when the partial indexes were vacuumed empty before a backlog came', async () => {
     const spec = await freshOutbox(t.db);
     const table = outboxTable(spec);
-    await sql`insert into ${table} (resource_id, payload, sent_at) select 'vpc:' || (g % 2000), '{}', now() from generate_series(1, 20000) g`.execute(t.db);
+    await sql`insert into ${table} (resource_id, payload, sent_at) select 'vpc:' || (g % 2000), '{}', now() from generate_series(1, 20000) g`.execute(
+      t.db,
+    );
     await sql`vacuum analyze ${table}`.execute(t.db);
-    await sql`insert into ${table} (resource_id, payload, is_head) select 'vpc:hot', '{}', g = 1 from generate_series(1, 20000) g`.execute(t.db);
+    await sql`insert into ${table} (resource_id, payload, is_head) select 'vpc:hot', '{}', g = 1 from generate_series(1, 20000) g`.execute(
+      t.db,
+    );
     const plan = await t.db.transaction().execute(async (trx) => {
       await planByIndex().execute(trx);
-      const explained = await sql<{ 'QUERY PLAN': string }>`explain ${pendingIntentIdsStatement(spec, 'vpc:cold')}`.execute(trx);
+      const explained = await sql<{
+        'QUERY PLAN': string;
+      }>`explain ${pendingIntentIdsStatement(spec, 'vpc:cold')}`.execute(trx);
       return explained.rows.map((r) => r['QUERY PLAN']).join('\n');
     });
     // Without the settings: an index scan of the pending index filtered on the key, reading all 20,000 pending rows.
@@ -165,7 +199,9 @@ describe('flush', () => {
   test('an intent poisoned before the call does not block: the later one is awaited; one poisoned during the call rejects with its reason', async () => {
     const spec = await freshOutbox(t.db);
     const [p1] = await enqueueRows(t.db, spec, ['vpc:p']);
-    const sink = createRecordingSink({ outcome: (i) => (i.id === p1 ? { kind: 'permanent', error: 'type not found' } : undefined) });
+    const sink = createRecordingSink({
+      outcome: (i) => (i.id === p1 ? { kind: 'permanent', error: 'type not found' } : undefined),
+    });
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet });
     const during = await drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 5_000 }).catch((e: unknown) => e);
     expect(during).toBeInstanceOf(FlushPoisonedError);
@@ -178,7 +214,9 @@ describe('flush', () => {
   test("'' is a key like any other; a never-started drainer flushes and leaves nothing running", async () => {
     const spec = await freshOutbox(t.db);
     await sql`insert into ${outboxTable(spec)} (resource_id, payload, is_head) values
-      ('', ${JSON.stringify(payload(1))}, true), ('', ${JSON.stringify(payload(2))}, false), ('x', ${JSON.stringify(payload(3))}, true)`.execute(t.db);
+      ('', ${JSON.stringify(payload(1))}, true), ('', ${JSON.stringify(payload(2))}, false), ('x', ${JSON.stringify(payload(3))}, true)`.execute(
+      t.db,
+    );
     const sink = createRecordingSink();
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 50 });
     await drainer.flush({ partitionKey: '', timeoutMs: 3_000 });
@@ -230,7 +268,9 @@ describe('flush polling', () => {
     const { db, counts } = countingDb();
     const drainer = createDrainer({ db, spec, sink, logger: quiet, backoff: { baseMs: 60_000, maxMs: 60_000 } });
     await drainer.drainOnce();
-    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() + interval '1 minute'`.execute(t.db); // backs off a minute, no jitter
+    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() + interval '1 minute'`.execute(
+      t.db,
+    ); // backs off a minute, no jitter
     const started = Date.now();
     const error = await drainer.flush({ partitionKey: 'vpc:b', timeoutMs: 1_000 }).catch((e: unknown) => e);
     const took = Date.now() - started;
@@ -246,7 +286,11 @@ describe('flush polling', () => {
   test('many concurrent flushes share their polling: 500 flushes do not multiply the status queries on a small pool', async () => {
     const spec = await freshOutbox(t.db);
     const n = 500;
-    await enqueueRows(t.db, spec, Array.from({ length: n * 4 }, (_, i) => `vpc:${i % n}`));
+    await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: n * 4 }, (_, i) => `vpc:${i % n}`),
+    );
     let statusQueries = 0;
     const db = new KyselyClass({
       dialect: new PostgresDialect({ pool: t.pool({ max: 2 }) }),
@@ -257,7 +301,9 @@ describe('flush polling', () => {
     const sink = createRecordingSink();
     const drainer = createDrainer({ db, spec, sink, logger: quiet, batchSize: 20 });
     const started = Date.now();
-    const results = await Promise.allSettled(Array.from({ length: n }, (_, i) => drainer.flush({ partitionKey: `vpc:${i}`, timeoutMs: 60_000 })));
+    const results = await Promise.allSettled(
+      Array.from({ length: n }, (_, i) => drainer.flush({ partitionKey: `vpc:${i}`, timeoutMs: 60_000 })),
+    );
     const took = Date.now() - started;
     expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
     expect(sink.delivered).toHaveLength(n * 4);
@@ -271,7 +317,11 @@ describe('flush polling', () => {
   test('one status query that fails (a connection reset mid-query) does not reject every waiting flush: they go on until delivered or timeoutMs', async () => {
     const spec = await freshOutbox(t.db);
     const n = 20;
-    await enqueueRows(t.db, spec, Array.from({ length: n }, (_, i) => `vpc:${i}`));
+    await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: n }, (_, i) => `vpc:${i}`),
+    );
     let failNext = true;
     const db = new KyselyClass({
       dialect: new PostgresDialect({ pool: t.pool({ max: 4 }) }),
@@ -291,9 +341,13 @@ describe('flush polling', () => {
     });
     const sink = createRecordingSink({ outcome: async () => void (await sleep(150)) });
     const drainer = createDrainer({ db, spec, sink, logger: quiet, batchSize: 5 });
-    const results = await Promise.allSettled(Array.from({ length: n }, (_, i) => drainer.flush({ partitionKey: `vpc:${i}`, timeoutMs: 5_000 })));
+    const results = await Promise.allSettled(
+      Array.from({ length: n }, (_, i) => drainer.flush({ partitionKey: `vpc:${i}`, timeoutMs: 5_000 })),
+    );
     expect(failNext).toBe(false);
-    expect(results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason))).toEqual([]);
+    expect(
+      results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason)),
+    ).toEqual([]);
     await drainer.stop();
     await db.destroy();
   });

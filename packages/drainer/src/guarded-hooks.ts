@@ -20,20 +20,21 @@ function ignoreRejection(value: unknown): void {
  * Methods are looked up at each call: pino on a level change, or vi.spyOn, replaces them later.
  */
 export function guardedLogger(target: Logger): Logger {
-  const guard =
-    (level: 'debug' | 'info' | 'warn' | 'error') =>
-    (message: string, fields?: Record<string, unknown>) => {
-      try {
-        ignoreRejection(target[level]?.call(target, message, fields));
-      } catch {
-        // a broken log transport must not break delivery
-      }
-    };
+  const guard = (level: 'debug' | 'info' | 'warn' | 'error') => (message: string, fields?: Record<string, unknown>) => {
+    try {
+      ignoreRejection(target[level]?.call(target, message, fields));
+    } catch {
+      // a broken log transport must not break delivery
+    }
+  };
   return { debug: guard('debug'), info: guard('info'), warn: guard('warn'), error: guard('error') };
 }
 
 /** Calls `record` (the drainer's metrics), then `hooks.onEvent` (looked up at each call, as the logger's methods are), each shielded the same way. */
-export function guardedEmit(hooks: { readonly onEvent?: (event: DrainerEvent) => void }, record?: (event: DrainerEvent) => void): (event: DrainerEvent) => void {
+export function guardedEmit(
+  hooks: { readonly onEvent?: (event: DrainerEvent) => void },
+  record?: (event: DrainerEvent) => void,
+): (event: DrainerEvent) => void {
   return (event) => {
     try {
       record?.(event);

@@ -20,7 +20,7 @@ const payload = { writes: [{ user: 'project:p1', relation: 'project', object: 'v
 
 // Deterministic pseudo-randomness, so a failure can be replayed.
 let seed = 42;
-const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
 const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)] as T;
 
 interface Violation {
@@ -55,7 +55,14 @@ test('exactly one head per partition, the earliest deliverable row, under concur
   // Deadlocks are expected here (see the writer): detected after 20 ms instead of the default 1 s.
   const fastDeadlocks = '-c deadlock_timeout=20ms';
   const drainers = [0, 1].map(() =>
-    createDrainer({ db: t.kysely({ max: 2, options: fastDeadlocks }), spec, sink, batchSize: 7, backoff: { baseMs: 0, maxMs: 2 }, listen: false }),
+    createDrainer({
+      db: t.kysely({ max: 2, options: fastDeadlocks }),
+      spec,
+      sink,
+      batchSize: 7,
+      backoff: { baseMs: 0, maxMs: 2 },
+      listen: false,
+    }),
   );
   let writing = true;
   const deadlocks = { writers: 0, drainers: 0 };
@@ -69,7 +76,8 @@ test('exactly one head per partition, the earliest deliverable row, under concur
 
   const writer = async (db: Kysely<unknown>) => {
     for (let i = 0; i < 150; i += 1) {
-      const batch = (): EnqueueInput[] => Array.from({ length: 1 + Math.floor(random() * 4) }, () => ({ partitionKey: pick(KEYS), payload }));
+      const batch = (): EnqueueInput[] =>
+        Array.from({ length: 1 + Math.floor(random() * 4) }, () => ({ partitionKey: pick(KEYS), payload }));
       const mode = random();
       const trx = await db.startTransaction().execute();
       try {
@@ -141,13 +149,18 @@ test('exactly one head per partition, the earliest deliverable row, under concur
     if (delivered.has(intent.id)) continue;
     delivered.add(intent.id);
     const previous = first.get(intent.partitionKey);
-    expect(previous === undefined || BigInt(intent.id) > previous, `${intent.partitionKey} ${intent.id} after ${previous}`).toBe(true);
+    expect(
+      previous === undefined || BigInt(intent.id) > previous,
+      `${intent.partitionKey} ${intent.id} after ${previous}`,
+    ).toBe(true);
     first.set(intent.partitionKey, BigInt(intent.id));
   }
   // Keys differing by trailing space or Unicode normalisation are partitions of their own.
   const keys = await sql<{ key: string }>`select distinct resource_id as key from race.outbox order by 1`.execute(t.db);
   expect(keys.rows.map((r) => r.key).sort()).toEqual([...KEYS].sort());
   const left = await sql<{ n: number }>`
-    select count(*)::int as n from race.outbox where sent_at is null and attempt_count < ${spec.maxAttempts}`.execute(t.db);
+    select count(*)::int as n from race.outbox where sent_at is null and attempt_count < ${spec.maxAttempts}`.execute(
+    t.db,
+  );
   expect(left.rows[0]?.n).toBe(0);
 }, 120_000);

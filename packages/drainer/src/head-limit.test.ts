@@ -2,8 +2,14 @@ import { describe, expect, test } from 'vitest';
 import { initialHeadLimit, nextHeadLimit, type HeadLimit } from './head-limit.js';
 
 /** The limit after a batch of `claimed` rows (default: one per head) over `claimedHeads` heads. */
-const after = (limit: HeadLimit, claimedHeads: number, partitions: number, withNextHead: number, batchSize = 100, claimed = claimedHeads) =>
-  nextHeadLimit(limit, { batchSize, claimed, claimedHeads, settled: { partitions, withNextHead } });
+const after = (
+  limit: HeadLimit,
+  claimedHeads: number,
+  partitions: number,
+  withNextHead: number,
+  batchSize = 100,
+  claimed = claimedHeads,
+) => nextHeadLimit(limit, { batchSize, claimed, claimedHeads, settled: { partitions, withNextHead } });
 
 describe('the head limit', () => {
   test('starts at a whole batch of heads, with runs', () => {

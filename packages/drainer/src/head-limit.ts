@@ -21,7 +21,12 @@ export function initialHeadLimit(batchSize: number): HeadLimit {
  */
 export function nextHeadLimit(
   limit: HeadLimit,
-  batch: { readonly batchSize: number; readonly claimed: number; readonly claimedHeads: number; readonly settled: SettledPartitions },
+  batch: {
+    readonly batchSize: number;
+    readonly claimed: number;
+    readonly claimedHeads: number;
+    readonly settled: SettledPartitions;
+  },
 ): HeadLimit {
   const { batchSize, claimed, claimedHeads, settled } = batch;
   if (settled.partitions === 0) return limit;

@@ -34,7 +34,9 @@ describe('handlers that fail never break the drainer', () => {
   test('a logger whose warn throws does not end the pass: the rows after a poisoned one are delivered in the same drainOnce', async () => {
     const spec = await freshOutbox(t.db);
     const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c']);
-    const sink = createRecordingSink({ outcome: (i) => (i.id === ids[0] ? { kind: 'permanent', error: 'refused' } : undefined) });
+    const sink = createRecordingSink({
+      outcome: (i) => (i.id === ids[0] ? { kind: 'permanent', error: 'refused' } : undefined),
+    });
     const logger = {
       ...quiet,
       warn: () => {
@@ -55,11 +57,20 @@ describe('handlers that fail never break the drainer', () => {
         throw new Error('log transport broken');
       },
     };
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), interval: 3_600_000, listen: { connectionString: t.url }, logger });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      interval: 3_600_000,
+      listen: { connectionString: t.url },
+      logger,
+    });
     await drainer.start();
     expect(await listenConnections(t.db, spec)).toBe(1);
     const errors = await escaped(async () => {
-      await sql`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and query = ${`listen "${spec.channel}"`}`.execute(t.db);
+      await sql`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and query = ${`listen "${spec.channel}"`}`.execute(
+        t.db,
+      );
       await sleep(100);
       await waitUntil('LISTEN to come back', async () => (await listenConnections(t.db, spec)) === 1);
     });

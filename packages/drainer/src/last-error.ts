@@ -4,7 +4,10 @@ export const MAX_LAST_ERROR_LENGTH = 2_000;
 const SECRETS: ReadonlyArray<[RegExp, string]> = [
   [/(\bbearer\s+)[^\s"',;]+/gi, '$1[redacted]'],
   [/(\bauthorization["']?\s*[:=]\s*["']?)[^\s"',;]+(\s+[^\s"',;]+)?/gi, '$1[redacted]'],
-  [/(\b(?:api[_-]?(?:key|token)|client[_-]?secret|password|passwd|secret|token)["']?\s*[:=]\s*["']?)[^\s"',;&]+/gi, '$1[redacted]'],
+  [
+    /(\b(?:api[_-]?(?:key|token)|client[_-]?secret|password|passwd|secret|token)["']?\s*[:=]\s*["']?)[^\s"',;&]+/gi,
+    '$1[redacted]',
+  ],
   [/(\b[a-z][a-z0-9+.-]*:\/\/)[^/\s:@]+:[^/\s@]+@/gi, '$1[redacted]@'],
 ];
 

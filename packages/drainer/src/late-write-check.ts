@@ -33,7 +33,11 @@ export interface LateWriteCheck {
  * enqueues the correction — under the partition's enqueue lock, and only if nothing was delivered
  * or enqueued since the first look. A partition with a pending intent is checked again later.
  */
-export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelayMs: number, signal: AbortSignal): Promise<LateWriteCheck> {
+export async function checkLateWrites(
+  config: ResolvedDrainerConfig,
+  verifyDelayMs: number,
+  signal: AbortSignal,
+): Promise<LateWriteCheck> {
   const { db, spec, sink } = config;
   if (!sink.readTuples) throw new Error('the sink cannot read its target back (no readTuples)');
   const readTuples = sink.readTuples.bind(sink);
@@ -92,7 +96,8 @@ export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelay
         where w.sent_at >= u.from_at
         order by u.k, w.id desc`.execute(trx);
       const newestFirst = new Map<string, IntentPayload[]>();
-      for (const row of windows.rows) newestFirst.set(row.partition_key, [...(newestFirst.get(row.partition_key) ?? []), row.payload]);
+      for (const row of windows.rows)
+        newestFirst.set(row.partition_key, [...(newestFirst.get(row.partition_key) ?? []), row.payload]);
       const truncated = [...newestFirst].filter(([, payloads]) => payloads.length > WINDOW_ROWS).map(([k]) => k);
       for (const k of truncated) newestFirst.get(k)?.splice(WINDOW_ROWS);
 
@@ -108,7 +113,10 @@ export async function checkLateWrites(config: ResolvedDrainerConfig, verifyDelay
 
       const corrected: Array<{ partitionKey: string; ids: string[] }> = [];
       if (atRisk.size > 0) {
-        const stored = await readTuples([...atRisk.values()].flat().map((risk) => risk.tuple), { signal });
+        const stored = await readTuples(
+          [...atRisk.values()].flat().map((risk) => risk.tuple),
+          { signal },
+        );
         const live = new Set(stored.map(tupleKeyOf));
         const differing = new Map<string, ReturnType<typeof lateWriteCorrections>>();
         for (const [k, risks] of atRisk) {

@@ -4,7 +4,12 @@ import { keysAtRisk, lateWriteCorrections, tupleKeyOf } from './late-write-keys.
 // What the late-write check compares and enqueues, from a partition's deliveries newest first.
 const owner = { user: 'user:ann', relation: 'owner', object: 'vpc:1' };
 const project = { user: 'project:p', relation: 'project', object: 'vpc:1' };
-const viewer = { user: 'user:bob', relation: 'viewer', object: 'vpc:1', condition: { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } } };
+const viewer = {
+  user: 'user:bob',
+  relation: 'viewer',
+  object: 'vpc:1',
+  condition: { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } },
+};
 
 describe('keysAtRisk', () => {
   test('a key only written (or only deleted) in the window cannot be reversed by a late write: not at risk', () => {
@@ -19,7 +24,12 @@ describe('keysAtRisk', () => {
       { tuple: project, present: false },
     ]);
     // deregister, then register again with a condition: the newest write, condition included.
-    expect(keysAtRisk([{ writes: [viewer] }, { deletes: [{ user: viewer.user, relation: viewer.relation, object: viewer.object }] }])).toEqual([{ tuple: viewer, present: true }]);
+    expect(
+      keysAtRisk([
+        { writes: [viewer] },
+        { deletes: [{ user: viewer.user, relation: viewer.relation, object: viewer.object }] },
+      ]),
+    ).toEqual([{ tuple: viewer, present: true }]);
   });
 
   test('within one intent the writes apply after the deletes (one OpenFGA transaction)', () => {
@@ -42,7 +52,10 @@ describe('lateWriteCorrections', () => {
   });
 
   test('at most 100 operations an intent', () => {
-    const risks = Array.from({ length: 250 }, (_, i) => ({ tuple: { user: `user:u${i}`, relation: 'viewer', object: 'vpc:1' }, present: true }));
+    const risks = Array.from({ length: 250 }, (_, i) => ({
+      tuple: { user: `user:u${i}`, relation: 'viewer', object: 'vpc:1' },
+      present: true,
+    }));
     const intents = lateWriteCorrections('vpc:1', risks, new Set());
     expect(intents.map((i) => i.payload.writes?.length)).toEqual([100, 100, 50]);
   });

@@ -45,14 +45,24 @@ export function keysAtRisk(newestFirst: readonly IntentPayload[]): KeyAtRisk[] {
  * (`live`, by {@link tupleKeyOf}): a write of each key it lacks, a delete of each it should not hold,
  * at most {@link MAX_TUPLES_PER_INTENT} operations an intent. Empty when they agree.
  */
-export function lateWriteCorrections(partitionKey: string, atRisk: readonly KeyAtRisk[], live: ReadonlySet<string>): EnqueueInput[] {
+export function lateWriteCorrections(
+  partitionKey: string,
+  atRisk: readonly KeyAtRisk[],
+  live: ReadonlySet<string>,
+): EnqueueInput[] {
   const wrong = atRisk.filter((risk) => risk.present !== live.has(tupleKeyOf(risk.tuple)));
   const intents: EnqueueInput[] = [];
   for (let i = 0; i < wrong.length; i += MAX_TUPLES_PER_INTENT) {
     const chunk = wrong.slice(i, i + MAX_TUPLES_PER_INTENT);
     const writes = chunk.filter((risk) => risk.present).map((risk) => risk.tuple);
-    const deletes = chunk.filter((risk) => !risk.present).map(({ tuple }) => ({ user: tuple.user, relation: tuple.relation, object: tuple.object }));
-    const payload: IntentPayload = { ...(writes.length > 0 ? { writes } : {}), ...(deletes.length > 0 ? { deletes } : {}), source: LATE_WRITE_SOURCE };
+    const deletes = chunk
+      .filter((risk) => !risk.present)
+      .map(({ tuple }) => ({ user: tuple.user, relation: tuple.relation, object: tuple.object }));
+    const payload: IntentPayload = {
+      ...(writes.length > 0 ? { writes } : {}),
+      ...(deletes.length > 0 ? { deletes } : {}),
+      source: LATE_WRITE_SOURCE,
+    };
     intents.push({ partitionKey, payload });
   }
   return intents;

@@ -15,23 +15,35 @@ const readingSink = (): Sink => ({ ...createRecordingSink(), writeLifetimeMs: 1_
 const register = { writes: [{ user: 'user:ann', relation: 'owner', object: 'vpc:1' }] };
 const deregister = { deletes: [{ user: 'user:ann', relation: 'owner', object: 'vpc:1' }] };
 
-async function enqueue(spec: OutboxSpec, intents: ReadonlyArray<{ partitionKey: string; payload: IntentPayload }>): Promise<string[]> {
+async function enqueue(
+  spec: OutboxSpec,
+  intents: ReadonlyArray<{ partitionKey: string; payload: IntentPayload }>,
+): Promise<string[]> {
   return t.db.transaction().execute((trx) => enqueueMany(trx, spec, intents));
 }
 
 async function drain(spec: OutboxSpec, config: Partial<DrainerConfig> = {}): Promise<void> {
-  await createDrainer({ db: t.db, spec, sink: readingSink(), logger: quiet, lateWrites: { verifyDelayMs: VERIFY_DELAY_MS }, ...config }).drainOnce();
+  await createDrainer({
+    db: t.db,
+    spec,
+    sink: readingSink(),
+    logger: quiet,
+    lateWrites: { verifyDelayMs: VERIFY_DELAY_MS },
+    ...config,
+  }).drainOnce();
 }
 
 /** Per row id: ms from its delivery to its check, null when it is not stamped. */
 async function stamps(spec: OutboxSpec): Promise<Record<string, number | null>> {
   const result = await sql<{ id: string; delay: number | null }>`
-    select id::text as id, (extract(epoch from verify_after - sent_at) * 1000)::int as delay from ${outboxTable(spec)} order by id`.execute(t.db);
+    select id::text as id, (extract(epoch from verify_after - sent_at) * 1000)::int as delay from ${outboxTable(spec)} order by id`.execute(
+    t.db,
+  );
   return Object.fromEntries(result.rows.map((r) => [r.id, r.delay]));
 }
 
 describe('the settle stamps a delivery for the late-write check', () => {
-  test('when the same batch delivered an earlier intent of its partition: the partition\'s last delivered row only', async () => {
+  test("when the same batch delivered an earlier intent of its partition: the partition's last delivered row only", async () => {
     const spec = await freshOutbox(t.db);
     const [r, d, again] = await enqueue(spec, [
       { partitionKey: 'vpc:1', payload: register },
@@ -51,18 +63,20 @@ describe('the settle stamps a delivery for the late-write check', () => {
     expect(await stamps(spec)).toEqual({ [r!]: null, [d!]: VERIFY_DELAY_MS });
   });
 
-  test('not when its partition\'s previous delivery is older than the delay: the common case costs nothing', async () => {
+  test("not when its partition's previous delivery is older than the delay: the common case costs nothing", async () => {
     const spec = await freshOutbox(t.db);
     const [r] = await enqueue(spec, [{ partitionKey: 'vpc:1', payload: register }]);
     await drain(spec);
     // Delivered longer ago than the delay (rather than waiting a minute).
-    await sql`update ${outboxTable(spec)} set sent_at = now() - ${VERIFY_DELAY_MS + 1_000} * interval '1 millisecond' where id = ${r}`.execute(t.db);
+    await sql`update ${outboxTable(spec)} set sent_at = now() - ${VERIFY_DELAY_MS + 1_000} * interval '1 millisecond' where id = ${r}`.execute(
+      t.db,
+    );
     const [d] = await enqueue(spec, [{ partitionKey: 'vpc:1', payload: deregister }]);
     await drain(spec);
     expect(await stamps(spec)).toEqual({ [r!]: null, [d!]: null });
   });
 
-  test('not for deliveries of other partitions, nor for a partition\'s first', async () => {
+  test("not for deliveries of other partitions, nor for a partition's first", async () => {
     const spec = await freshOutbox(t.db);
     await enqueue(spec, [
       { partitionKey: 'vpc:1', payload: register },

@@ -16,7 +16,14 @@ describe('start and stop', () => {
   test('a stop() while start() is still starting wins: no timer, no LISTEN connection, nothing delivered after', async () => {
     const spec = await freshOutbox(t.db);
     const sink = createRecordingSink();
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 20, listen: { connectionString: t.url } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      interval: 20,
+      listen: { connectionString: t.url },
+    });
     const starting = drainer.start();
     await drainer.stop();
     await starting;
@@ -28,7 +35,14 @@ describe('start and stop', () => {
 
   test('start() twice is one start: one LISTEN connection, and stop() leaves none', async () => {
     const spec = await freshOutbox(t.db);
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, interval: 3_600_000, listen: { connectionString: t.url } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      logger: quiet,
+      interval: 3_600_000,
+      listen: { connectionString: t.url },
+    });
     await Promise.all([drainer.start(), drainer.start()]);
     await drainer.start();
     expect(await listenConnections(t.db, spec)).toBe(1);
@@ -43,7 +57,13 @@ describe('start and stop', () => {
   test('a flush still on its first query when stop() comes rejects with DrainerStoppedError, not a timeout', async () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:waiting']);
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'down' }) }), logger: quiet, backoff: { baseMs: 60_000 } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'down' }) }),
+      logger: quiet,
+      backoff: { baseMs: 60_000 },
+    });
     const started = Date.now();
     const flushing = drainer.flush({ partitionKey: 'vpc:waiting', timeoutMs: 5_000 }).catch((e: unknown) => e);
     await drainer.stop();
@@ -53,7 +73,14 @@ describe('start and stop', () => {
 
   test('start() right after a stop() that was not awaited: the next stop() leaves no LISTEN connection behind', async () => {
     const spec = await freshOutbox(t.db);
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, interval: 3_600_000, listen: { connectionString: t.url } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      logger: quiet,
+      interval: 3_600_000,
+      listen: { connectionString: t.url },
+    });
     await drainer.start();
     const stopping = drainer.stop(); // e.g. a restart on a config reload
     await drainer.start();
@@ -66,10 +93,25 @@ describe('start and stop', () => {
   test('stop() at every moment of start(): no LISTEN connection is left, nothing escapes', async () => {
     const spec = await freshOutbox(t.db);
     const listenCount = async () =>
-      Number((await sql<{ n: string }>`select count(*) as n from pg_stat_activity where datname = current_database() and backend_type = 'client backend' and pid <> pg_backend_pid() and application_name = '' and query like ${`listen%${spec.channel}%`}`.execute(t.db)).rows[0]?.n);
+      Number(
+        (
+          await sql<{
+            n: string;
+          }>`select count(*) as n from pg_stat_activity where datname = current_database() and backend_type = 'client backend' and pid <> pg_backend_pid() and application_name = '' and query like ${`listen%${spec.channel}%`}`.execute(
+            t.db,
+          )
+        ).rows[0]?.n,
+      );
     const errors = await escaped(async () => {
       for (let i = 0; i < 30; i += 1) {
-        const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, interval: 3_600_000, listen: { connectionString: t.url } });
+        const drainer = createDrainer({
+          db: t.db,
+          spec,
+          sink: createRecordingSink(),
+          logger: quiet,
+          interval: 3_600_000,
+          listen: { connectionString: t.url },
+        });
         const started = drainer.start().catch(() => undefined);
         await sleep(i % 15); // 0..14 ms: before, during and after the connect and the LISTEN query
         await drainer.stop();
@@ -85,12 +127,19 @@ describe('start and stop', () => {
 describe('the process', () => {
   test('after stop() and the pool’s end, Node exits on its own within a second: no timer, socket or listener left', async () => {
     const spec = await freshOutbox(t.db);
-    const child = spawn(process.execPath, ['--import', 'tsx', resolve(import.meta.dirname, 'testing/exit-after-stop.ts'), t.url, spec.table], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', resolve(import.meta.dirname, 'testing/exit-after-stop.ts'), t.url, spec.table],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    const [code] = (await Promise.race([once(child, 'exit'), sleep(20_000).then(() => ['still running after 20 s'])])) as [unknown];
+    const [code] = (await Promise.race([
+      once(child, 'exit'),
+      sleep(20_000).then(() => ['still running after 20 s']),
+    ])) as [unknown];
     if (code === 'still running after 20 s') child.kill('SIGKILL');
     expect(code).toBe(0);
     const stoppedAt = Number(/stopped (\d+)/.exec(out)?.[1]);

@@ -16,12 +16,21 @@ describe('LISTEN', () => {
     await createOutboxTable(t.db, spec);
     const deliveredAt: number[] = [];
     const sink = createRecordingSink({ outcome: () => void deliveredAt.push(performance.now()) });
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 3_600_000, listen: { connectionString: t.url } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      interval: 3_600_000,
+      listen: { connectionString: t.url },
+    });
     await drainer.start();
     await sleep(100); // the initial pass is done
     const latencies: number[] = [];
     for (let i = 0; i < 5; i += 1) {
-      await t.db.transaction().execute((trx) => enqueueMany(trx, spec, [{ partitionKey: `vpc:${i}`, payload: payload(1) }]));
+      await t.db
+        .transaction()
+        .execute((trx) => enqueueMany(trx, spec, [{ partitionKey: `vpc:${i}`, payload: payload(1) }]));
       const committed = performance.now();
       for (let w = 0; w < 200 && deliveredAt.length <= i; w += 1) await sleep(2);
       latencies.push((deliveredAt[i] ?? Infinity) - committed);
@@ -36,19 +45,33 @@ describe('LISTEN', () => {
     const spec = defineOutbox({ table: 'relisten.outbox', partitionColumn: 'resource_id' });
     await createOutboxTable(t.db, spec);
     const sink = createRecordingSink();
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 200, listen: { connectionString: t.url } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      interval: 200,
+      listen: { connectionString: t.url },
+    });
     await drainer.start();
     const admin = new pg.Client({ connectionString: t.url });
     await admin.connect();
     const listenerPid = async () =>
-      (await admin.query<{ pid: number }>(`select pid from pg_stat_activity where datname = current_database() and query ilike 'listen%'`)).rows[0]?.pid;
+      (
+        await admin.query<{ pid: number }>(
+          `select pid from pg_stat_activity where datname = current_database() and query ilike 'listen%'`,
+        )
+      ).rows[0]?.pid;
     let pid: number | undefined;
-    for (let i = 0; i < 50 && pid === undefined; i += 1) pid = await listenerPid().then(async (p) => p ?? (await sleep(20), undefined));
+    for (let i = 0; i < 50 && pid === undefined; i += 1)
+      pid = await listenerPid().then(async (p) => p ?? (await sleep(20), undefined));
     expect(pid).toBeDefined();
     await admin.query('select pg_terminate_backend($1)', [pid]);
 
     // With LISTEN down, the 200 ms timer still delivers.
-    await t.db.transaction().execute((trx) => enqueueMany(trx, spec, [{ partitionKey: 'vpc:during', payload: payload(1) }]));
+    await t.db
+      .transaction()
+      .execute((trx) => enqueueMany(trx, spec, [{ partitionKey: 'vpc:during', payload: payload(1) }]));
     for (let i = 0; i < 100 && sink.delivered.length < 1; i += 1) await sleep(20);
     expect(sink.delivered.map((d) => d.partitionKey)).toEqual(['vpc:during']);
 
@@ -73,9 +96,19 @@ describe('LISTEN', () => {
       const spec = await freshOutbox(t.db);
       await enqueueRows(t.db, spec, ['vpc:timer']);
       const sink = createRecordingSink();
-      const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 100, listen: { connectionString: `postgres://u:p@127.0.0.1:${port}/db` } });
+      const drainer = createDrainer({
+        db: t.db,
+        spec,
+        sink,
+        logger: quiet,
+        interval: 100,
+        listen: { connectionString: `postgres://u:p@127.0.0.1:${port}/db` },
+      });
       const started = Date.now();
-      const outcome = await Promise.race([drainer.start().then(() => 'started'), sleep(10_000).then(() => 'start() still pending after 10 s')]);
+      const outcome = await Promise.race([
+        drainer.start().then(() => 'started'),
+        sleep(10_000).then(() => 'start() still pending after 10 s'),
+      ]);
       expect(outcome).toBe('started');
       expect(Date.now() - started).toBeLessThan(8_000);
       // The timer delivers without LISTEN.
@@ -83,7 +116,10 @@ describe('LISTEN', () => {
       // A stop() while a reconnect is in flight against the black hole returns promptly.
       await waitUntil('a reconnect attempt', () => sockets.length >= 2, 10_000);
       const stopping = Date.now();
-      const stopped = await Promise.race([drainer.stop().then(() => 'stopped'), sleep(5_000).then(() => 'stop() still pending after 5 s')]);
+      const stopped = await Promise.race([
+        drainer.stop().then(() => 'stopped'),
+        sleep(5_000).then(() => 'stop() still pending after 5 s'),
+      ]);
       expect(stopped).toBe('stopped');
       expect(Date.now() - stopping).toBeLessThan(1_000);
     } finally {
@@ -110,7 +146,9 @@ describe('LISTEN', () => {
     await Promise.all(
       Array.from({ length: 8 }, async (_, w) => {
         for (let i = 0; i < 500; i += 1) {
-          await writers.transaction().execute((trx) => enqueueMany(trx, spec, [{ partitionKey: `vpc:${w}:${i % 7}`, payload: payload(i) }]));
+          await writers
+            .transaction()
+            .execute((trx) => enqueueMany(trx, spec, [{ partitionKey: `vpc:${w}:${i % 7}`, payload: payload(i) }]));
         }
       }),
     );

@@ -37,7 +37,10 @@ export class NotificationListener {
 
   private async connect(): Promise<void> {
     if (this.stopped) return;
-    const client = new pg.Client({ connectionString: this.options.connectionString, connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS });
+    const client = new pg.Client({
+      connectionString: this.options.connectionString,
+      connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS,
+    });
     this.pending = client;
     // Until LISTEN is in place, the catch reports a failure with its real cause; after, the connection's events do.
     let listening = false;

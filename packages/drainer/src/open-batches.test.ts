@@ -38,10 +38,18 @@ function storeSink(before?: (intents: readonly Intent[]) => Promise<readonly Out
         if (answered) return answered;
         const startedAt = performance.now();
         await fga.client.write({ writes: intents.flatMap((i) => i.payload.writes ?? []) });
-        writes.push({ ids: intents.map((i) => i.id), keys: intents.map((i) => i.partitionKey), startedAt, endedAt: performance.now() });
+        writes.push({
+          ids: intents.map((i) => i.id),
+          keys: intents.map((i) => i.partitionKey),
+          startedAt,
+          endedAt: performance.now(),
+        });
         return intents.map(() => ({ kind: 'delivered' as const }));
       } catch (error) {
-        return intents.map(() => ({ kind: 'permanent' as const, error: error instanceof Error ? error.message : String(error) }));
+        return intents.map(() => ({
+          kind: 'permanent' as const,
+          error: error instanceof Error ? error.message : String(error),
+        }));
       } finally {
         state.inFlight -= 1;
       }
@@ -58,38 +66,60 @@ function orderBreaks(writes: readonly WriteSpan[]): string[] {
   const byKey = new Map<string, Array<{ ids: bigint[]; startedAt: number; endedAt: number }>>();
   for (const write of [...writes].sort((a, b) => a.startedAt - b.startedAt)) {
     const mine = new Map<string, bigint[]>();
-    write.ids.forEach((id, i) => mine.set(write.keys[i] as string, [...(mine.get(write.keys[i] as string) ?? []), BigInt(id)]));
-    for (const [key, ids] of mine) byKey.set(key, [...(byKey.get(key) ?? []), { ids, startedAt: write.startedAt, endedAt: write.endedAt }]);
+    write.ids.forEach((id, i) =>
+      mine.set(write.keys[i] as string, [...(mine.get(write.keys[i] as string) ?? []), BigInt(id)]),
+    );
+    for (const [key, ids] of mine)
+      byKey.set(key, [...(byKey.get(key) ?? []), { ids, startedAt: write.startedAt, endedAt: write.endedAt }]);
   }
   const breaks: string[] = [];
   for (const [key, spans] of byKey) {
     spans.forEach((span, i) => {
       const previous = spans[i - 1];
-      if (previous && span.startedAt < previous.endedAt) breaks.push(`${key}: a Write started before the previous one returned`);
+      if (previous && span.startedAt < previous.endedAt)
+        breaks.push(`${key}: a Write started before the previous one returned`);
     });
     const ids = spans.flatMap((s) => s.ids);
-    if (ids.some((id, i) => i > 0 && id <= (ids[i - 1] as bigint))) breaks.push(`${key}: written out of id order (${ids.join(', ')})`);
+    if (ids.some((id, i) => i > 0 && id <= (ids[i - 1] as bigint)))
+      breaks.push(`${key}: written out of id order (${ids.join(', ')})`);
   }
   return breaks;
 }
 
 /** Enqueues one intent per key (a tuple naming `tag` and its position), in one transaction. */
 async function enqueueTagged(spec: OutboxSpec, tag: string, keys: readonly string[]): Promise<string[]> {
-  const intents: EnqueueInput[] = keys.map((key, i) => ({ partitionKey: key, payload: { writes: [{ user: `user:${tag}-${i}`, relation: 'viewer', object: key }] } }));
+  const intents: EnqueueInput[] = keys.map((key, i) => ({
+    partitionKey: key,
+    payload: { writes: [{ user: `user:${tag}-${i}`, relation: 'viewer', object: key }] },
+  }));
   return t.db.transaction().execute((trx) => enqueueMany(trx, spec, intents));
 }
 
 const unsent = async (spec: OutboxSpec): Promise<number> =>
-  (await sql<{ n: number }>`select count(*)::int as n from ${outboxTable(spec)} where sent_at is null`.execute(t.db)).rows[0]?.n ?? 0;
+  (await sql<{ n: number }>`select count(*)::int as n from ${outboxTable(spec)} where sent_at is null`.execute(t.db))
+    .rows[0]?.n ?? 0;
 
 describe('several batches open in one drainer, into OpenFGA', () => {
   test('order per partition holds with 3 open batches while writers keep enqueuing; every intent lands once', async () => {
     const spec = await freshOutbox(t.db);
     const keyOf = (n: number) => `vpc:order-${n % 40}`;
     // A backlog first, so that lanes open; then writers go on while the drainer runs.
-    const enqueued = await enqueueTagged(spec, 'backlog', Array.from({ length: 400 }, (_, i) => keyOf(i)));
+    const enqueued = await enqueueTagged(
+      spec,
+      'backlog',
+      Array.from({ length: 400 }, (_, i) => keyOf(i)),
+    );
     const { sink, writes, state } = storeSink();
-    const drainer = createDrainer({ db: t.kysely({ max: 5 }), spec, sink, batchSize: 20, concurrentBatches: 3, interval: 20, listen: { connectionString: t.url }, logger: quiet });
+    const drainer = createDrainer({
+      db: t.kysely({ max: 5 }),
+      spec,
+      sink,
+      batchSize: 20,
+      concurrentBatches: 3,
+      interval: 20,
+      listen: { connectionString: t.url },
+      logger: quiet,
+    });
     await drainer.start();
     const writers = Array.from({ length: 4 }, async (_, w) => {
       for (let round = 0; round < 40; round += 1) {
@@ -118,34 +148,60 @@ describe('several batches open in one drainer, into OpenFGA', () => {
   test('a batch that fails after a long wait does not hold back the others: they deliver while it is in flight', async () => {
     const spec = await freshOutbox(t.db);
     // The oldest rows make the first batch (a full one, so more lanes open); the rest are other partitions.
-    const stuck = await enqueueTagged(spec, 'stuck', Array.from({ length: 20 }, (_, i) => `vpc:stuck-${i}`));
-    const good = await enqueueTagged(spec, 'good', Array.from({ length: 60 }, (_, i) => `vpc:good-${i % 15}`));
+    const stuck = await enqueueTagged(
+      spec,
+      'stuck',
+      Array.from({ length: 20 }, (_, i) => `vpc:stuck-${i}`),
+    );
+    const good = await enqueueTagged(
+      spec,
+      'good',
+      Array.from({ length: 60 }, (_, i) => `vpc:good-${i % 15}`),
+    );
     let stuckReturned = false;
     let goodBeforeStuck = false;
     const { sink, writes } = storeSink(async (intents) => {
       if (!intents.some((i) => i.partitionKey.startsWith('vpc:stuck'))) return undefined;
       // Held until every good row is in OpenFGA (or 20 s: with one batch open at a time, never).
       const deadline = Date.now() + 20_000;
-      while (writes.flatMap((w) => w.ids).filter((id) => good.includes(id)).length < good.length && Date.now() < deadline) await sleep(10);
+      while (
+        writes.flatMap((w) => w.ids).filter((id) => good.includes(id)).length < good.length &&
+        Date.now() < deadline
+      )
+        await sleep(10);
       goodBeforeStuck = writes.flatMap((w) => w.ids).filter((id) => good.includes(id)).length === good.length;
       stuckReturned = true;
       return intents.map(() => ({ kind: 'transient' as const, error: 'OpenFGA timed out' }));
     });
-    const drainer = createDrainer({ db: t.kysely({ max: 4 }), spec, sink, batchSize: 20, concurrentBatches: 3, logger: quiet, backoff: { baseMs: 60_000, maxMs: 60_000 } });
+    const drainer = createDrainer({
+      db: t.kysely({ max: 4 }),
+      spec,
+      sink,
+      batchSize: 20,
+      concurrentBatches: 3,
+      logger: quiet,
+      backoff: { baseMs: 60_000, maxMs: 60_000 },
+    });
     const pass = await drainer.drainOnce();
     expect(stuckReturned).toBe(true);
     expect(goodBeforeStuck).toBe(true);
     // One pass counted both: the failed batch ended its lane only.
     expect(pass).toMatchObject({ delivered: 60, retried: 20, poisoned: 0, halted: false });
     const rows = await outboxRows(t.db, spec);
-    expect(rows.filter((r) => stuck.includes(r.id)).map((r) => [r.sent, r.attempt_count, r.is_head])).toEqual(stuck.map(() => [false, 1, true]));
+    expect(rows.filter((r) => stuck.includes(r.id)).map((r) => [r.sent, r.attempt_count, r.is_head])).toEqual(
+      stuck.map(() => [false, 1, true]),
+    );
     expect(rows.filter((r) => good.includes(r.id)).every((r) => r.sent)).toBe(true);
     expect(orderBreaks(writes)).toEqual([]);
   }, 60_000);
 
   test('stop() mid-flight waits for every open batch and loses nothing: what was written is recorded, the rest is claimable untouched', async () => {
     const spec = await freshOutbox(t.db);
-    const ids = await enqueueTagged(spec, 'stop', Array.from({ length: 300 }, (_, i) => `vpc:stop-${i % 30}`));
+    const ids = await enqueueTagged(
+      spec,
+      'stop',
+      Array.from({ length: 300 }, (_, i) => `vpc:stop-${i % 30}`),
+    );
     // Each call takes a while, so that three are in flight when stop() comes.
     const { sink, writes, state } = storeSink(async () => {
       await sleep(100);

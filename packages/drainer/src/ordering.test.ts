@@ -28,12 +28,23 @@ describe('ordering under concurrency', () => {
       },
     });
     const drainers = Array.from({ length: 4 }, () =>
-      createDrainer({ db: t.kysely({ max: 2 }), spec, sink, batchSize: 100, backoff: { baseMs: 1, maxMs: 5 }, logger: quiet }),
+      createDrainer({
+        db: t.kysely({ max: 2 }),
+        spec,
+        sink,
+        batchSize: 100,
+        backoff: { baseMs: 1, maxMs: 5 },
+        logger: quiet,
+      }),
     );
     const deadline = Date.now() + 90_000;
     for (;;) {
       await Promise.all(drainers.map((d) => d.drainOnce()));
-      const left = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where sent_at is null`.execute(t.db);
+      const left = await sql<{
+        n: number;
+      }>`select count(*)::int as n from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where sent_at is null`.execute(
+        t.db,
+      );
       if (left.rows[0]?.n === 0 || Date.now() > deadline) break;
       await sleep(5);
     }
@@ -47,7 +58,8 @@ describe('ordering under concurrency', () => {
     // Per partition, delivery order is id order.
     const byKey = deliveryOrder(deliveries);
     expect(byKey.size).toBe(200);
-    for (const ids of [...byKey.values()].map((order) => order.map(BigInt))) expect(ids).toEqual([...ids].sort((a, b) => (a < b ? -1 : 1)));
+    for (const ids of [...byKey.values()].map((order) => order.map(BigInt)))
+      expect(ids).toEqual([...ids].sort((a, b) => (a < b ? -1 : 1)));
     // A retried intent carries its attempts.
     const retried = all.filter((r) => failures.has(r.id));
     for (const r of retried) expect(r.attempt_count).toBe(failures.get(r.id));
@@ -62,7 +74,9 @@ describe('the claim rule', () => {
     const [a1, a2, b1] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:b']);
     const other = t.kysely({ max: 1 });
     await other.transaction().execute(async (trx) => {
-      await sql`select id from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where id = ${a1} for update`.execute(trx);
+      await sql`select id from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where id = ${a1} for update`.execute(
+        trx,
+      );
       const sink = createRecordingSink();
       const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
       expect(sink.delivered.map((i) => i.id)).toEqual([b1]);
@@ -78,7 +92,9 @@ describe('the claim rule', () => {
     const spec = await freshOutbox(t.db);
     const [a1, a2] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a']);
     let fail = true;
-    const sink = createRecordingSink({ outcome: (i) => (i.id === a1 && fail ? { kind: 'transient', error: 'down' } : undefined) });
+    const sink = createRecordingSink({
+      outcome: (i) => (i.id === a1 && fail ? { kind: 'transient', error: 'down' } : undefined),
+    });
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000, maxMs: 60_000 } });
     await drainer.drainOnce();
     // a1 failed and is backing off (next_attempt_at in the future); a2 must not overtake it.
@@ -88,7 +104,9 @@ describe('the claim rule', () => {
     expect(first).toMatchObject({ id: a1, attempt_count: 1, last_error: 'down', is_head: true });
     expect(second).toMatchObject({ id: a2, attempt_count: 0, is_head: false });
     fail = false;
-    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() where id = ${a1}`.execute(t.db);
+    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() where id = ${a1}`.execute(
+      t.db,
+    );
     await drainer.drainOnce();
     expect(sink.delivered.map((i) => i.id)).toEqual([a1, a2]);
   });
@@ -96,7 +114,9 @@ describe('the claim rule', () => {
   test('a poisoned predecessor does not block its successor', async () => {
     const spec = await freshOutbox(t.db);
     const [a1, a2, a3] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:a', 'vpc:a']);
-    const sink = createRecordingSink({ outcome: (i) => (i.id === a1 ? { kind: 'permanent', error: 'unknown type' } : undefined) });
+    const sink = createRecordingSink({
+      outcome: (i) => (i.id === a1 ? { kind: 'permanent', error: 'unknown type' } : undefined),
+    });
     const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
     expect(result.poisoned).toBe(1);
     expect(sink.delivered.map((i) => i.id)).toEqual([a2, a3]);
@@ -109,9 +129,13 @@ describe('the claim rule', () => {
     const table = sql.raw(`"${spec.schema}"."${spec.tableName}"`);
     // enqueue refuses an empty key; a table may still hold such rows (written by hand or by older code).
     await sql`insert into ${table} (resource_id, payload, is_head) values
-      ('', ${JSON.stringify(payload(1))}, true), ('', ${JSON.stringify(payload(2))}, false), ('', ${JSON.stringify(payload(3))}, false)`.execute(t.db);
+      ('', ${JSON.stringify(payload(1))}, true), ('', ${JSON.stringify(payload(2))}, false), ('', ${JSON.stringify(payload(3))}, false)`.execute(
+      t.db,
+    );
     const [e1, e2, e3] = (await outboxRows(t.db, spec)).map((r) => r.id);
-    const sink = createRecordingSink({ outcome: (i) => (i.id === e1 ? { kind: 'transient', error: 'later' } : undefined) });
+    const sink = createRecordingSink({
+      outcome: (i) => (i.id === e1 ? { kind: 'transient', error: 'later' } : undefined),
+    });
     await createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
     expect(sink.delivered).toEqual([]); // e2, e3 wait behind e1 like any partition
     await sql`update ${table} set next_attempt_at = now()`.execute(t.db);
@@ -125,8 +149,16 @@ describe('runs', () => {
   test('a run: a head and its followers are claimed together; a failure in the run releases the rest untouched', async () => {
     const spec = await freshOutbox(t.db);
     const ids = await enqueueRows(t.db, spec, ['vpc:hot', 'vpc:hot', 'vpc:hot', 'vpc:hot', 'vpc:hot']);
-    const sink = createRecordingSink({ outcome: (i) => (i.id === ids[2] ? { kind: 'transient', error: 'blip' } : undefined) });
-    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    const sink = createRecordingSink({
+      outcome: (i) => (i.id === ids[2] ? { kind: 'transient', error: 'blip' } : undefined),
+    });
+    const result = await createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      backoff: { baseMs: 60_000 },
+    }).drainOnce();
     expect(sink.calls[0]?.map((i) => i.id)).toEqual(ids); // one batch carried the whole run
     expect(result).toMatchObject({ delivered: 2, retried: 1, released: 2 });
     const after = await outboxRows(t.db, spec);
@@ -157,7 +189,9 @@ describe('runs', () => {
   test('a run poisoned in its middle: the row after the poisoned one becomes head and is delivered next', async () => {
     const spec = await freshOutbox(t.db);
     const ids = await enqueueRows(t.db, spec, ['vpc:hot', 'vpc:hot', 'vpc:hot', 'vpc:hot']);
-    const sink = createRecordingSink({ outcome: (i) => (i.id === ids[1] ? { kind: 'permanent', error: 'refused' } : undefined) });
+    const sink = createRecordingSink({
+      outcome: (i) => (i.id === ids[1] ? { kind: 'permanent', error: 'refused' } : undefined),
+    });
     const result = await createDrainer({ db: t.db, spec, sink, logger: quiet }).drainOnce();
     // Batch 1 carried the whole run; the sink skipped what followed the refusal, which was released.
     expect(sink.calls.map((call) => call.map((i) => i.id))).toEqual([ids, [ids[2], ids[3]]]);
@@ -180,7 +214,9 @@ describe('partition keys as literals', () => {
     const sink = createRecordingSink();
     await createDrainer({ db: t.db, spec, sink, batchSize: 4, logger: quiet }).drainOnce();
     for (const key of awkward) {
-      expect(sink.delivered.filter((i) => i.partitionKey === key).map((i) => i.id)).toEqual(ids.filter((_, i) => keys[i] === key));
+      expect(sink.delivered.filter((i) => i.partitionKey === key).map((i) => i.id)).toEqual(
+        ids.filter((_, i) => keys[i] === key),
+      );
     }
     const state = await outboxRows(t.db, spec);
     expect(state.every((r) => r.sent && !r.is_head)).toBe(true);

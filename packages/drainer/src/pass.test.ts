@@ -19,9 +19,12 @@ describe('a pass and its transactions', () => {
     const ids = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c']);
     const pool = t.pool({ max: 1, options: '-c default_transaction_isolation=serializable' });
     const statements: string[] = [];
-    const db = new KyselyClass({ dialect: new PostgresDialect({ pool }), log: (event) => {
-      statements.push(event.query.sql);
-    } });
+    const db = new KyselyClass({
+      dialect: new PostgresDialect({ pool }),
+      log: (event) => {
+        statements.push(event.query.sql);
+      },
+    });
     const pid = Number((await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]?.pid);
     const seenBefore: boolean[][] = [];
     const sink = createRecordingSink({
@@ -46,9 +49,13 @@ describe('a pass and its transactions', () => {
     await db.destroy();
   });
 
-  test('a full one-partition run goes out with its COMMIT and the next BEGIN in the settle\'s message; a short or failed one does not', async () => {
+  test("a full one-partition run goes out with its COMMIT and the next BEGIN in the settle's message; a short or failed one does not", async () => {
     const spec = await freshOutbox(t.db);
-    const ids = await enqueueRows(t.db, spec, Array.from({ length: 35 }, () => 'vpc:hot'));
+    const ids = await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: 35 }, () => 'vpc:hot'),
+    );
     const statements: string[] = [];
     const db = new KyselyClass({
       dialect: new PostgresDialect({ pool: t.pool({ max: 1 }) }),
@@ -58,16 +65,32 @@ describe('a pass and its transactions', () => {
     });
     const sink = createRecordingSink();
     // One lane: the statements of one connection, in order.
-    const result = await createDrainer({ db, spec, sink, batchSize: 10, concurrentBatches: 1, logger: quiet }).drainOnce();
+    const result = await createDrainer({
+      db,
+      spec,
+      sink,
+      batchSize: 10,
+      concurrentBatches: 1,
+      logger: quiet,
+    }).drainOnce();
     expect(result).toMatchObject({ batches: 4, delivered: 35 });
     expect(sink.delivered.map((i) => i.id)).toEqual(ids);
     const settles = statements.filter((q) => q.includes('_settle"('));
-    expect(settles.map((q) => q.endsWith('; commit; begin isolation level read committed'))).toEqual([true, true, true, false]);
+    expect(settles.map((q) => q.endsWith('; commit; begin isolation level read committed'))).toEqual([
+      true,
+      true,
+      true,
+      false,
+    ]);
     expect((await outboxRows(t.db, spec)).every((r) => r.sent && !r.is_head)).toBe(true);
 
     // A failure in a full run: the settle goes alone, after the failure's update.
     const failing = await freshOutbox(t.db);
-    await enqueueRows(t.db, failing, Array.from({ length: 10 }, () => 'vpc:hot'));
+    await enqueueRows(
+      t.db,
+      failing,
+      Array.from({ length: 10 }, () => 'vpc:hot'),
+    );
     statements.length = 0;
     let calls = 0;
     const flaky = createRecordingSink({
@@ -76,11 +99,25 @@ describe('a pass and its transactions', () => {
     });
     // A long backoff: with the default (full jitter from 0 ms) the failed row could be due again
     // within the same pass and make a second batch.
-    await createDrainer({ db, spec: failing, sink: flaky, batchSize: 10, concurrentBatches: 1, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    await createDrainer({
+      db,
+      spec: failing,
+      sink: flaky,
+      batchSize: 10,
+      concurrentBatches: 1,
+      logger: quiet,
+      backoff: { baseMs: 60_000 },
+    }).drainOnce();
     const failedBatch = statements.filter((q) => q.includes('_settle"('));
     expect(failedBatch).toHaveLength(1);
     expect(failedBatch[0]).not.toContain('commit');
-    expect((await outboxRows(t.db, failing)).map((r) => r.sent)).toEqual([true, true, true, true, ...Array.from({ length: 6 }, () => false)]);
+    expect((await outboxRows(t.db, failing)).map((r) => r.sent)).toEqual([
+      true,
+      true,
+      true,
+      true,
+      ...Array.from({ length: 6 }, () => false),
+    ]);
     await db.destroy();
   });
 
@@ -147,9 +184,24 @@ describe('commit durability', () => {
         if (call) claims.push(call[1]!);
       },
     });
-    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, concurrentBatches: 1, logger: quiet }).drainOnce();
+    await createDrainer({
+      db,
+      spec,
+      sink: createRecordingSink(),
+      batchSize: 1,
+      concurrentBatches: 1,
+      logger: quiet,
+    }).drainOnce();
     await enqueueRows(t.db, spec, ['vpc:c']);
-    await createDrainer({ db, spec, sink: createRecordingSink(), batchSize: 1, concurrentBatches: 1, logger: quiet, synchronousCommit: true }).drainOnce();
+    await createDrainer({
+      db,
+      spec,
+      sink: createRecordingSink(),
+      batchSize: 1,
+      concurrentBatches: 1,
+      logger: quiet,
+      synchronousCommit: true,
+    }).drainOnce();
     // The claim's p_synchronous_commit argument; each pass (of one lane) ends with an empty claim.
     expect(claims).toEqual(['false', 'false', 'false', 'true', 'true']);
     expect((await outboxRows(t.db, spec)).every((r) => r.sent)).toBe(true);
@@ -160,23 +212,44 @@ describe('commit durability', () => {
 /** 150 partitions whose intent the target refuses for now, then 50 it takes, and the sink that says so. */
 async function throttledBacklog() {
   const spec = await freshOutbox(t.db);
-  await enqueueRows(t.db, spec, Array.from({ length: 150 }, (_, i) => `bad:${i}`));
-  await enqueueRows(t.db, spec, Array.from({ length: 50 }, (_, i) => `good:${i}`));
-  const sink = createRecordingSink({ outcome: (i) => (i.partitionKey.startsWith('bad') ? { kind: 'transient', error: 'throttled' } : undefined) });
+  await enqueueRows(
+    t.db,
+    spec,
+    Array.from({ length: 150 }, (_, i) => `bad:${i}`),
+  );
+  await enqueueRows(
+    t.db,
+    spec,
+    Array.from({ length: 50 }, (_, i) => `good:${i}`),
+  );
+  const sink = createRecordingSink({
+    outcome: (i) => (i.partitionKey.startsWith('bad') ? { kind: 'transient', error: 'throttled' } : undefined),
+  });
   return { spec, sink };
 }
 
 describe('when a pass ends', () => {
   test('one batch open at a time: a batch that failed as a whole ends the pass (the target is likely down); the next pass goes on behind it', async () => {
     const { spec, sink } = await throttledBacklog();
-    const drainer = createDrainer({ db: t.db, spec, sink, concurrentBatches: 1, logger: quiet, backoff: { baseMs: 60_000 } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      concurrentBatches: 1,
+      logger: quiet,
+      backoff: { baseMs: 60_000 },
+    });
     // One batch of 100 failures: the pass stops there instead of trying the whole backlog against it.
     expect(await drainer.drainOnce()).toMatchObject({ batches: 1, claimed: 100, retried: 100, delivered: 0 });
     // Full jitter can draw a delay of a few ms: pin the failed rows' backoff to a minute.
-    await sql`update ${outboxTable(spec)} set next_attempt_at = now() + interval '1 minute' where attempt_count > 0`.execute(t.db);
+    await sql`update ${outboxTable(spec)} set next_attempt_at = now() + interval '1 minute' where attempt_count > 0`.execute(
+      t.db,
+    );
     // The next pass: the failed rows back off; the 50 other failing heads and the 50 good ones are claimed.
     expect(await drainer.drainOnce()).toMatchObject({ claimed: 100, retried: 50, delivered: 50 });
-    expect((await outboxRows(t.db, spec)).filter((r) => r.resource_id.startsWith('bad')).every((r) => r.attempt_count === 1)).toBe(true);
+    expect(
+      (await outboxRows(t.db, spec)).filter((r) => r.resource_id.startsWith('bad')).every((r) => r.attempt_count === 1),
+    ).toBe(true);
   });
 
   test('a sink that reports every intent skipped (no progress possible) ends the pass instead of spinning', async () => {
@@ -199,11 +272,30 @@ describe('when a pass ends', () => {
     const ids = await enqueueRows(t.db, spec, ['a', 'a', 'a', 'b', 'b', 'c']);
     const [a1, a2, a3, b1, b2, c1] = ids;
     const sink = createRecordingSink({
-      outcome: (i) => (i.id === a2 ? { kind: 'transient', error: 'blip' } : i.id === b1 ? { kind: 'permanent', error: 'bad' } : undefined),
+      outcome: (i) =>
+        i.id === a2
+          ? { kind: 'transient', error: 'blip' }
+          : i.id === b1
+            ? { kind: 'permanent', error: 'bad' }
+            : undefined,
     });
-    const result = await createDrainer({ db: t.db, spec, sink, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    const result = await createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      backoff: { baseMs: 60_000 },
+    }).drainOnce();
     // Batch 1: a1 delivered, a2 retried, a3 released; b1 poisoned, b2 released; c1 delivered. Batch 2: b2.
-    expect(result).toEqual({ batches: 2, claimed: 7, delivered: 3, retried: 1, poisoned: 1, released: 2, halted: false });
+    expect(result).toEqual({
+      batches: 2,
+      claimed: 7,
+      delivered: 3,
+      retried: 1,
+      poisoned: 1,
+      released: 2,
+      halted: false,
+    });
     expect(sink.delivered.map((i) => i.id)).toEqual([a1, c1, b2]);
     expect(a3).toBeDefined();
   });
@@ -261,15 +353,33 @@ describe('a pass with several batches open', () => {
   test('an idle pass opens one batch: one empty claim, whatever concurrentBatches', async () => {
     const spec = await freshOutbox(t.db);
     const { db, claims } = countingClaims(4);
-    const result = await createDrainer({ db, spec, sink: createRecordingSink(), concurrentBatches: 3, logger: quiet }).drainOnce();
-    expect(result).toEqual({ batches: 0, claimed: 0, delivered: 0, retried: 0, poisoned: 0, released: 0, halted: false });
+    const result = await createDrainer({
+      db,
+      spec,
+      sink: createRecordingSink(),
+      concurrentBatches: 3,
+      logger: quiet,
+    }).drainOnce();
+    expect(result).toEqual({
+      batches: 0,
+      claimed: 0,
+      delivered: 0,
+      retried: 0,
+      poisoned: 0,
+      released: 0,
+      halted: false,
+    });
     expect(claims.n).toBe(1);
     await db.destroy();
   });
 
   test('a backlog: as many batches in the sink at once as concurrentBatches, never more; the pass counts them all, each batch with its own events', async () => {
     const spec = await freshOutbox(t.db);
-    const ids = await enqueueRows(t.db, spec, Array.from({ length: 300 }, (_, i) => `vpc:${i % 100}`));
+    const ids = await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: 300 }, (_, i) => `vpc:${i % 100}`),
+    );
     const { db } = countingClaims(4);
     const { sink, slow, state } = slowSink(20);
     const claimed: number[] = [];
@@ -297,10 +407,22 @@ describe('a pass with several batches open', () => {
 
   test('a batch that moved nothing ends the pass: with the target down and a 0 ms backoff, each row is attempted once a pass, not once a lane', async () => {
     const spec = await freshOutbox(t.db);
-    await enqueueRows(t.db, spec, Array.from({ length: 40 }, (_, i) => `vpc:${i % 20}`));
+    await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: 40 }, (_, i) => `vpc:${i % 20}`),
+    );
     const sink = createRecordingSink({ outcome: () => ({ kind: 'transient', error: 'OpenFGA unreachable' }) });
     const db = t.kysely({ max: 4 });
-    const drainer = createDrainer({ db, spec, sink, batchSize: 5, concurrentBatches: 3, logger: quiet, backoff: { baseMs: 0, maxMs: 0 } });
+    const drainer = createDrainer({
+      db,
+      spec,
+      sink,
+      batchSize: 5,
+      concurrentBatches: 3,
+      logger: quiet,
+      backoff: { baseMs: 0, maxMs: 0 },
+    });
     const result = await drainer.drainOnce();
     expect(result).toMatchObject({ delivered: 0, poisoned: 0 });
     expect(result.batches).toBeLessThanOrEqual(3); // the batches open when the first one failed, and no more
@@ -312,8 +434,18 @@ describe('a pass with several batches open', () => {
   test('a batch that failed as a whole ends the pass after the other open batch delivered what it holds', async () => {
     const { spec, sink: failing } = await throttledBacklog();
     // A target slower than a claim: a second batch opens while the first is delivered.
-    const sink = { ...failing, deliver: async (...args: Parameters<Sink['deliver']>) => (await sleep(200), failing.deliver(...args)) };
-    const drainer = createDrainer({ db: t.db, spec, sink, concurrentBatches: 2, logger: quiet, backoff: { baseMs: 60_000 } });
+    const sink = {
+      ...failing,
+      deliver: async (...args: Parameters<Sink['deliver']>) => (await sleep(200), failing.deliver(...args)),
+    };
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      concurrentBatches: 2,
+      logger: quiet,
+      backoff: { baseMs: 60_000 },
+    });
     // Lane 1: 100 failures, and its lane ends. Lane 2 (opened by the full claim, while lane 1
     // delivers): 50 failures, 50 delivered, then nothing claimable. No third batch is tried against the failing target.
     expect(await drainer.drainOnce()).toMatchObject({ batches: 2, claimed: 200, retried: 150, delivered: 50 });
@@ -322,7 +454,11 @@ describe('a pass with several batches open', () => {
 
   test('a sink halt in one open batch ends the pass halted: the other lanes end with the batch they hold, nothing is counted against an intent, no lock is left', async () => {
     const spec = await freshOutbox(t.db);
-    const ids = await enqueueRows(t.db, spec, Array.from({ length: 60 }, (_, i) => `vpc:${i}`));
+    const ids = await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: 60 }, (_, i) => `vpc:${i}`),
+    );
     let calls = 0;
     let callsAfterHalt = 0;
     const { sink, slow, state } = slowSink(30);
@@ -335,13 +471,25 @@ describe('a pass with several batches open', () => {
       },
     };
     const db = t.kysely({ max: 4 });
-    const result = await createDrainer({ db, spec, sink: halting, batchSize: 5, concurrentBatches: 3, logger: quiet }).drainOnce();
+    const result = await createDrainer({
+      db,
+      spec,
+      sink: halting,
+      batchSize: 5,
+      concurrentBatches: 3,
+      logger: quiet,
+    }).drainOnce();
     expect(result.halted).toBe(true);
     expect(state.inFlight).toBe(0); // the pass ended after the other open batches did
     // At most the batches the two other lanes had claimed when the halt came (the released rows may be among them).
     expect(callsAfterHalt).toBeLessThanOrEqual(2);
     const rows = await outboxRows(t.db, spec);
-    expect(rows.filter((r) => r.sent).map((r) => r.id).sort()).toEqual(sink.delivered.map((i) => i.id).sort());
+    expect(
+      rows
+        .filter((r) => r.sent)
+        .map((r) => r.id)
+        .sort(),
+    ).toEqual(sink.delivered.map((i) => i.id).sort());
     expect(result.delivered).toBe(sink.delivered.length);
     expect(rows.every((r) => r.attempt_count === 0)).toBe(true);
     // Nothing held: another drainer delivers the rest, each row once.
@@ -350,5 +498,4 @@ describe('a pass with several batches open', () => {
     expect([...sink.delivered, ...rest.delivered].map((i) => i.id).sort()).toEqual([...ids].sort());
     await db.destroy();
   });
-
 });

@@ -12,7 +12,11 @@ const t = useTestDatabase();
 describe('a small pool shared with the service', () => {
   test('a long pass hands its connection back now and then: on a one-connection pool, other queries get in before the pass ends', async () => {
     const spec = await freshOutbox(t.db);
-    await enqueueRows(t.db, spec, Array.from({ length: 5_000 }, (_, i) => `vpc:${i % 50}`));
+    await enqueueRows(
+      t.db,
+      spec,
+      Array.from({ length: 5_000 }, (_, i) => `vpc:${i % 50}`),
+    );
     const db = t.kysely({ max: 1 });
     const sink = createRecordingSink();
     let passDone = false;
@@ -21,7 +25,11 @@ describe('a small pool shared with the service', () => {
       .finally(() => (passDone = true));
     await sleep(50);
     // A query of the service on the same pool, while the pass has hundreds of batches to go.
-    const other = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where sent_at is null`.execute(db);
+    const other = await sql<{
+      n: number;
+    }>`select count(*)::int as n from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} where sent_at is null`.execute(
+      db,
+    );
     expect(passDone).toBe(false);
     expect(other.rows[0]!.n).toBeGreaterThan(0);
     expect((await pass).delivered).toBe(5_000);
@@ -58,10 +66,16 @@ describe('a small pool shared with the service', () => {
     const drainer = createDrainer({ db, spec, sink: createRecordingSink(), logger: quiet });
     const started = Date.now();
     const outcome = await Promise.race([
-      db.transaction().execute(async () => {
-        // The transaction holds the pool's only connection; flush needs one for its first query.
-        await drainer.flush({ partitionKey: 'vpc:d', timeoutMs: 500 });
-      }).then(() => 'resolved', (e: unknown) => e),
+      db
+        .transaction()
+        .execute(async () => {
+          // The transaction holds the pool's only connection; flush needs one for its first query.
+          await drainer.flush({ partitionKey: 'vpc:d', timeoutMs: 500 });
+        })
+        .then(
+          () => 'resolved',
+          (e: unknown) => e,
+        ),
       sleep(5_000).then(() => 'deadlocked'),
     ]);
     expect(outcome).toBeInstanceOf(FlushTimeoutError);
@@ -79,13 +93,19 @@ describe('a small pool shared with the service', () => {
     // The service holds both connections for a second (from when both run: a pass of the timer may hold one a moment).
     const hogs = Promise.all([sql`select pg_sleep(1)`.execute(db), sql`select pg_sleep(1)`.execute(db)]);
     await waitUntil('both connections held by the service', async () => {
-      const sleeping = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity where query = 'select pg_sleep(1)' and state = 'active'`.execute(t.db);
+      const sleeping = await sql<{
+        n: number;
+      }>`select count(*)::int as n from pg_stat_activity where query = 'select pg_sleep(1)' and state = 'active'`.execute(
+        t.db,
+      );
       return sleeping.rows[0]?.n === 2;
     });
     let maxWaiting = 0;
     const writes = (async () => {
       for (let i = 0; i < 300; i += 1) {
-        await t.db.transaction().execute((trx) => enqueueMany(trx, spec, [{ partitionKey: `vpc:${i % 10}`, payload: payload(i) }]));
+        await t.db
+          .transaction()
+          .execute((trx) => enqueueMany(trx, spec, [{ partitionKey: `vpc:${i % 10}`, payload: payload(i) }]));
         maxWaiting = Math.max(maxWaiting, pool.waitingCount);
       }
     })();

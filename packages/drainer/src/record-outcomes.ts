@@ -87,10 +87,13 @@ export async function recordOutcomes(
   const settle = {
     markDelivered: outcomes.delivered.map((i) => i.id),
     after,
-    ...(options.verifyDelayMs !== undefined ? { lateWrites: lateWriteStamps(outcomes.delivered, options.verifyDelayMs) } : {}),
+    ...(options.verifyDelayMs !== undefined
+      ? { lateWrites: lateWriteStamps(outcomes.delivered, options.verifyDelayMs) }
+      : {}),
   };
   const allDelivered = outcomes.transient.length === 0 && poisoned.length === 0 && outcomes.released.length === 0;
-  const statement = options.sendWith !== undefined && allDelivered ? settleStatement(spec, [...moved], settle) : undefined;
+  const statement =
+    options.sendWith !== undefined && allDelivered ? settleStatement(spec, [...moved], settle) : undefined;
   if (statement !== undefined) {
     await sql.raw(`${statement}; ${options.sendWith}`).execute(trx);
     return { delivered: outcomes.delivered, retried, poisoned, released: outcomes.released, settled: undefined };

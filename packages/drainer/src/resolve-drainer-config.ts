@@ -40,7 +40,11 @@ export interface ResolvedDrainerConfig {
 }
 
 /** `value` (or `fallback` when undefined) if it is an integer from `min` to `max`; else an OutboxConfigError naming `field`. */
-export function integerInRange(field: string, value: unknown, range: { readonly fallback: number; readonly min: number; readonly max: number }): number {
+export function integerInRange(
+  field: string,
+  value: unknown,
+  range: { readonly fallback: number; readonly min: number; readonly max: number },
+): number {
   const { fallback, min, max } = range;
   const result = value ?? fallback;
   if (typeof result !== 'number' || !Number.isInteger(result) || result < min || result > max) {
@@ -56,8 +60,13 @@ function resolveBackoff(options: BackoffOptions | undefined): Readonly<Required<
   }
   const maxMs = integerInRange('backoff.maxMs', options?.maxMs, { fallback: 300_000, min: 0, max: MAX_TIMER_MS });
   // A cap given alone below the default base lowers the base with it: `{ maxMs: 500 }` means "never wait longer".
-  const baseMs = integerInRange('backoff.baseMs', options?.baseMs, { fallback: Math.min(1_000, maxMs), min: 0, max: MAX_TIMER_MS });
-  if (baseMs > maxMs) throw new OutboxConfigError('backoff.maxMs', `expected at least backoff.baseMs (${baseMs}), got ${maxMs}`);
+  const baseMs = integerInRange('backoff.baseMs', options?.baseMs, {
+    fallback: Math.min(1_000, maxMs),
+    min: 0,
+    max: MAX_TIMER_MS,
+  });
+  if (baseMs > maxMs)
+    throw new OutboxConfigError('backoff.maxMs', `expected at least backoff.baseMs (${baseMs}), got ${maxMs}`);
   return Object.freeze({ baseMs, maxMs });
 }
 
@@ -65,19 +74,37 @@ function resolveBackoff(options: BackoffOptions | undefined): Readonly<Required<
 const LATE_WRITE_MARGIN_MS = 1_000;
 
 /** Resolves `lateWrites` against what the sink can do: on by default only for a sink that bounds its writes and reads back. */
-function resolveLateWrites(option: false | LateWritesOptions | undefined, sink: Sink): false | { readonly verifyDelayMs: number } {
+function resolveLateWrites(
+  option: false | LateWritesOptions | undefined,
+  sink: Sink,
+): false | { readonly verifyDelayMs: number } {
   const lifetime = sink.writeLifetimeMs;
-  if (lifetime !== undefined) integerInRange('sink.writeLifetimeMs', lifetime, { fallback: 0, min: 0, max: MAX_TIMER_MS - LATE_WRITE_MARGIN_MS });
+  if (lifetime !== undefined)
+    integerInRange('sink.writeLifetimeMs', lifetime, { fallback: 0, min: 0, max: MAX_TIMER_MS - LATE_WRITE_MARGIN_MS });
   const canRead = typeof sink.readTuples === 'function';
   if (option === false) return false;
-  if (option === undefined) return canRead && lifetime !== undefined ? Object.freeze({ verifyDelayMs: lifetime + LATE_WRITE_MARGIN_MS }) : false;
-  if (option === null || typeof option !== 'object') throw new OutboxConfigError('lateWrites', `expected { verifyDelayMs? } or false, got ${String(option)}`);
-  if (!canRead) throw new OutboxConfigError('lateWrites', 'the sink cannot read its target back (it has no readTuples): pass false, or use a sink that can');
+  if (option === undefined)
+    return canRead && lifetime !== undefined
+      ? Object.freeze({ verifyDelayMs: lifetime + LATE_WRITE_MARGIN_MS })
+      : false;
+  if (option === null || typeof option !== 'object')
+    throw new OutboxConfigError('lateWrites', `expected { verifyDelayMs? } or false, got ${String(option)}`);
+  if (!canRead)
+    throw new OutboxConfigError(
+      'lateWrites',
+      'the sink cannot read its target back (it has no readTuples): pass false, or use a sink that can',
+    );
   if (option.verifyDelayMs === undefined && lifetime === undefined) {
-    throw new OutboxConfigError('lateWrites.verifyDelayMs', 'required: the sink does not say how long its writes may still be applied (writeLifetimeMs)');
+    throw new OutboxConfigError(
+      'lateWrites.verifyDelayMs',
+      'required: the sink does not say how long its writes may still be applied (writeLifetimeMs)',
+    );
   }
   if (lifetime !== undefined && typeof option.verifyDelayMs === 'number' && option.verifyDelayMs < lifetime) {
-    throw new OutboxConfigError('lateWrites.verifyDelayMs', `expected at least the sink's writeLifetimeMs (${lifetime}): a check sooner may read before a late write lands, got ${option.verifyDelayMs}`);
+    throw new OutboxConfigError(
+      'lateWrites.verifyDelayMs',
+      `expected at least the sink's writeLifetimeMs (${lifetime}): a check sooner may read before a late write lands, got ${option.verifyDelayMs}`,
+    );
   }
   const verifyDelayMs = integerInRange('lateWrites.verifyDelayMs', option.verifyDelayMs, {
     fallback: (lifetime ?? 0) + LATE_WRITE_MARGIN_MS,
@@ -94,15 +121,24 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
   if (!config.spec || typeof config.spec.partitionColumn !== 'string') {
     throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
   }
-  if (!config.sink || typeof config.sink.deliver !== 'function') throw new OutboxConfigError('sink', 'expected an object with deliver(intents, context)');
-  const batchSize = integerInRange('batchSize', config.batchSize, { fallback: DRAINER_DEFAULTS.batchSize, min: 1, max: MAX_BATCH_SIZE });
+  if (!config.sink || typeof config.sink.deliver !== 'function')
+    throw new OutboxConfigError('sink', 'expected an object with deliver(intents, context)');
+  const batchSize = integerInRange('batchSize', config.batchSize, {
+    fallback: DRAINER_DEFAULTS.batchSize,
+    min: 1,
+    max: MAX_BATCH_SIZE,
+  });
   const concurrentBatches = integerInRange('concurrentBatches', config.concurrentBatches, {
     fallback: DRAINER_DEFAULTS.concurrentBatches,
     min: 1,
     max: MAX_CONCURRENT_BATCHES,
   });
   const interval = integerInRange('interval', config.interval, { fallback: 1_000, min: 1, max: MAX_TIMER_MS });
-  const deliveryTimeoutMs = integerInRange('deliveryTimeoutMs', config.deliveryTimeoutMs, { fallback: 30_000, min: 1, max: MAX_TIMER_MS });
+  const deliveryTimeoutMs = integerInRange('deliveryTimeoutMs', config.deliveryTimeoutMs, {
+    fallback: 30_000,
+    min: 1,
+    max: MAX_TIMER_MS,
+  });
   const backoff = resolveBackoff(config.backoff);
   if (config.synchronousCommit !== undefined && typeof config.synchronousCommit !== 'boolean') {
     throw new OutboxConfigError('synchronousCommit', `expected a boolean, got ${String(config.synchronousCommit)}`);

@@ -8,14 +8,19 @@ import { createDrainer, createRecordingSink, SinkHaltError, type Intent, type Ou
 
 // A sink that throws, hangs, answers wrongly or halts never kills the drainer nor loses an intent.
 const t = useTestDatabase();
-const states = async (spec: OutboxSpec) => (await outboxRows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error]);
+const states = async (spec: OutboxSpec) =>
+  (await outboxRows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error]);
 
 describe('a sink that misbehaves', () => {
   test('a halt thrown by another copy of @outbox/drainer (a sink package with its own) is still a halt: nothing counted', async () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:h1', 'vpc:h2']);
     // What a second copy's SinkHaltError looks like here: another class, the same registry symbol.
-    const foreignHalt = () => Object.assign(new Error('credentials refused'), { name: 'SinkHaltError', [Symbol.for('@outbox/drainer.SinkHaltError')]: true });
+    const foreignHalt = () =>
+      Object.assign(new Error('credentials refused'), {
+        name: 'SinkHaltError',
+        [Symbol.for('@outbox/drainer.SinkHaltError')]: true,
+      });
     expect(foreignHalt()).not.toBeInstanceOf(SinkHaltError);
     const sink: Sink = {
       deliver: async () => {
@@ -30,15 +35,28 @@ describe('a sink that misbehaves', () => {
     ]);
   });
 
-  const cases: Array<[string, (intents: readonly Intent[], signal: AbortSignal) => Promise<readonly Outcome[]>, RegExp]> = [
-    ['throws', async () => {
-      throw new Error('boom with Bearer s3cr3t');
-    }, /sink failed: Error: boom with Bearer \[redacted\]/],
-    ['hangs past its deadline', (_i, signal) => new Promise((_, reject) => signal.addEventListener('abort', () => setTimeout(() => reject(new Error('late')), 5_000))), /did not answer within 200 ms/],
+  const cases: Array<
+    [string, (intents: readonly Intent[], signal: AbortSignal) => Promise<readonly Outcome[]>, RegExp]
+  > = [
+    [
+      'throws',
+      async () => {
+        throw new Error('boom with Bearer s3cr3t');
+      },
+      /sink failed: Error: boom with Bearer \[redacted\]/,
+    ],
+    [
+      'hangs past its deadline',
+      (_i, signal) =>
+        new Promise((_, reject) =>
+          signal.addEventListener('abort', () => setTimeout(() => reject(new Error('late')), 5_000)),
+        ),
+      /did not answer within 200 ms/,
+    ],
     ['returns the wrong number of outcomes', async () => [{ kind: 'delivered' }], /returned 1 outcomes for 2 intents/],
   ];
 
-  test('a sink that honours the deadline\'s abort reports what it delivered before it: those count as delivered, not sent again', async () => {
+  test("a sink that honours the deadline's abort reports what it delivered before it: those count as delivered, not sent again", async () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c']);
     const sent: string[] = [];
@@ -51,13 +69,21 @@ describe('a sink that misbehaves', () => {
             sent.push(intent.partitionKey);
             outcomes.push({ kind: 'delivered' });
             // The second write hangs until the deadline aborts it (then the sink answers at once).
-            if (intent.partitionKey === 'vpc:b') await new Promise((resolve) => signal.addEventListener('abort', resolve));
+            if (intent.partitionKey === 'vpc:b')
+              await new Promise((resolve) => signal.addEventListener('abort', resolve));
           }
         }
         return outcomes;
       },
     };
-    const result = await createDrainer({ db: t.db, spec, sink, deliveryTimeoutMs: 200, logger: quiet, backoff: { baseMs: 60_000 } }).drainOnce();
+    const result = await createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      deliveryTimeoutMs: 200,
+      logger: quiet,
+      backoff: { baseMs: 60_000 },
+    }).drainOnce();
     expect(result).toMatchObject({ claimed: 3, delivered: 2, retried: 1 });
     expect(sent).toEqual(['vpc:a', 'vpc:b']);
     expect((await outboxRows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error])).toEqual([
@@ -71,7 +97,13 @@ describe('a sink that misbehaves', () => {
     test(`${name}: the batch is retried and the drainer lives on`, async () => {
       const spec = await freshOutbox(t.db);
       await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
-      const drainer = createDrainer({ db: t.db, spec, sink: { deliver: (i, c) => deliver(i, c.signal) }, deliveryTimeoutMs: 200, logger: quiet });
+      const drainer = createDrainer({
+        db: t.db,
+        spec,
+        sink: { deliver: (i, c) => deliver(i, c.signal) },
+        deliveryTimeoutMs: 200,
+        logger: quiet,
+      });
       const result = await drainer.drainOnce();
       expect(result).toMatchObject({ claimed: 2, retried: 2, delivered: 0 });
       for (const row of await outboxRows(t.db, spec)) {
@@ -91,21 +123,37 @@ describe('the delivery deadline and its grace', () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
     const sink: Sink = {
-      deliver: (_intents, { signal }) => new Promise((_, reject) => signal.addEventListener('abort', () => setTimeout(() => reject(new SinkHaltError('credentials refused')), 50))),
+      deliver: (_intents, { signal }) =>
+        new Promise((_, reject) =>
+          signal.addEventListener('abort', () =>
+            setTimeout(() => reject(new SinkHaltError('credentials refused')), 50),
+          ),
+        ),
     };
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, deliveryTimeoutMs: 100 });
     const result = await drainer.drainOnce();
     expect(result).toMatchObject({ halted: true, retried: 0 });
-    expect(await states(spec)).toEqual([[false, 0, null], [false, 0, null]]);
+    expect(await states(spec)).toEqual([
+      [false, 0, null],
+      [false, 0, null],
+    ]);
   });
 
   test('an answer during the grace with the wrong number of outcomes fails the batch as transient', async () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b']);
     const sink: Sink = {
-      deliver: (_intents, { signal }) => new Promise((resolve) => signal.addEventListener('abort', () => resolve([{ kind: 'delivered' }]))),
+      deliver: (_intents, { signal }) =>
+        new Promise((resolve) => signal.addEventListener('abort', () => resolve([{ kind: 'delivered' }]))),
     };
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, deliveryTimeoutMs: 100, backoff: { baseMs: 60_000 } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      deliveryTimeoutMs: 100,
+      backoff: { baseMs: 60_000 },
+    });
     expect(await drainer.drainOnce()).toMatchObject({ retried: 2, delivered: 0 });
     expect((await states(spec)).map((r) => [r[0], r[1], String(r[2]).slice(0, 40)])).toEqual([
       [false, 1, 'sink failed: Error: sink returned 1 outc'],
@@ -117,7 +165,14 @@ describe('the delivery deadline and its grace', () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:a']);
     const sink: Sink = { deliver: () => sleep(400).then(() => Promise.reject(new Error('late failure'))) };
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, deliveryTimeoutMs: 100, backoff: { baseMs: 60_000 } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      deliveryTimeoutMs: 100,
+      backoff: { baseMs: 60_000 },
+    });
     const errors = await escaped(async () => {
       expect(await drainer.drainOnce()).toMatchObject({ retried: 1 });
     }, 500);
@@ -135,11 +190,20 @@ describe('the delivery deadline and its grace', () => {
         return intents.map(() => ({ kind: 'delivered' as const }));
       },
     };
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, deliveryTimeoutMs: 500, backoff: { baseMs: 60_000 } });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      logger: quiet,
+      deliveryTimeoutMs: 500,
+      backoff: { baseMs: 60_000 },
+    });
     await drainer.start(); // cut 500 ms after the deadline (the grace), 500 ms before the sink would answer
     await waitUntil('the batch to be claimed', () => claimed);
     await drainer.stop();
-    expect((await outboxRows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error])).toEqual([[false, 1, 'sink failed: Error: sink did not answer within 500 ms (nor 500 ms after its signal was aborted)']]);
+    expect((await outboxRows(t.db, spec)).map((r) => [r.sent, r.attempt_count, r.last_error])).toEqual([
+      [false, 1, 'sink failed: Error: sink did not answer within 500 ms (nor 500 ms after its signal was aborted)'],
+    ]);
     await sleep(1_100); // the ignored delivery ends; nothing else runs
   });
 });

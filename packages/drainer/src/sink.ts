@@ -81,5 +81,8 @@ export class SinkHaltError extends Error {
  * bring its own, and `instanceof` would then turn a halt into a counted failure of every intent.
  */
 export function isSinkHalt(error: unknown): error is SinkHaltError {
-  return error instanceof SinkHaltError || (typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[SINK_HALT] === true);
+  return (
+    error instanceof SinkHaltError ||
+    (typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[SINK_HALT] === true)
+  );
 }

@@ -21,13 +21,22 @@ describe('segmentByPartition', () => {
     ]);
     const segments = segmentByPartition(prepared, 100);
     expect([...segments.keys()]).toEqual(['vpc:a', 'vpc:b']);
-    expect(indexes(segments.get('vpc:a'))).toEqual([[0, 2], [3, 4]]);
+    expect(indexes(segments.get('vpc:a'))).toEqual([
+      [0, 2],
+      [3, 4],
+    ]);
     expect(indexes(segments.get('vpc:b'))).toEqual([[1]]);
   });
 
   test('a segment grows only while its operations fit; an intent larger than the limit stands alone', () => {
-    const many = (n: number, tag: string) => writes(...Array.from({ length: n }, (_, i) => `user:${tag}${i} viewer vpc:a`));
-    const prepared = prepareIntents([intent('vpc:a', many(6, 'x')), intent('vpc:a', many(5, 'y')), intent('vpc:a', many(12, 'z')), intent('vpc:a', many(1, 'w'))]);
+    const many = (n: number, tag: string) =>
+      writes(...Array.from({ length: n }, (_, i) => `user:${tag}${i} viewer vpc:a`));
+    const prepared = prepareIntents([
+      intent('vpc:a', many(6, 'x')),
+      intent('vpc:a', many(5, 'y')),
+      intent('vpc:a', many(12, 'z')),
+      intent('vpc:a', many(1, 'w')),
+    ]);
     expect(indexes(segmentByPartition(prepared, 10).get('vpc:a'))).toEqual([[0], [1], [2], [3]]);
     expect(indexes(segmentByPartition(prepared, 11).get('vpc:a'))).toEqual([[0, 1], [2], [3]]);
     expect(indexes(segmentByPartition(prepared, 100).get('vpc:a'))).toEqual([[0, 1, 2, 3]]);
@@ -49,12 +58,22 @@ describe('packRound', () => {
     [...segmentByPartition(prepared, max).values()].map((queue) => queue[0] as Segment);
 
   test('packs segments first-fit-decreasing into requests of at most the limit, in batch order inside', () => {
-    const sized = (p: string, n: number) => intent(p, writes(...Array.from({ length: n }, (_, i) => `user:${i} viewer ${p}`)));
-    const prepared = prepareIntents([sized('vpc:a', 60), sized('vpc:b', 30), sized('vpc:c', 50), sized('vpc:d', 40), sized('vpc:e', 20)]);
+    const sized = (p: string, n: number) =>
+      intent(p, writes(...Array.from({ length: n }, (_, i) => `user:${i} viewer ${p}`)));
+    const prepared = prepareIntents([
+      sized('vpc:a', 60),
+      sized('vpc:b', 30),
+      sized('vpc:c', 50),
+      sized('vpc:d', 40),
+      sized('vpc:e', 20),
+    ]);
     const round = packRound(heads(prepared), 100);
     const sizes = round.requests.map((r) => r.reduce((n, item) => n + item.writes.length, 0));
     expect(sizes).toEqual([100, 100]); // 60+40, 50+30+20
-    expect(round.requests.map((r) => r.map((i) => i.index))).toEqual([[0, 3], [1, 2, 4]]);
+    expect(round.requests.map((r) => r.map((i) => i.index))).toEqual([
+      [0, 3],
+      [1, 2, 4],
+    ]);
   });
 
   test('two partitions touching one tuple key are never in one round: the later waits', () => {
@@ -72,14 +91,16 @@ describe('packRound', () => {
 test('writeRequestBody: writes keep their condition, deletes drop it', () => {
   const condition = { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } };
   const [item] = prepareIntents([
-    intent('project:p', { writes: [{ ...tupleKey('user:1 viewer project:p'), condition }], deletes: [{ ...tupleKey('user:2 viewer project:p'), condition }] }),
+    intent('project:p', {
+      writes: [{ ...tupleKey('user:1 viewer project:p'), condition }],
+      deletes: [{ ...tupleKey('user:2 viewer project:p'), condition }],
+    }),
   ]);
   expect(writeRequestBody([item!])).toEqual({
     writes: [{ user: 'user:1', relation: 'viewer', object: 'project:p', condition }],
     deletes: [{ user: 'user:2', relation: 'viewer', object: 'project:p' }],
   });
 });
-
 
 describe('a batch against the real OpenFGA', () => {
   test('250 intents of mixed sizes: few requests, none over 100 operations or naming a key twice, no intent split', async () => {
@@ -115,7 +136,10 @@ describe('a batch against the real OpenFGA', () => {
         tuples.forEach((t) => apply('write', t));
       }
     }
-    const operations = batch.reduce((n, i) => n + (i.payload.writes?.length ?? 0) + (i.payload.deletes?.length ?? 0), 0);
+    const operations = batch.reduce(
+      (n, i) => n + (i.payload.writes?.length ?? 0) + (i.payload.deletes?.length ?? 0),
+      0,
+    );
 
     const outcomes = await sink.deliver(batch, noDeadline());
 

@@ -13,12 +13,15 @@ describe('one bad intent fails alone', () => {
     const events: OpenFgaWriteEvent[] = [];
     const sink = sinkOn(fga, { onRequest: (event) => events.push(event) });
     const batch = Array.from({ length: 50 }, (_, i) =>
-      i === 31 ? intent(`vpc:bad${i}`, writes(`user:gil owner nosuchtype:bad${i}`)) : intent(`vpc:bad${i}`, writes(`user:gil owner vpc:bad${i}`, `project:bad project vpc:bad${i}`)),
+      i === 31
+        ? intent(`vpc:bad${i}`, writes(`user:gil owner nosuchtype:bad${i}`))
+        : intent(`vpc:bad${i}`, writes(`user:gil owner vpc:bad${i}`, `project:bad project vpc:bad${i}`)),
     );
     const outcomes = await sink.deliver(batch, noDeadline());
     expect(outcomes[31]).toEqual({
       kind: 'permanent',
-      error: "OpenFGA 400 validation_error: Invalid tuple 'nosuchtype:bad31#owner@user:gil'. Reason: type 'nosuchtype' not found",
+      error:
+        "OpenFGA 400 validation_error: Invalid tuple 'nosuchtype:bad31#owner@user:gil'. Reason: type 'nosuchtype' not found",
       code: 'validation_error',
     });
     expect(outcomes.filter((o, i) => i !== 31 && o.kind === 'delivered')).toHaveLength(49);
@@ -31,12 +34,15 @@ describe('one bad intent fails alone', () => {
     expect(events.length).toBeLessThanOrEqual(13);
   });
 
-  test('a tuple that exists with a different condition: 409, permanent, with OpenFGA\'s message', async () => {
+  test("a tuple that exists with a different condition: 409, permanent, with OpenFGA's message", async () => {
     const condition = { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } };
     await fga.client.write({ writes: [{ ...tupleKey('user:hal viewer project:cond'), condition }] });
     const sink = sinkOn(fga);
     const outcomes = await sink.deliver(
-      [intent('project:cond', writes('user:hal viewer project:cond')), intent('project:other', writes('user:hal viewer project:other'))],
+      [
+        intent('project:cond', writes('user:hal viewer project:cond')),
+        intent('project:other', writes('user:hal viewer project:other')),
+      ],
       noDeadline(),
     );
     expect(outcomes[0]).toEqual({
@@ -52,10 +58,17 @@ describe('one bad intent fails alone', () => {
     const events: OpenFgaWriteEvent[] = [];
     const sink = sinkOn(fga, { onRequest: (event) => events.push(event) });
     const outcomes = await sink.deliver(
-      [intent('vpc:edit', { writes: [{ user: 'user:ida', relation: 'owner' }] } as never), intent('vpc:edit', writes('user:ida owner vpc:edit'))],
+      [
+        intent('vpc:edit', { writes: [{ user: 'user:ida', relation: 'owner' }] } as never),
+        intent('vpc:edit', writes('user:ida owner vpc:edit')),
+      ],
       noDeadline(),
     );
-    expect(outcomes[0]).toMatchObject({ kind: 'permanent', error: expect.stringMatching(/^invalid intent payload, not sent: payload\.writes\[0\]\.object/), code: 'invalid_intent' });
+    expect(outcomes[0]).toMatchObject({
+      kind: 'permanent',
+      error: expect.stringMatching(/^invalid intent payload, not sent: payload\.writes\[0\]\.object/),
+      code: 'invalid_intent',
+    });
     expect(outcomes[1]).toEqual({ kind: 'skipped' });
     expect(events).toEqual([]);
   });
@@ -71,13 +84,20 @@ describe('through the real drainer', () => {
         payload: writes(i === 17 ? `user:cy owner nosuchtype:e2ebad${i}` : `user:cy owner vpc:e2ebad${i}`),
       })),
     );
-    expect(await drainOnce(t, spec, sinkOn(fga))).toMatchObject({ claimed: 50, delivered: 49, poisoned: 1, retried: 0, halted: false });
+    expect(await drainOnce(t, spec, sinkOn(fga))).toMatchObject({
+      claimed: 50,
+      delivered: 49,
+      poisoned: 1,
+      retried: 0,
+      halted: false,
+    });
     const all = await outbox.rows(spec);
     const bad = all.find((row) => row.resource_id === 'vpc:e2ebad17');
     expect(bad).toMatchObject({
       sent: false,
       attempt_count: 10,
-      last_error: "OpenFGA 400 validation_error: Invalid tuple 'nosuchtype:e2ebad17#owner@user:cy'. Reason: type 'nosuchtype' not found",
+      last_error:
+        "OpenFGA 400 validation_error: Invalid tuple 'nosuchtype:e2ebad17#owner@user:cy'. Reason: type 'nosuchtype' not found",
       poison_cause: 'refused',
       poison_code: 'validation_error',
     });

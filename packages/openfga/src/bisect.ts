@@ -13,7 +13,13 @@ export interface DeliveryState {
 }
 
 /** Records a failure for every intent in `items`; a permanent one carries its refusal `code`. */
-export function fail(state: DeliveryState, items: readonly PreparedIntent[], kind: 'transient' | 'permanent', error: string, code?: string): void {
+export function fail(
+  state: DeliveryState,
+  items: readonly PreparedIntent[],
+  kind: 'transient' | 'permanent',
+  error: string,
+  code?: string,
+): void {
   for (const item of items) {
     state.outcomes[item.index] = kind === 'permanent' && code !== undefined ? { kind, error, code } : { kind, error };
     state.stopped.add(item.partitionKey);
@@ -30,9 +36,9 @@ export function refusalCode(failure: Classification): string {
 export function haltError(failure: Classification): SinkHaltError {
   const what =
     failure.rule === 'credentials'
-      ? 'OpenFGA refused the sink\'s credentials; fix them (apiUrl, token or client credentials). The batch is released, no attempt counted'
+      ? "OpenFGA refused the sink's credentials; fix them (apiUrl, token or client credentials). The batch is released, no attempt counted"
       : failure.rule === 'token-exchange'
-        ? 'The token issuer refused the sink\'s client credentials; fix them (clientId, clientSecret, apiTokenIssuer, apiAudience). The batch is released, no attempt counted'
+        ? "The token issuer refused the sink's client credentials; fix them (clientId, clientSecret, apiTokenIssuer, apiAudience). The batch is released, no attempt counted"
         : 'OpenFGA cannot take writes as configured; no intent is at fault, the batch is released, no attempt counted';
   return new SinkHaltError(`${what}: ${failure.message}`, { cause: failure.error });
 }
@@ -73,7 +79,13 @@ export async function deliverBisecting(
     }
   }
   if (failure.verdict === 'transient' || failure.scope === 'request' || live.length === 1) {
-    fail(state, live, failure.verdict === 'transient' ? 'transient' : 'permanent', failure.message, refusalCode(failure));
+    fail(
+      state,
+      live,
+      failure.verdict === 'transient' ? 'transient' : 'permanent',
+      failure.message,
+      refusalCode(failure),
+    );
     return;
   }
   const middle = Math.ceil(live.length / 2);

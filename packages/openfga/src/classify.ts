@@ -53,7 +53,12 @@ const RULES: readonly Rule[] = [
   { rule: 'token-exchange', when: (f) => f.source === 'token', verdict: 'halt', scope: 'request' },
   { rule: 'sdk-refused', when: (f) => f.source === 'sdk', verdict: 'halt', scope: 'request' },
   { rule: 'network', when: (f) => f.source === 'network', verdict: 'transient', scope: 'request' },
-  { rule: 'credentials', when: (f) => f.authentication || f.status === 401 || f.status === 403, verdict: 'halt', scope: 'request' },
+  {
+    rule: 'credentials',
+    when: (f) => f.authentication || f.status === 401 || f.status === 403,
+    verdict: 'halt',
+    scope: 'request',
+  },
   {
     rule: 'different-condition',
     when: (f) => f.status === 409 && /different condition/i.test(f.message),
@@ -65,7 +70,9 @@ const RULES: readonly Rule[] = [
   // Configuration, not an intent: poisoning would park every row.
   {
     rule: 'model-not-found',
-    when: (f) => f.status === 400 && (f.code === 'authorization_model_not_found' || f.code === 'latest_authorization_model_not_found'),
+    when: (f) =>
+      f.status === 400 &&
+      (f.code === 'authorization_model_not_found' || f.code === 'latest_authorization_model_not_found'),
     verdict: 'halt',
     scope: 'request',
   },
@@ -73,7 +80,12 @@ const RULES: readonly Rule[] = [
   // Every 4xx of OpenFGA's own has a code: this one came from a proxy. 413 bisects; 408/422/429 retry.
   {
     rule: 'not-openfga',
-    when: (f) => f.status !== undefined && f.status >= 400 && f.status < 500 && f.code === undefined && ![408, 413, 422, 429].includes(f.status),
+    when: (f) =>
+      f.status !== undefined &&
+      f.status >= 400 &&
+      f.status < 500 &&
+      f.code === undefined &&
+      ![408, 413, 422, 429].includes(f.status),
     verdict: 'halt',
     scope: 'request',
   },
@@ -84,7 +96,12 @@ const RULES: readonly Rule[] = [
     verdict: 'transient',
     scope: 'request',
   },
-  { rule: 'other-4xx', when: (f) => f.status !== undefined && f.status >= 400 && f.status < 500, verdict: 'permanent', scope: 'intent' },
+  {
+    rule: 'other-4xx',
+    when: (f) => f.status !== undefined && f.status >= 400 && f.status < 500,
+    verdict: 'permanent',
+    scope: 'intent',
+  },
   // Not understood: retried, never poisoned.
   { rule: 'unknown', when: () => true, verdict: 'transient', scope: 'request' },
 ];
@@ -93,7 +110,11 @@ const RULES: readonly Rule[] = [
  * Classifies one failed Write request through the table. `abortCause` is set when the sink itself
  * cut the request short (the error is then just the SDK's "canceled").
  */
-export function classifyWriteError(error: unknown, abortCause: AbortCause | undefined, timeoutMs: number): Classification {
+export function classifyWriteError(
+  error: unknown,
+  abortCause: AbortCause | undefined,
+  timeoutMs: number,
+): Classification {
   const f = facts(error, abortCause);
   const match = RULES.find((rule) => rule.when(f)) as Rule;
   const message = scrub(describe(f, timeoutMs));
@@ -104,7 +125,12 @@ export function classifyWriteError(error: unknown, abortCause: AbortCause | unde
     message,
     error: new OpenFgaWriteError(
       message,
-      { status: f.status, code: f.code, openFgaMessage: scrub(f.message), ...(f.tokenIssuer !== undefined ? { tokenIssuer: f.tokenIssuer } : {}) },
+      {
+        status: f.status,
+        code: f.code,
+        openFgaMessage: scrub(f.message),
+        ...(f.tokenIssuer !== undefined ? { tokenIssuer: f.tokenIssuer } : {}),
+      },
       { cause: safeCause(error) },
     ),
   };
@@ -139,7 +165,8 @@ function facts(error: unknown, abortCause: AbortCause | undefined): Facts {
   const status = typeof e.statusCode === 'number' ? e.statusCode : undefined;
   if (name === 'FgaApiAuthenticationError' && text(e.grantType) !== undefined) {
     const code = text(e.responseData?.error) ?? text(e.responseData?.code);
-    const message = text(e.responseData?.error_description) ?? text(e.responseData?.message) ?? text(e.statusText) ?? errorMessage;
+    const message =
+      text(e.responseData?.error_description) ?? text(e.responseData?.message) ?? text(e.statusText) ?? errorMessage;
     return { source: 'token', status, code, message, authentication: true, tokenIssuer: endpoint(e.requestURL) };
   }
   if (name.startsWith('FgaApi')) {

@@ -2,7 +2,13 @@ import { inspect } from 'node:util';
 import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
 import { SinkHaltError, type Intent, type Sink } from '@outbox/drainer';
 import type { OutboxSpec } from '@outbox/outbox';
-import { createOpenFgaStore, startOpenFga, useOpenFgaStore, useTestDatabase, type OpenFgaServer } from '@outbox/test-stack';
+import {
+  createOpenFgaStore,
+  startOpenFga,
+  useOpenFgaStore,
+  useTestDatabase,
+  type OpenFgaServer,
+} from '@outbox/test-stack';
 import { clientCredentials, startRefusingTokenIssuer, stored, tupleKey } from '@outbox/test-stack/openfga';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { OpenFgaWriteError } from './errors.js';
@@ -18,7 +24,9 @@ const fga = useOpenFgaStore();
 const outbox = outboxTables(t);
 const token = (value: string) => ({ method: CredentialsMethod.ApiToken as const, config: { token: value } });
 const vpcIntents = (prefix: string, count: number) =>
-  Array.from({ length: count }, (_, i) => intent(`vpc:${prefix}${i}`, writes(`user:ann owner vpc:${prefix}${i}`, `project:p project vpc:${prefix}${i}`)));
+  Array.from({ length: count }, (_, i) =>
+    intent(`vpc:${prefix}${i}`, writes(`user:ann owner vpc:${prefix}${i}`, `project:p project vpc:${prefix}${i}`)),
+  );
 
 /** An OpenFGA of this file's own that requires the preshared key `right`. */
 let secured: OpenFgaServer | undefined;
@@ -32,7 +40,9 @@ afterAll(async () => {
 /** One pass with a sink whose credentials are refused: it halts, and every row is left as it was (no attempt, no error). */
 async function expectHaltUntouched(spec: OutboxSpec, sink: Sink): Promise<void> {
   expect(await drainOnce(t, spec, sink)).toMatchObject({ delivered: 0, retried: 0, poisoned: 0, halted: true });
-  expect((await outbox.rows(spec)).every((row) => !row.sent && row.attempt_count === 0 && row.last_error === null)).toBe(true);
+  expect(
+    (await outbox.rows(spec)).every((row) => !row.sent && row.attempt_count === 0 && row.last_error === null),
+  ).toBe(true);
 }
 
 describe('a token issuer refusing the client credentials', () => {
@@ -55,7 +65,9 @@ describe('a token issuer refusing the client credentials', () => {
           credentials: clientCredentials(issuer.url, 'the-client-secret'),
           onRequest: (event) => events.push(event),
         });
-        const batch = Array.from({ length: 8 }, (_, i) => intent(`vpc:tok${code}${i}`, writes(`user:lee owner vpc:tok${code}${i}`)));
+        const batch = Array.from({ length: 8 }, (_, i) =>
+          intent(`vpc:tok${code}${i}`, writes(`user:lee owner vpc:tok${code}${i}`)),
+        );
         const halted = await sink.deliver(batch, noDeadline()).then(
           () => undefined,
           (error: unknown) => error,
@@ -64,7 +76,9 @@ describe('a token issuer refusing the client credentials', () => {
         expect(halted).toBeInstanceOf(SinkHaltError);
         const halt = halted as SinkHaltError;
         expect(halt.message).toMatch(/^The token issuer refused the sink's client credentials/);
-        expect(halt.message).toContain(`OpenFGA token exchange refused by the token issuer ${issuer.url}/oauth/token ${status} ${code}`);
+        expect(halt.message).toContain(
+          `OpenFGA token exchange refused by the token issuer ${issuer.url}/oauth/token ${status} ${code}`,
+        );
         expect(halt.message).not.toMatch(/OpenFGA \d{3}/);
         expect(halt.message).not.toContain('the-client-secret');
         expect(halt.cause).toBeInstanceOf(OpenFgaWriteError);
@@ -86,7 +100,13 @@ describe('a token issuer refusing the client credentials', () => {
     const issuer = await startRefusingTokenIssuer(400, 'unauthorized_client');
     try {
       const spec = await outbox.fresh();
-      await outbox.enqueue(spec, Array.from({ length: 30 }, (_, i) => ({ partitionKey: `vpc:e2etok${i}`, payload: writes(`user:di owner vpc:e2etok${i}`) })));
+      await outbox.enqueue(
+        spec,
+        Array.from({ length: 30 }, (_, i) => ({
+          partitionKey: `vpc:e2etok${i}`,
+          payload: writes(`user:di owner vpc:e2etok${i}`),
+        })),
+      );
       // Not poisoned, not blamed on OpenFGA: no attempt counted, no last_error written.
       await expectHaltUntouched(
         spec,
@@ -126,7 +146,9 @@ describe('OpenFGA with a preshared key', () => {
     const right = createOpenFgaSink({ apiUrl, storeId, authorizationModelId, credentials: token('right') });
     expect(kinds(await right.deliver(batch, noDeadline())).every((k) => k === 'delivered')).toBe(true);
     const reader = new OpenFgaClient({ apiUrl, storeId, credentials: token('right') });
-    const found = await Promise.all(batch.flatMap((item) => item.payload.writes ?? []).map((tuple) => stored(reader, tuple)));
+    const found = await Promise.all(
+      batch.flatMap((item) => item.payload.writes ?? []).map((tuple) => stored(reader, tuple)),
+    );
     expect(found.every(Boolean)).toBe(true);
   });
 
@@ -134,11 +156,25 @@ describe('OpenFGA with a preshared key', () => {
     const server = secured as OpenFgaServer;
     const { storeId, authorizationModelId } = await createOpenFgaStore(server.apiUrl, { presharedKey: 'right' });
     const spec = await outbox.fresh();
-    await outbox.enqueue(spec, Array.from({ length: 30 }, (_, i) => ({ partitionKey: `vpc:e2ekey${i}`, payload: writes(`user:di owner vpc:e2ekey${i}`) })));
+    await outbox.enqueue(
+      spec,
+      Array.from({ length: 30 }, (_, i) => ({
+        partitionKey: `vpc:e2ekey${i}`,
+        payload: writes(`user:di owner vpc:e2ekey${i}`),
+      })),
+    );
 
-    await expectHaltUntouched(spec, createOpenFgaSink({ apiUrl: server.apiUrl, storeId, authorizationModelId, credentials: token('wrong') }));
+    await expectHaltUntouched(
+      spec,
+      createOpenFgaSink({ apiUrl: server.apiUrl, storeId, authorizationModelId, credentials: token('wrong') }),
+    );
 
-    const accepted = createOpenFgaSink({ apiUrl: server.apiUrl, storeId, authorizationModelId, credentials: token('right') });
+    const accepted = createOpenFgaSink({
+      apiUrl: server.apiUrl,
+      storeId,
+      authorizationModelId,
+      credentials: token('right'),
+    });
     expect(await drainOnce(t, spec, accepted)).toMatchObject({ delivered: 30, poisoned: 0, halted: false });
     const reader = new OpenFgaClient({ apiUrl: server.apiUrl, storeId, credentials: token('right') });
     expect(await stored(reader, tupleKey('user:di owner vpc:e2ekey29'))).toBe(true);
@@ -149,8 +185,14 @@ describe('the halt error is safe to print: no secret in its cause chain', () => 
   test('a refused client-credentials exchange: util.inspect of the SinkHaltError (what console.error or a logger prints) has no secret', async () => {
     const issuer = await startRefusingTokenIssuer(401, 'invalid_client');
     try {
-      const sink = createOpenFgaSink({ apiUrl: fga.apiUrl, storeId: fga.storeId, credentials: clientCredentials(issuer.url, 'the-client-secret') });
-      const halted = await sink.deliver([intent('vpc:leak', writes('user:uma owner vpc:leak'))], noDeadline()).catch((error: unknown) => error);
+      const sink = createOpenFgaSink({
+        apiUrl: fga.apiUrl,
+        storeId: fga.storeId,
+        credentials: clientCredentials(issuer.url, 'the-client-secret'),
+      });
+      const halted = await sink
+        .deliver([intent('vpc:leak', writes('user:uma owner vpc:leak'))], noDeadline())
+        .catch((error: unknown) => error);
       expect(halted).toBeInstanceOf(SinkHaltError);
       const printed = inspect(halted, { depth: 10 });
       expect(printed).toContain('invalid_client');
@@ -167,7 +209,9 @@ describe('the halt error is safe to print: no secret in its cause chain', () => 
       storeId: fga.storeId,
       credentials: { method: CredentialsMethod.ApiToken, config: { token: 'the-wrong-api-token' } },
     });
-    const halted = await sink.deliver([intent('vpc:leak2', writes('user:uma owner vpc:leak2'))], noDeadline()).catch((error: unknown) => error);
+    const halted = await sink
+      .deliver([intent('vpc:leak2', writes('user:uma owner vpc:leak2'))], noDeadline())
+      .catch((error: unknown) => error);
     expect(halted).toBeInstanceOf(SinkHaltError);
     const printed = inspect(halted, { depth: 10 });
     expect(printed).toContain('unauthenticated');

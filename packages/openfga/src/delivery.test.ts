@@ -72,11 +72,20 @@ describe('the real drainer delivering through the OpenFGA sink', () => {
     const spec = await outbox.fresh();
     const intents: EnqueueInput[] = [];
     for (let i = 0; i < 120; i += 1) {
-      intents.push({ partitionKey: `vpc:e2e${i}`, payload: writes(`project:e2e project vpc:e2e${i}`, `user:ann owner vpc:e2e${i}`) });
+      intents.push({
+        partitionKey: `vpc:e2e${i}`,
+        payload: writes(`project:e2e project vpc:e2e${i}`, `user:ann owner vpc:e2e${i}`),
+      });
     }
     // Forty resources change hands afterwards: the second intent of the partition deletes what the first wrote.
     for (let i = 0; i < 40; i += 1) {
-      intents.push({ partitionKey: `vpc:e2e${i}`, payload: { deletes: [tupleKey(`user:ann owner vpc:e2e${i}`)], writes: [tupleKey(`user:bob owner vpc:e2e${i}`)] } });
+      intents.push({
+        partitionKey: `vpc:e2e${i}`,
+        payload: {
+          deletes: [tupleKey(`user:ann owner vpc:e2e${i}`)],
+          writes: [tupleKey(`user:bob owner vpc:e2e${i}`)],
+        },
+      });
     }
     await outbox.enqueue(spec, intents);
     const result = await drainOnce(t, spec, sinkOn(fga));
@@ -84,7 +93,9 @@ describe('the real drainer delivering through the OpenFGA sink', () => {
     expect((await outbox.rows(spec)).every((row) => row.sent)).toBe(true);
     for (let i = 0; i < 120; i += 1) {
       const owner = i < 40 ? 'user:bob' : 'user:ann';
-      expect(await storedOn(fga.client, `vpc:e2e${i}`)).toEqual([`${owner} owner vpc:e2e${i}`, `project:e2e project vpc:e2e${i}`].sort());
+      expect(await storedOn(fga.client, `vpc:e2e${i}`)).toEqual(
+        [`${owner} owner vpc:e2e${i}`, `project:e2e project vpc:e2e${i}`].sort(),
+      );
     }
   });
 });

@@ -2,7 +2,16 @@ import { randomBytes } from 'node:crypto';
 import { OpenFgaClient } from '@openfga/sdk';
 import type { Sink } from '@outbox/drainer';
 import type { IntentPayload } from '@outbox/outbox';
-import { createDatabase, createOpenFgaStore, dropDatabase, stackInfo, startOpenFga, useOpenFgaStore, useTestDatabase, type OpenFgaServer } from '@outbox/test-stack';
+import {
+  createDatabase,
+  createOpenFgaStore,
+  dropDatabase,
+  stackInfo,
+  startOpenFga,
+  useOpenFgaStore,
+  useTestDatabase,
+  type OpenFgaServer,
+} from '@outbox/test-stack';
 import { storedOn, tupleKey } from '@outbox/test-stack/openfga';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createOpenFgaSink } from './openfga-sink.js';
@@ -13,14 +22,22 @@ const t = useTestDatabase();
 const fga = useOpenFgaStore();
 const outbox = outboxTables(t);
 const grant = (expires: string) => ({ name: 'non_expired_grant', context: { grant_expires_at: expires } });
-const withCondition = (text: string, condition?: { name: string; context?: Record<string, unknown> }): IntentPayload => ({
+const withCondition = (
+  text: string,
+  condition?: { name: string; context?: Record<string, unknown> },
+): IntentPayload => ({
   writes: [{ ...tupleKey(text), ...(condition ? { condition } : {}) }],
 });
 
 /** The exact stored tuple on `object`, condition included, as OpenFGA reads it back. */
 async function storedWithCondition(object: string): Promise<unknown[]> {
   const { tuples } = await fga.client.read({ object });
-  return tuples.map((t) => ({ user: t.key.user, relation: t.key.relation, object: t.key.object, condition: t.key.condition ?? undefined }));
+  return tuples.map((t) => ({
+    user: t.key.user,
+    relation: t.key.relation,
+    object: t.key.object,
+    condition: t.key.condition ?? undefined,
+  }));
 }
 
 describe('replays are delivered, not poisoned', () => {
@@ -30,11 +47,20 @@ describe('replays are delivered, not poisoned', () => {
     expect(kinds(await sink.deliver([create], noDeadline()))).toEqual(['delivered']);
     // A crash after OpenFGA accepted it but before sent_at was recorded: the drainer sends it again.
     expect(kinds(await sink.deliver([create], noDeadline()))).toEqual(['delivered']);
-    expect(kinds(await sink.deliver([intent('vpc:replay', deletes('user:nobody owner vpc:replay'))], noDeadline()))).toEqual(['delivered']);
+    expect(
+      kinds(await sink.deliver([intent('vpc:replay', deletes('user:nobody owner vpc:replay'))], noDeadline())),
+    ).toEqual(['delivered']);
     // Mixed: one half already there, one delete already gone, in one request.
-    const mixed = intent('vpc:replay', { writes: [tupleKey('user:cat owner vpc:replay'), tupleKey('user:dan viewer vpc:replay')], deletes: [tupleKey('user:gone viewer vpc:replay')] });
+    const mixed = intent('vpc:replay', {
+      writes: [tupleKey('user:cat owner vpc:replay'), tupleKey('user:dan viewer vpc:replay')],
+      deletes: [tupleKey('user:gone viewer vpc:replay')],
+    });
     expect(kinds(await sink.deliver([mixed], noDeadline()))).toEqual(['delivered']);
-    expect(await storedOn(fga.client, 'vpc:replay')).toEqual(['project:r project vpc:replay', 'user:cat owner vpc:replay', 'user:dan viewer vpc:replay']);
+    expect(await storedOn(fga.client, 'vpc:replay')).toEqual([
+      'project:r project vpc:replay',
+      'user:cat owner vpc:replay',
+      'user:dan viewer vpc:replay',
+    ]);
   });
 });
 
@@ -43,40 +69,65 @@ describe('an at-least-once replay of a conditional write that a later intent del
   test.each([
     ['with a condition, then deleted and written without one', grant('2030-01-01T00:00:00Z'), undefined],
     ['without a condition, then deleted and written with one', undefined, grant('2030-01-01T00:00:00Z')],
-    ['with a condition, then deleted and written with another context (a grant extended)', grant('2030-01-01T00:00:00Z'), grant('2031-01-01T00:00:00Z')],
-  ])('written %s: the replay of the whole run is delivered (not poisoned) and the store ends as the run says', async (_, first, last) => {
-    const object = `project:replay${first ? 'c' : 'u'}${last ? (last.context.grant_expires_at.startsWith('2031') ? 'x' : 'c') : 'u'}`;
-    const tuple = `user:rita viewer ${object}`;
-    const run = [intent(object, withCondition(tuple, first)), intent(object, { deletes: [tupleKey(tuple)] }), intent(object, withCondition(tuple, last))];
-    const sink = sinkOn(fga);
-    expect(kinds(await sink.deliver(run, noDeadline()))).toEqual(['delivered', 'delivered', 'delivered']);
-    // The replay: OpenFGA answers the first intent with 409 "different condition" (the tuple is the
-    // third intent's now). The first intent's effect is erased by the second anyway.
-    expect(kinds(await sink.deliver(run, noDeadline()))).toEqual(['delivered', 'delivered', 'delivered']);
-    expect(await storedWithCondition(object)).toEqual([{ ...tupleKey(tuple), condition: last }]);
-  });
+    [
+      'with a condition, then deleted and written with another context (a grant extended)',
+      grant('2030-01-01T00:00:00Z'),
+      grant('2031-01-01T00:00:00Z'),
+    ],
+  ])(
+    'written %s: the replay of the whole run is delivered (not poisoned) and the store ends as the run says',
+    async (_, first, last) => {
+      const object = `project:replay${first ? 'c' : 'u'}${last ? (last.context.grant_expires_at.startsWith('2031') ? 'x' : 'c') : 'u'}`;
+      const tuple = `user:rita viewer ${object}`;
+      const run = [
+        intent(object, withCondition(tuple, first)),
+        intent(object, { deletes: [tupleKey(tuple)] }),
+        intent(object, withCondition(tuple, last)),
+      ];
+      const sink = sinkOn(fga);
+      expect(kinds(await sink.deliver(run, noDeadline()))).toEqual(['delivered', 'delivered', 'delivered']);
+      // The replay: OpenFGA answers the first intent with 409 "different condition" (the tuple is the
+      // third intent's now). The first intent's effect is erased by the second anyway.
+      expect(kinds(await sink.deliver(run, noDeadline()))).toEqual(['delivered', 'delivered', 'delivered']);
+      expect(await storedWithCondition(object)).toEqual([{ ...tupleKey(tuple), condition: last }]);
+    },
+  );
 
   test('a genuine conflict (no later intent of the partition deletes the key) is still permanent', async () => {
-    await fga.client.write({ writes: [{ ...tupleKey('user:rob viewer project:genuine'), condition: grant('2030-01-01T00:00:00Z') }] });
+    await fga.client.write({
+      writes: [{ ...tupleKey('user:rob viewer project:genuine'), condition: grant('2030-01-01T00:00:00Z') }],
+    });
     const sink = sinkOn(fga);
     const outcomes = await sink.deliver(
       [
-        intent('project:genuine', { writes: [tupleKey('user:rob viewer project:genuine'), tupleKey('user:rob editor project:genuine')] }),
+        intent('project:genuine', {
+          writes: [tupleKey('user:rob viewer project:genuine'), tupleKey('user:rob editor project:genuine')],
+        }),
         // Deletes another key: does not supersede the conflicting write.
         intent('project:genuine', { deletes: [tupleKey('user:rob editor project:genuine')] }),
       ],
       noDeadline(),
     );
-    expect(outcomes[0]).toMatchObject({ kind: 'permanent', error: expect.stringMatching(/^OpenFGA 409 Aborted: .*different condition/) });
+    expect(outcomes[0]).toMatchObject({
+      kind: 'permanent',
+      error: expect.stringMatching(/^OpenFGA 409 Aborted: .*different condition/),
+    });
     expect(outcomes[1]).toEqual({ kind: 'skipped' });
-    expect(await storedWithCondition('project:genuine')).toEqual([{ ...tupleKey('user:rob viewer project:genuine'), condition: grant('2030-01-01T00:00:00Z') }]);
+    expect(await storedWithCondition('project:genuine')).toEqual([
+      { ...tupleKey('user:rob viewer project:genuine'), condition: grant('2030-01-01T00:00:00Z') },
+    ]);
   });
 
   test('superseded writes are dropped only: the rest of the replayed intent still lands', async () => {
     const object = 'project:partial';
     const sink = sinkOn(fga);
     const run = [
-      intent(object, { writes: [{ ...tupleKey(`user:sue viewer ${object}`), condition: grant('2030-01-01T00:00:00Z') }, tupleKey(`user:sue editor ${object}`)] }),
+      intent(object, {
+        writes: [
+          { ...tupleKey(`user:sue viewer ${object}`), condition: grant('2030-01-01T00:00:00Z') },
+          tupleKey(`user:sue editor ${object}`),
+        ],
+      }),
       intent(object, { deletes: [tupleKey(`user:sue viewer ${object}`)] }),
       intent(object, withCondition(`user:sue viewer ${object}`)),
     ];
@@ -85,7 +136,10 @@ describe('an at-least-once replay of a conditional write that a later intent del
     await fga.client.write({ deletes: [tupleKey(`user:sue editor ${object}`)] });
     expect(kinds(await sink.deliver(run, noDeadline()))).toEqual(['delivered', 'delivered', 'delivered']);
     expect((await storedWithCondition(object)).length).toBe(2);
-    expect(await storedWithCondition(object)).toContainEqual({ ...tupleKey(`user:sue editor ${object}`), condition: undefined });
+    expect(await storedWithCondition(object)).toContainEqual({
+      ...tupleKey(`user:sue editor ${object}`),
+      condition: undefined,
+    });
   });
 
   test('through the real drainer: outcomes lost after OpenFGA applied the run (the process died before recording them) poison nothing on the replay', async () => {
@@ -105,10 +159,17 @@ describe('an at-least-once replay of a conditional write that a later intent del
         throw new Error('the process died before recording the outcomes');
       },
     };
-    expect(await drainOnce(t, spec, losing, { backoff: { baseMs: 0, maxMs: 0 } })).toMatchObject({ delivered: 0, retried: 1, released: 2 });
+    expect(await drainOnce(t, spec, losing, { backoff: { baseMs: 0, maxMs: 0 } })).toMatchObject({
+      delivered: 0,
+      retried: 1,
+      released: 2,
+    });
     expect(await storedWithCondition(object)).toEqual([{ ...tupleKey(tuple), condition: undefined }]);
 
-    expect(await drainOnce(t, spec, sinkOn(fga), { backoff: { baseMs: 0, maxMs: 0 } })).toMatchObject({ delivered: 3, poisoned: 0 });
+    expect(await drainOnce(t, spec, sinkOn(fga), { backoff: { baseMs: 0, maxMs: 0 } })).toMatchObject({
+      delivered: 3,
+      poisoned: 0,
+    });
     expect((await outbox.rows(spec)).every((row) => row.sent && row.attempt_count <= 1)).toBe(true);
     expect(await storedWithCondition(object)).toEqual([{ ...tupleKey(tuple), condition: undefined }]);
   });
@@ -120,7 +181,10 @@ describe('on the postgres datastore, the replay of a conditional write without a
   const database = `fga_replay_${randomBytes(4).toString('hex')}`;
   let server: OpenFgaServer | undefined;
   beforeAll(async () => {
-    server = await startOpenFga({ datastore: 'postgres', datastoreUri: await createDatabase(stackInfo().postgresUrl, database) });
+    server = await startOpenFga({
+      datastore: 'postgres',
+      datastoreUri: await createDatabase(stackInfo().postgresUrl, database),
+    });
   });
   afterAll(async () => {
     await server?.stop();
@@ -131,27 +195,56 @@ describe('on the postgres datastore, the replay of a conditional write without a
     const { apiUrl } = server as OpenFgaServer;
     const { storeId, authorizationModelId } = await createOpenFgaStore(apiUrl);
     const sink = createOpenFgaSink({ apiUrl, storeId, authorizationModelId });
-    const grantWithoutContext = intent('project:pgreplay', withCondition('user:vic viewer project:pgreplay', { name: 'non_expired_grant' }));
+    const grantWithoutContext = intent(
+      'project:pgreplay',
+      withCondition('user:vic viewer project:pgreplay', { name: 'non_expired_grant' }),
+    );
     expect(await sink.deliver([grantWithoutContext], noDeadline())).toEqual([{ kind: 'delivered' }]);
     expect(await sink.deliver([grantWithoutContext], noDeadline())).toEqual([{ kind: 'delivered' }]);
     // A tuple stored by an earlier sink version (sent without a context) also matches the replay.
     const reader = new OpenFgaClient({ apiUrl, storeId, authorizationModelId });
-    await reader.write({ writes: [{ ...tupleKey('user:vic viewer project:pgold'), condition: { name: 'non_expired_grant' } }] });
-    expect(await sink.deliver([intent('project:pgold', withCondition('user:vic viewer project:pgold', { name: 'non_expired_grant' }))], noDeadline())).toEqual([
-      { kind: 'delivered' },
-    ]);
+    await reader.write({
+      writes: [{ ...tupleKey('user:vic viewer project:pgold'), condition: { name: 'non_expired_grant' } }],
+    });
+    expect(
+      await sink.deliver(
+        [intent('project:pgold', withCondition('user:vic viewer project:pgold', { name: 'non_expired_grant' }))],
+        noDeadline(),
+      ),
+    ).toEqual([{ kind: 'delivered' }]);
     // A different condition context is still a conflict.
     expect(
-      kinds(await sink.deliver([intent('project:pgreplay', withCondition('user:vic viewer project:pgreplay', grant('2030-01-01T00:00:00Z')))], noDeadline())),
+      kinds(
+        await sink.deliver(
+          [
+            intent(
+              'project:pgreplay',
+              withCondition('user:vic viewer project:pgreplay', grant('2030-01-01T00:00:00Z')),
+            ),
+          ],
+          noDeadline(),
+        ),
+      ),
     ).toEqual(['permanent']);
   });
 });
 
 describe('what makes a replay harmless, in the request', () => {
   test('writeRequestBody: a condition without a context is sent with context {} (a replay on the postgres datastore is then a duplicate, not a 409)', () => {
-    const [item] = prepareIntents([intent('project:p', { writes: [{ ...tupleKey('user:1 viewer project:p'), condition: { name: 'non_expired_grant' } }] })]);
+    const [item] = prepareIntents([
+      intent('project:p', {
+        writes: [{ ...tupleKey('user:1 viewer project:p'), condition: { name: 'non_expired_grant' } }],
+      }),
+    ]);
     expect(writeRequestBody([item!])).toEqual({
-      writes: [{ user: 'user:1', relation: 'viewer', object: 'project:p', condition: { name: 'non_expired_grant', context: {} } }],
+      writes: [
+        {
+          user: 'user:1',
+          relation: 'viewer',
+          object: 'project:p',
+          condition: { name: 'non_expired_grant', context: {} },
+        },
+      ],
     });
   });
 

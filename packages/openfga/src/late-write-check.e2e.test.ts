@@ -52,14 +52,24 @@ function checkingDrainer(spec: OutboxSpec) {
 }
 
 async function rows(spec: OutboxSpec) {
-  const result = await sql<{ id: string; delivered: boolean; source: string | null; verify_after: Date | null; payload: IntentPayload }>`
+  const result = await sql<{
+    id: string;
+    delivered: boolean;
+    source: string | null;
+    verify_after: Date | null;
+    payload: IntentPayload;
+  }>`
     select id::text as id, sent_at is not null as delivered, payload->>'source' as source, verify_after, payload
     from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} order by id`.execute(t.db);
   return result.rows;
 }
 
 /** Drains once every 100 ms until `done` holds of the rows (or 10 s passed); returns them. */
-async function drainUntil(drainer: { drainOnce(): Promise<unknown> }, spec: OutboxSpec, done: (r: Awaited<ReturnType<typeof rows>>) => boolean) {
+async function drainUntil(
+  drainer: { drainOnce(): Promise<unknown> },
+  spec: OutboxSpec,
+  done: (r: Awaited<ReturnType<typeof rows>>) => boolean,
+) {
   const deadline = Date.now() + 10_000;
   for (;;) {
     await drainer.drainOnce();
@@ -81,18 +91,29 @@ describe('the late-write check', () => {
     await drainer.drainOnce();
     await fga.client.write({ writes: grantOn(object) }); // the register's Write, landing late
     // An intent of the partition, pending (backing off) when the check comes due.
-    const [pending] = await outbox.enqueue(spec, [{ partitionKey: object, payload: { writes: [{ user: 'user:cat', relation: 'viewer', object }] } }]);
-    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() + interval '1 hour' where id = ${pending}`.execute(t.db);
+    const [pending] = await outbox.enqueue(spec, [
+      { partitionKey: object, payload: { writes: [{ user: 'user:cat', relation: 'viewer', object }] } },
+    ]);
+    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() + interval '1 hour' where id = ${pending}`.execute(
+      t.db,
+    );
     const stamped = (await rows(spec))[1]!.verify_after!;
 
     const postponed = await drainUntil(drainer, spec, (r) => r[1]!.verify_after! > stamped);
     expect(postponed[1]!.verify_after!.getTime()).toBeGreaterThan(stamped.getTime());
     expect(events.some((e) => e.postponed === 1 && e.read === 0)).toBe(true);
     expect(postponed.filter((r) => r.source === 'late-write')).toEqual([]);
-    expect(await storedOn(fga.client, object)).toEqual(['project:p1 project vpc:pending', 'user:ann owner vpc:pending']);
+    expect(await storedOn(fga.client, object)).toEqual([
+      'project:p1 project vpc:pending',
+      'user:ann owner vpc:pending',
+    ]);
 
-    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() where id = ${pending}`.execute(t.db);
-    const corrected = await drainUntil(drainer, spec, (r) => r.some((row) => row.source === 'late-write' && row.delivered));
+    await sql`update ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} set next_attempt_at = now() where id = ${pending}`.execute(
+      t.db,
+    );
+    const corrected = await drainUntil(drainer, spec, (r) =>
+      r.some((row) => row.source === 'late-write' && row.delivered),
+    );
     const correction = corrected.filter((r) => r.source === 'late-write');
     expect(correction).toHaveLength(1);
     expect(correction[0]!.payload).toEqual({ deletes: grantOn(object), source: 'late-write' });

@@ -8,7 +8,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createDrainer, type Drainer, type DrainerConfig } from '@outbox/drainer';
 import type { IntentPayload, OutboxSpec } from '@outbox/outbox';
-import { openFgaClientConfig, startDelayingProxy, useOpenFgaStore, useTestDatabase, type DelayingProxy } from '@outbox/test-stack';
+import {
+  openFgaClientConfig,
+  startDelayingProxy,
+  useOpenFgaStore,
+  useTestDatabase,
+  type DelayingProxy,
+} from '@outbox/test-stack';
 import { storedOn } from '@outbox/test-stack/openfga';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { afterEach, describe, expect, test } from 'vitest';
@@ -51,7 +57,13 @@ async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean
 }
 
 async function ledger(spec: OutboxSpec) {
-  const result = await sql<{ id: string; delivered: boolean; source: string | null; stamped: boolean; payload: IntentPayload }>`
+  const result = await sql<{
+    id: string;
+    delivered: boolean;
+    source: string | null;
+    stamped: boolean;
+    payload: IntentPayload;
+  }>`
     select id::text as id, sent_at is not null as delivered, payload->>'source' as source, verify_after is not null as stamped, payload
     from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} order by id`.execute(t.db);
   return result.rows;
@@ -65,7 +77,12 @@ async function drainerThrough(spec: OutboxSpec, proxy: DelayingProxy): Promise<{
   const db = new Kysely({ dialect: new PostgresDialect({ pool }) });
   cleanups.push(() => db.destroy());
   const pid = Number((await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]?.pid);
-  const sink = createOpenFgaSink({ ...openFgaClientConfig(fga.storeId, fga.authorizationModelId), storeId: fga.storeId, apiUrl: `http://${proxy.host}:${proxy.port}`, timeoutMs: 30_000 });
+  const sink = createOpenFgaSink({
+    ...openFgaClientConfig(fga.storeId, fga.authorizationModelId),
+    storeId: fga.storeId,
+    apiUrl: `http://${proxy.host}:${proxy.port}`,
+    timeoutMs: 30_000,
+  });
   return { drainer: createDrainer({ db, spec, sink, logger: quiet, lateWrites: false }), pid };
 }
 
@@ -74,9 +91,19 @@ async function drainerThrough(spec: OutboxSpec, proxy: DelayingProxy): Promise<{
  * holds the Write, A's backend is terminated; `after` is enqueued and B delivers `late` and `after`;
  * the proxy lets A's Write go and OpenFGA answers it. Returns B, started, and the outbox.
  */
-async function lateWrite(steps: { delivered?: IntentPayload; late: IntentPayload; after: IntentPayload }, lateWrites: DrainerConfig['lateWrites']) {
+async function lateWrite(
+  steps: { delivered?: IntentPayload; late: IntentPayload; after: IntentPayload },
+  lateWrites: DrainerConfig['lateWrites'],
+) {
   const spec = await outbox.fresh();
-  const b = createDrainer({ db: t.db, spec, sink: sinkOn(fga, B_SINK), logger: quiet, interval: INTERVAL_MS, lateWrites });
+  const b = createDrainer({
+    db: t.db,
+    spec,
+    sink: sinkOn(fga, B_SINK),
+    logger: quiet,
+    interval: INTERVAL_MS,
+    lateWrites,
+  });
   cleanups.push(() => b.stop());
   if (steps.delivered) {
     await outbox.enqueue(spec, [{ partitionKey: OBJECT, payload: steps.delivered }]);
@@ -93,13 +120,21 @@ async function lateWrite(steps: { delivered?: IntentPayload; late: IntentPayload
     () => new Error('A recorded its outcome: its claim was not lost'),
     (error: unknown) => error,
   );
-  await eventually(async () => proxy.stats().requests, (n) => n >= 1, 10_000);
+  await eventually(
+    async () => proxy.stats().requests,
+    (n) => n >= 1,
+    10_000,
+  );
   expect(proxy.stats().requests).toBe(1); // A's Write, held
   await sql`select pg_terminate_backend(${a.pid})`.execute(t.db);
 
   await outbox.enqueue(spec, [{ partitionKey: OBJECT, payload: steps.after }]);
   // A's row locks go with its backend, a moment after the call: B claims both rows once they are free.
-  await eventually(async () => (await b.drainOnce()).delivered, (n) => n > 0, 10_000);
+  await eventually(
+    async () => (await b.drainOnce()).delivered,
+    (n) => n > 0,
+    10_000,
+  );
   const deliveredAt = Date.now();
   expect((await ledger(spec)).every((row) => row.delivered)).toBe(true);
   const beforeLanding = await storedOn(fga.client, OBJECT);
@@ -139,12 +174,23 @@ describe.each([
     const { spec, beforeLanding, deliveredAt } = await lateWrite(steps, undefined);
     expect(beforeLanding).toEqual(ledgerSays);
     expect(await storedOn(fga.client, OBJECT)).not.toEqual(ledgerSays); // the late Write landed
-    const final = await eventually(() => storedOn(fga.client, OBJECT), (stored) => stored.join() === ledgerSays.join(), deliveredAt + HORIZON_MS - Date.now());
+    const final = await eventually(
+      () => storedOn(fga.client, OBJECT),
+      (stored) => stored.join() === ledgerSays.join(),
+      deliveredAt + HORIZON_MS - Date.now(),
+    );
     expect(final).toEqual(ledgerSays);
-    const rows = await eventually(() => ledger(spec), (r) => r.every((row) => row.delivered && !row.stamped), 5_000);
+    const rows = await eventually(
+      () => ledger(spec),
+      (r) => r.every((row) => row.delivered && !row.stamped),
+      5_000,
+    );
     const corrections = rows.filter((row) => row.source === 'late-write');
     expect(corrections).toHaveLength(1);
-    expect(corrections[0]).toMatchObject({ delivered: true, payload: ledgerSays.length > 0 ? { writes: grant } : { deletes: grant } });
+    expect(corrections[0]).toMatchObject({
+      delivered: true,
+      payload: ledgerSays.length > 0 ? { writes: grant } : { deletes: grant },
+    });
     expect(rows.every((row) => row.delivered && !row.stamped)).toBe(true); // nothing left to check: it terminated
   }, 60_000);
 });

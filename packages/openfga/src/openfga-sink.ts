@@ -2,9 +2,22 @@ import { OpenFgaClient, type UserClientConfigurationParams } from '@openfga/sdk'
 import type { Intent, Outcome, Sink, SinkContext } from '@outbox/drainer';
 import { deliverBisecting, fail, type DeliveryState } from './bisect.js';
 import { OpenFgaSinkConfigError } from './errors.js';
-import { keysDeletedLater, packRound, prepareIntents, segmentByPartition, type PreparedIntent, type Segment } from './pack.js';
+import {
+  keysDeletedLater,
+  packRound,
+  prepareIntents,
+  segmentByPartition,
+  type PreparedIntent,
+  type Segment,
+} from './pack.js';
 import { canReadBack, readBack } from './read-back.js';
-import { NO_RETRY, sendWrite, type OpenFgaWriteClient, type OpenFgaWriteEvent, type WriteContext } from './write-request.js';
+import {
+  NO_RETRY,
+  sendWrite,
+  type OpenFgaWriteClient,
+  type OpenFgaWriteEvent,
+  type WriteContext,
+} from './write-request.js';
 
 /**
  * Knobs shared by both ways of pointing the sink at OpenFGA.
@@ -88,7 +101,12 @@ export interface OpenFgaSink extends Sink {
 }
 
 /** Defaults of {@link OpenFgaSinkOptions}, whose fields give the reasons. */
-export const OPENFGA_SINK_DEFAULTS = { maxTuplesPerWrite: 100, timeoutMs: 10_000, serverRequestTimeoutMs: 3_000, maxConcurrentRequests: 4 } as const;
+export const OPENFGA_SINK_DEFAULTS = {
+  maxTuplesPerWrite: 100,
+  timeoutMs: 10_000,
+  serverRequestTimeoutMs: 3_000,
+  maxConcurrentRequests: 4,
+} as const;
 
 const CONNECTION_FIELDS = ['apiUrl', 'storeId', 'authorizationModelId', 'credentials'] as const;
 
@@ -101,7 +119,8 @@ function integer(field: string, value: unknown, fallback: number, max: number): 
 }
 
 function nonEmpty(field: string, value: unknown): string {
-  if (typeof value !== 'string' || value.trim() === '') throw new OpenFgaSinkConfigError(field, `expected a non-empty string, got ${JSON.stringify(value)}`);
+  if (typeof value !== 'string' || value.trim() === '')
+    throw new OpenFgaSinkConfigError(field, `expected a non-empty string, got ${JSON.stringify(value)}`);
   return value;
 }
 
@@ -111,7 +130,9 @@ function buildClient(config: OpenFgaSinkConnectionConfig): OpenFgaWriteClient {
   try {
     url = new URL(apiUrl);
   } catch (error) {
-    throw new OpenFgaSinkConfigError('apiUrl', 'expected an absolute http(s) URL such as http://openfga:8080', { cause: error });
+    throw new OpenFgaSinkConfigError('apiUrl', 'expected an absolute http(s) URL such as http://openfga:8080', {
+      cause: error,
+    });
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
     throw new OpenFgaSinkConfigError('apiUrl', `expected an http(s) URL, got the scheme ${url.protocol}`);
@@ -134,7 +155,8 @@ function buildClient(config: OpenFgaSinkConnectionConfig): OpenFgaWriteClient {
     const sdkField = (error as { field?: unknown }).field;
     const field =
       typeof sdkField === 'string' && sdkField !== ''
-        ? sdkField.startsWith('credentials') || ['clientId', 'clientSecret', 'apiTokenIssuer', 'apiAudience', 'token'].includes(sdkField)
+        ? sdkField.startsWith('credentials') ||
+          ['clientId', 'clientSecret', 'apiTokenIssuer', 'apiAudience', 'token'].includes(sdkField)
           ? 'credentials'
           : sdkField
         : 'config';
@@ -143,7 +165,11 @@ function buildClient(config: OpenFgaSinkConnectionConfig): OpenFgaWriteClient {
 }
 
 /** Runs `tasks`, at most `limit` at once; after the first rejection starts no more, and rejects once the rest settle. */
-async function runBounded(tasks: ReadonlyArray<() => Promise<void>>, limit: number, onFirstError: () => void): Promise<void> {
+async function runBounded(
+  tasks: ReadonlyArray<() => Promise<void>>,
+  limit: number,
+  onFirstError: () => void,
+): Promise<void> {
   let next = 0;
   let firstError: { error: unknown } | undefined;
   const worker = async () => {
@@ -180,12 +206,30 @@ async function runBounded(tasks: ReadonlyArray<() => Promise<void>>, limit: numb
  */
 export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
   if (config === null || typeof config !== 'object') {
-    throw new OpenFgaSinkConfigError('config', 'expected { client } or { apiUrl, storeId, authorizationModelId?, credentials? }');
+    throw new OpenFgaSinkConfigError(
+      'config',
+      'expected { client } or { apiUrl, storeId, authorizationModelId?, credentials? }',
+    );
   }
-  const maxTuplesPerWrite = integer('maxTuplesPerWrite', config.maxTuplesPerWrite, OPENFGA_SINK_DEFAULTS.maxTuplesPerWrite, 100_000);
+  const maxTuplesPerWrite = integer(
+    'maxTuplesPerWrite',
+    config.maxTuplesPerWrite,
+    OPENFGA_SINK_DEFAULTS.maxTuplesPerWrite,
+    100_000,
+  );
   const timeoutMs = integer('timeoutMs', config.timeoutMs, OPENFGA_SINK_DEFAULTS.timeoutMs, 600_000);
-  const serverRequestTimeoutMs = integer('serverRequestTimeoutMs', config.serverRequestTimeoutMs, OPENFGA_SINK_DEFAULTS.serverRequestTimeoutMs, 600_000);
-  const maxConcurrentRequests = integer('maxConcurrentRequests', config.maxConcurrentRequests, OPENFGA_SINK_DEFAULTS.maxConcurrentRequests, 64);
+  const serverRequestTimeoutMs = integer(
+    'serverRequestTimeoutMs',
+    config.serverRequestTimeoutMs,
+    OPENFGA_SINK_DEFAULTS.serverRequestTimeoutMs,
+    600_000,
+  );
+  const maxConcurrentRequests = integer(
+    'maxConcurrentRequests',
+    config.maxConcurrentRequests,
+    OPENFGA_SINK_DEFAULTS.maxConcurrentRequests,
+    64,
+  );
   if (config.onRequest !== undefined && typeof config.onRequest !== 'function') {
     throw new OpenFgaSinkConfigError('onRequest', 'expected a function');
   }
@@ -227,7 +271,8 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
       const heads: Segment[] = [];
       for (const [partitionKey, queue] of queues) {
         if (state.stopped.has(partitionKey)) {
-          for (const segment of queue) for (const item of segment.items) state.outcomes[item.index] = { kind: 'skipped' };
+          for (const segment of queue)
+            for (const item of segment.items) state.outcomes[item.index] = { kind: 'skipped' };
           queues.delete(partitionKey);
         } else if (queue[0] !== undefined) {
           heads.push(queue[0]);
@@ -254,7 +299,15 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
 
   // Reading back is what the late-write check needs; a write-only client leaves it off.
   const read = canReadBack(client) ? { readTuples: readBack(client, timeoutMs, maxConcurrentRequests) } : {};
-  return { deliver, maxTuplesPerWrite, timeoutMs, serverRequestTimeoutMs, maxConcurrentRequests, writeLifetimeMs: timeoutMs + serverRequestTimeoutMs, ...read };
+  return {
+    deliver,
+    maxTuplesPerWrite,
+    timeoutMs,
+    serverRequestTimeoutMs,
+    maxConcurrentRequests,
+    writeLifetimeMs: timeoutMs + serverRequestTimeoutMs,
+    ...read,
+  };
 }
 
 /** In a partition, the first intent not delivered keeps its failure; every later one is `skipped`. */

@@ -1,7 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Socket } from 'node:net';
 import { OpenFgaClient } from '@openfga/sdk';
-import { createDatabase, createOpenFgaStore, dropDatabase, freePort, stackInfo, startOpenFga, useOpenFgaStore, type OpenFgaServer } from '@outbox/test-stack';
+import {
+  createDatabase,
+  createOpenFgaStore,
+  dropDatabase,
+  freePort,
+  stackInfo,
+  startOpenFga,
+  useOpenFgaStore,
+  type OpenFgaServer,
+} from '@outbox/test-stack';
 import { stored } from '@outbox/test-stack/openfga';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createOpenFgaSink } from './openfga-sink.js';
@@ -11,13 +20,18 @@ import { intent, kinds, noDeadline, writes } from './testing/fixtures.js';
 
 const fga = useOpenFgaStore();
 const vpcIntents = (prefix: string, count: number) =>
-  Array.from({ length: count }, (_, i) => intent(`vpc:${prefix}${i}`, writes(`user:ann owner vpc:${prefix}${i}`, `project:p project vpc:${prefix}${i}`)));
+  Array.from({ length: count }, (_, i) =>
+    intent(`vpc:${prefix}${i}`, writes(`user:ann owner vpc:${prefix}${i}`, `project:p project vpc:${prefix}${i}`)),
+  );
 
 describe('transient failures', () => {
   test('nothing listening on the port: every intent transient, none permanent', async () => {
     const port = await freePort();
     const sink = createOpenFgaSink({ apiUrl: `http://127.0.0.1:${port}`, storeId: fga.storeId });
-    const outcomes = await sink.deliver([intent('vpc:down1', writes('user:jo owner vpc:down1')), intent('vpc:down2', writes('user:jo owner vpc:down2'))], noDeadline());
+    const outcomes = await sink.deliver(
+      [intent('vpc:down1', writes('user:jo owner vpc:down1')), intent('vpc:down2', writes('user:jo owner vpc:down2'))],
+      noDeadline(),
+    );
     expect(outcomes).toEqual([
       { kind: 'transient', error: `OpenFGA unreachable: connect ECONNREFUSED 127.0.0.1:${port}` },
       { kind: 'transient', error: `OpenFGA unreachable: connect ECONNREFUSED 127.0.0.1:${port}` },
@@ -44,10 +58,16 @@ describe('transient failures', () => {
       const deadline = new AbortController();
       setTimeout(() => deadline.abort(new Error('deadline')), 200);
       started = performance.now();
-      const cut = await patient.deliver([intent('vpc:slow', writes('user:kim owner vpc:slow')), intent('vpc:slow', writes('user:kim viewer vpc:slow'))], {
-        signal: deadline.signal,
-      });
-      expect(cut).toEqual([{ kind: 'transient', error: 'OpenFGA: the delivery deadline passed before the Write request was answered' }, { kind: 'skipped' }]);
+      const cut = await patient.deliver(
+        [intent('vpc:slow', writes('user:kim owner vpc:slow')), intent('vpc:slow', writes('user:kim viewer vpc:slow'))],
+        {
+          signal: deadline.signal,
+        },
+      );
+      expect(cut).toEqual([
+        { kind: 'transient', error: 'OpenFGA: the delivery deadline passed before the Write request was answered' },
+        { kind: 'skipped' },
+      ]);
       expect(performance.now() - started).toBeLessThan(2_000);
     } finally {
       for (const socket of sockets) socket.destroy();
@@ -102,7 +122,10 @@ describe('OpenFGA stopped mid-run, then restarted on the same port', () => {
     const whileDown = vpcIntents('down', 30);
     const downOutcomes = await sink.deliver(whileDown, noDeadline());
     expect(kinds(downOutcomes).every((k) => k === 'transient')).toBe(true);
-    expect(downOutcomes[0]).toEqual({ kind: 'transient', error: expect.stringMatching(/^OpenFGA unreachable: connect ECONNREFUSED/) });
+    expect(downOutcomes[0]).toEqual({
+      kind: 'transient',
+      error: expect.stringMatching(/^OpenFGA unreachable: connect ECONNREFUSED/),
+    });
 
     // Back on the same port: the drainer would retry what was not delivered, and it all lands.
     server = await startOpenFga({ datastore: 'postgres', datastoreUri, httpPort: first.httpPort });

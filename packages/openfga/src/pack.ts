@@ -35,10 +35,23 @@ export function prepareIntents(intents: readonly Intent[]): PreparedIntent[] {
       const payload = validatePayload(intent.payload);
       const writes = payload.writes ?? [];
       const deletes = payload.deletes ?? [];
-      return { index, partitionKey: intent.partitionKey, writes, deletes, keys: [...writes, ...deletes].map(tupleKeyId) };
+      return {
+        index,
+        partitionKey: intent.partitionKey,
+        writes,
+        deletes,
+        keys: [...writes, ...deletes].map(tupleKeyId),
+      };
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
-      return { index, partitionKey: intent.partitionKey, writes: [], deletes: [], keys: [], invalid: `invalid intent payload, not sent: ${reason}` };
+      return {
+        index,
+        partitionKey: intent.partitionKey,
+        writes: [],
+        deletes: [],
+        keys: [],
+        invalid: `invalid intent payload, not sent: ${reason}`,
+      };
     }
   });
 }
@@ -62,7 +75,10 @@ export function keysDeletedLater(items: readonly PreparedIntent[]): Map<number, 
 }
 
 /** The intent without its writes of `superseded` keys (same index), or undefined when it has none. */
-export function withoutSupersededWrites(item: PreparedIntent, superseded: ReadonlySet<string>): PreparedIntent | undefined {
+export function withoutSupersededWrites(
+  item: PreparedIntent,
+  superseded: ReadonlySet<string>,
+): PreparedIntent | undefined {
   const writes = item.writes.filter((key) => !superseded.has(tupleKeyId(key)));
   if (writes.length === item.writes.length) return undefined;
   return { ...item, writes, keys: [...writes, ...item.deletes].map(tupleKeyId) };
@@ -175,6 +191,8 @@ export function writeRequestBody(items: readonly PreparedIntent[]): ClientWriteR
       ...(key.condition ? { condition: { name: key.condition.name, context: key.condition.context ?? {} } } : {}),
     })),
   );
-  const deletes = items.flatMap((item) => item.deletes.map((key) => ({ user: key.user, relation: key.relation, object: key.object })));
+  const deletes = items.flatMap((item) =>
+    item.deletes.map((key) => ({ user: key.user, relation: key.relation, object: key.object })),
+  );
   return { ...(writes.length > 0 ? { writes } : {}), ...(deletes.length > 0 ? { deletes } : {}) };
 }

@@ -13,7 +13,8 @@ export function scrub(text: string): string {
 }
 
 /** A non-empty string, or undefined. */
-export const text = (value: unknown): string | undefined => (typeof value === 'string' && value !== '' ? value : undefined);
+export const text = (value: unknown): string | undefined =>
+  typeof value === 'string' && value !== '' ? value : undefined;
 
 /** A URL as safe to log: no userinfo, query or fragment. */
 export function endpoint(value: unknown): string | undefined {

@@ -10,7 +10,11 @@ const fga = useOpenFgaStore();
 let reader: OpenFgaTupleReader;
 
 const vpcTuples = (n: number): TupleKey[] =>
-  Array.from({ length: n }, (_, i) => ({ user: `user:u${i}`, relation: 'owner', object: `vpc:v${String(i).padStart(3, '0')}` }));
+  Array.from({ length: n }, (_, i) => ({
+    user: `user:u${i}`,
+    relation: 'owner',
+    object: `vpc:v${String(i).padStart(3, '0')}`,
+  }));
 const conditioned: TupleKey = {
   user: 'user:carol',
   relation: 'viewer',
@@ -20,7 +24,8 @@ const conditioned: TupleKey = {
 const id = (t: TupleKey) => `${t.user} ${t.relation} ${t.object}`;
 
 async function write(tuples: readonly TupleKey[]): Promise<void> {
-  for (let from = 0; from < tuples.length; from += 100) await fga.client.write({ writes: tuples.slice(from, from + 100) as TupleKey[] });
+  for (let from = 0; from < tuples.length; from += 100)
+    await fga.client.write({ writes: tuples.slice(from, from + 100) as TupleKey[] });
 }
 
 let startedAt: Date;
@@ -28,7 +33,11 @@ beforeAll(async () => {
   startedAt = new Date(Date.now() - 60_000);
   reader = createOpenFgaTupleReader({ client: new OpenFgaClient(openFgaClientConfig(fga.storeId)) });
   await write(vpcTuples(150));
-  await write([{ user: 'project:p1', relation: 'project', object: 'vpc:v000' }, { user: 'user:bob', relation: 'owner', object: 'bucket:b1' }, conditioned]);
+  await write([
+    { user: 'project:p1', relation: 'project', object: 'vpc:v000' },
+    { user: 'user:bob', relation: 'owner', object: 'bucket:b1' },
+    conditioned,
+  ]);
 });
 
 describe('createOpenFgaTupleReader', () => {
@@ -46,7 +55,11 @@ describe('createOpenFgaTupleReader', () => {
     expect(seen).toHaveLength(152);
     expect(seen.some((t) => t.object.startsWith('bucket:'))).toBe(false);
     expect(seen.find((t) => t.object === 'project:p1')).toEqual(conditioned);
-    expect(seen.find((t) => t.object === 'vpc:v001')).toEqual({ user: 'user:u1', relation: 'owner', object: 'vpc:v001' });
+    expect(seen.find((t) => t.object === 'vpc:v001')).toEqual({
+      user: 'user:u1',
+      relation: 'owner',
+      object: 'vpc:v001',
+    });
   });
 
   test('readTuples reads one object, or one subject on it', async () => {
@@ -71,14 +84,20 @@ describe('createOpenFgaTupleReader', () => {
     }
     expect(changed).toHaveLength(151);
     expect(changed).toContain('write user:u149 owner vpc:v149');
-    expect(await reader.readChanges('vpc', { continuationToken: token as string })).toEqual({ changes: [], continuationToken: token });
+    expect(await reader.readChanges('vpc', { continuationToken: token as string })).toEqual({
+      changes: [],
+      continuationToken: token,
+    });
 
     await fga.client.write({ deletes: [{ user: 'user:u5', relation: 'owner', object: 'vpc:v005' }] });
     const next = await reader.readChanges('vpc', { continuationToken: token as string });
     expect(next.changes.map((c) => `${c.operation} ${id(c.tuple)}`)).toEqual(['delete user:u5 owner vpc:v005']);
     expect(next.changes[0]?.timestamp).toBeInstanceOf(Date);
     // A type with no change after the start time: no token to store.
-    expect(await reader.readChanges('instance', { startTime: startedAt })).toEqual({ changes: [], continuationToken: undefined });
+    expect(await reader.readChanges('instance', { startTime: startedAt })).toEqual({
+      changes: [],
+      continuationToken: undefined,
+    });
   });
 
   test('a failed read is an OpenFgaReadError with what OpenFGA said; bad config names the field', async () => {
@@ -97,9 +116,15 @@ describe('createOpenFgaTupleReader', () => {
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
     try {
       const { port } = silent.address() as AddressInfo;
-      const stuck = createOpenFgaTupleReader({ apiUrl: `http://127.0.0.1:${port}`, storeId: fga.storeId, timeoutMs: 300 });
+      const stuck = createOpenFgaTupleReader({
+        apiUrl: `http://127.0.0.1:${port}`,
+        storeId: fga.storeId,
+        timeoutMs: 300,
+      });
       const started = Date.now();
-      await expect(stuck.readChanges('vpc', { startTime: startedAt })).rejects.toThrow(/ReadChanges of vpc did not answer within 300 ms/);
+      await expect(stuck.readChanges('vpc', { startTime: startedAt })).rejects.toThrow(
+        /ReadChanges of vpc did not answer within 300 ms/,
+      );
       expect(Date.now() - started).toBeLessThan(3_000);
     } finally {
       silent.closeAllConnections();

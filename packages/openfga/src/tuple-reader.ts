@@ -15,8 +15,19 @@ import { OutboxConfigError, type TupleKey } from '@outbox/outbox';
  * fits; so does a wrapper that counts or traces requests.
  */
 export interface OpenFgaReadClient {
-  read(body: ClientReadRequest, options: { pageSize?: number; continuationToken?: string; consistency?: ConsistencyPreference; signal?: AbortSignal }): Promise<ReadResponse>;
-  readChanges(body: ClientReadChangesRequest, options: { pageSize?: number; continuationToken?: string; signal?: AbortSignal }): Promise<ReadChangesResponse>;
+  read(
+    body: ClientReadRequest,
+    options: {
+      pageSize?: number;
+      continuationToken?: string;
+      consistency?: ConsistencyPreference;
+      signal?: AbortSignal;
+    },
+  ): Promise<ReadResponse>;
+  readChanges(
+    body: ClientReadChangesRequest,
+    options: { pageSize?: number; continuationToken?: string; signal?: AbortSignal },
+  ): Promise<ReadChangesResponse>;
 }
 
 /**
@@ -52,7 +63,11 @@ export interface OpenFgaTuplePage {
 
 /** A page of OpenFGA's changelog for one type. */
 export interface OpenFgaChangePage {
-  readonly changes: readonly { readonly tuple: TupleKey; readonly operation: 'write' | 'delete'; readonly timestamp: Date }[];
+  readonly changes: readonly {
+    readonly tuple: TupleKey;
+    readonly operation: 'write' | 'delete';
+    readonly timestamp: Date;
+  }[];
   readonly continuationToken: string | undefined;
 }
 
@@ -69,13 +84,19 @@ export interface OpenFgaTupleReader {
    */
   readObjectTypes(objectTypes: readonly string[], continuationToken: string | undefined): Promise<OpenFgaTuplePage>;
   /** A page of the tuples on `filter.object` (of `filter.user` only, when given). */
-  readTuples(filter: { readonly object: string; readonly user?: string }, continuationToken: string | undefined): Promise<OpenFgaTuplePage>;
+  readTuples(
+    filter: { readonly object: string; readonly user?: string },
+    continuationToken: string | undefined,
+  ): Promise<OpenFgaTuplePage>;
   /**
    * A page of the changelog of `objectType`, after a continuation token (bound to that type), or
    * from a start time. The token comes back unchanged when nothing changed since; a read from a
    * start time with nothing after it returns no token.
    */
-  readChanges(objectType: string, from: { readonly continuationToken?: string; readonly startTime?: Date }): Promise<OpenFgaChangePage>;
+  readChanges(
+    objectType: string,
+    from: { readonly continuationToken?: string; readonly startTime?: Date },
+  ): Promise<OpenFgaChangePage>;
 }
 
 /**
@@ -93,7 +114,11 @@ export class OpenFgaReadError extends Error {
   readonly status: number | undefined;
   /** OpenFGA's error code, e.g. `validation_error`. */
   readonly code: string | undefined;
-  constructor(message: string, details: { status: number | undefined; code: string | undefined }, options?: { cause?: unknown }) {
+  constructor(
+    message: string,
+    details: { status: number | undefined; code: string | undefined },
+    options?: { cause?: unknown },
+  ) {
     super(message, options);
     this.status = details.status;
     this.code = details.code;
@@ -107,7 +132,11 @@ const CONSISTENT = { consistency: ConsistencyPreference.HigherConsistency } as c
 
 function readClient(config: OpenFgaTupleReaderConfig): OpenFgaReadClient {
   if ('client' in config) {
-    if (config.client === null || typeof config.client?.read !== 'function' || typeof config.client.readChanges !== 'function') {
+    if (
+      config.client === null ||
+      typeof config.client?.read !== 'function' ||
+      typeof config.client.readChanges !== 'function'
+    ) {
       throw new OutboxConfigError('client', 'expected an OpenFgaClient (an object with read and readChanges)');
     }
     return config.client;
@@ -126,7 +155,11 @@ function readClient(config: OpenFgaTupleReaderConfig): OpenFgaReadClient {
     });
   } catch (error) {
     const field = (error as { field?: unknown }).field;
-    throw new OutboxConfigError(typeof field === 'string' && field !== '' ? field : 'config', error instanceof Error ? error.message : String(error), { cause: error });
+    throw new OutboxConfigError(
+      typeof field === 'string' && field !== '' ? field : 'config',
+      error instanceof Error ? error.message : String(error),
+      { cause: error },
+    );
   }
 }
 
@@ -141,19 +174,38 @@ function readError(what: string, error: unknown): OpenFgaReadError {
   };
   const status = typeof e.statusCode === 'number' ? e.statusCode : undefined;
   const code = typeof e.responseData?.code === 'string' ? e.responseData.code : undefined;
-  const said = [e.responseData?.message, e.apiErrorMessage, e.message].find((m): m is string => typeof m === 'string' && m !== '') ?? String(error);
+  const said =
+    [e.responseData?.message, e.apiErrorMessage, e.message].find(
+      (m): m is string => typeof m === 'string' && m !== '',
+    ) ?? String(error);
   const cause = new Error(said);
   cause.name = typeof e.name === 'string' ? e.name : 'Error';
-  return new OpenFgaReadError(`OpenFGA ${what} failed${status !== undefined ? ` (${status}${code ? ` ${code}` : ''})` : ''}: ${said}`, { status, code }, { cause });
+  return new OpenFgaReadError(
+    `OpenFGA ${what} failed${status !== undefined ? ` (${status}${code ? ` ${code}` : ''})` : ''}: ${said}`,
+    { status, code },
+    { cause },
+  );
 }
 
-function toTupleKey(key: { user: string; relation: string; object: string; condition?: { name: string; context?: object } | null }): TupleKey {
+function toTupleKey(key: {
+  user: string;
+  relation: string;
+  object: string;
+  condition?: { name: string; context?: object } | null;
+}): TupleKey {
   const condition = key.condition;
   return {
     user: key.user,
     relation: key.relation,
     object: key.object,
-    ...(condition ? { condition: { name: condition.name, ...(condition.context ? { context: condition.context as Record<string, unknown> } : {}) } } : {}),
+    ...(condition
+      ? {
+          condition: {
+            name: condition.name,
+            ...(condition.context ? { context: condition.context as Record<string, unknown> } : {}),
+          },
+        }
+      : {}),
   };
 }
 
@@ -168,11 +220,15 @@ function toTupleKey(key: { user: string; relation: string; object: string; condi
  * const report = await auditOutbox({ db, spec: vpcOutbox, owner, reader });
  */
 export function createOpenFgaTupleReader(config: OpenFgaTupleReaderConfig): OpenFgaTupleReader {
-  if (config === null || typeof config !== 'object') throw new OutboxConfigError('config', 'expected { client } or { apiUrl, storeId, credentials? }');
+  if (config === null || typeof config !== 'object')
+    throw new OutboxConfigError('config', 'expected { client } or { apiUrl, storeId, credentials? }');
   const client = readClient(config);
   const timeoutMs = config.timeoutMs ?? 10_000;
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > 600_000) {
-    throw new OutboxConfigError('timeoutMs', `expected an integer from 1 to 600000, got ${JSON.stringify(config.timeoutMs)}`);
+    throw new OutboxConfigError(
+      'timeoutMs',
+      `expected an integer from 1 to 600000, got ${JSON.stringify(config.timeoutMs)}`,
+    );
   }
 
   async function request<T>(what: string, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
@@ -182,7 +238,12 @@ export function createOpenFgaTupleReader(config: OpenFgaTupleReaderConfig): Open
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         controller.abort();
-        reject(new OpenFgaReadError(`OpenFGA ${what} did not answer within ${timeoutMs} ms`, { status: undefined, code: undefined }));
+        reject(
+          new OpenFgaReadError(`OpenFGA ${what} did not answer within ${timeoutMs} ms`, {
+            status: undefined,
+            code: undefined,
+          }),
+        );
       }, timeoutMs);
     });
     try {
@@ -196,25 +257,47 @@ export function createOpenFgaTupleReader(config: OpenFgaTupleReaderConfig): Open
 
   async function read(body: ClientReadRequest, continuationToken: string | undefined, what: string) {
     const response = await request(what, (signal) =>
-      client.read(body, { pageSize: PAGE_SIZE, ...(continuationToken ? { continuationToken } : {}), ...CONSISTENT, signal }),
+      client.read(body, {
+        pageSize: PAGE_SIZE,
+        ...(continuationToken ? { continuationToken } : {}),
+        ...CONSISTENT,
+        signal,
+      }),
     );
-    return { tuples: (response.tuples ?? []).map((t) => toTupleKey(t.key)), continuationToken: response.continuation_token || undefined };
+    return {
+      tuples: (response.tuples ?? []).map((t) => toTupleKey(t.key)),
+      continuationToken: response.continuation_token || undefined,
+    };
   }
 
   return {
     async readObjectTypes(objectTypes, continuationToken) {
       const types = new Set(objectTypes);
       const page = await read({}, continuationToken, 'Read of the store');
-      return { tuples: page.tuples.filter((t) => types.has(t.object.slice(0, t.object.indexOf(':')))), continuationToken: page.continuationToken };
+      return {
+        tuples: page.tuples.filter((t) => types.has(t.object.slice(0, t.object.indexOf(':')))),
+        continuationToken: page.continuationToken,
+      };
     },
     readTuples(filter, continuationToken) {
-      return read({ object: filter.object, ...(filter.user !== undefined ? { user: filter.user } : {}) }, continuationToken, `Read of ${filter.object}`);
+      return read(
+        { object: filter.object, ...(filter.user !== undefined ? { user: filter.user } : {}) },
+        continuationToken,
+        `Read of ${filter.object}`,
+      );
     },
     async readChanges(objectType, from) {
       const response = await request(`ReadChanges of ${objectType}`, (signal) =>
         client.readChanges(
-          { type: objectType, ...(!from.continuationToken && from.startTime ? { startTime: from.startTime.toISOString() } : {}) },
-          { pageSize: PAGE_SIZE, ...(from.continuationToken ? { continuationToken: from.continuationToken } : {}), signal },
+          {
+            type: objectType,
+            ...(!from.continuationToken && from.startTime ? { startTime: from.startTime.toISOString() } : {}),
+          },
+          {
+            pageSize: PAGE_SIZE,
+            ...(from.continuationToken ? { continuationToken: from.continuationToken } : {}),
+            signal,
+          },
         ),
       );
       return {

@@ -9,7 +9,8 @@ import { classifyWriteError, type AbortCause, type Classification } from './clas
 import { writeRequestBody, type PreparedIntent } from './pack.js';
 
 /** Options the sink passes with every Write; `signal` reaches axios through the SDK. */
-export type WriteOptions = ClientWriteRequestOpts & ClientRequestOptsWithAuthZModelId & { readonly signal?: AbortSignal };
+export type WriteOptions = ClientWriteRequestOpts &
+  ClientRequestOptsWithAuthZModelId & { readonly signal?: AbortSignal };
 
 /**
  * The one method the sink needs from an OpenFGA client: `OpenFgaClient` fits, or a wrapper that
@@ -108,7 +109,11 @@ export async function sendWrite(items: readonly PreparedIntent[], context: Write
     controller.signal.addEventListener('abort', () => reject(new Error('aborted')), { once: true });
   });
   try {
-    const request = context.client.write(body, { conflict: CONFLICT, retryParams: NO_RETRY, signal: controller.signal });
+    const request = context.client.write(body, {
+      conflict: CONFLICT,
+      retryParams: NO_RETRY,
+      signal: controller.signal,
+    });
     request.catch(() => undefined);
     await Promise.race([request, aborted]);
     report('delivered');

@@ -1,7 +1,12 @@
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { defineOutbox, REGISTER_OUTBOX_PARTITION, TUPLE_OUTBOX_PARTITION, type OutboxSpecInput } from './define-outbox.js';
+import {
+  defineOutbox,
+  REGISTER_OUTBOX_PARTITION,
+  TUPLE_OUTBOX_PARTITION,
+  type OutboxSpecInput,
+} from './define-outbox.js';
 import { OutboxConfigError } from './errors.js';
 import { outboxStats } from './stats.js';
 import { tableNames } from './table-names.js';
@@ -64,11 +69,14 @@ describe('defineOutbox', () => {
     }
   });
 
-  test.each(['id', 'payload', 'created_at', 'attempt_count', 'sent_at', 'is_head'])('partitionColumn cannot take the name of a column the table has anyway: %s', (partitionColumn) => {
-    const error = refusal({ table: 'vpc.outbox', partitionColumn });
-    expect(error.field).toBe('partitionColumn');
-    expect(error.message).toContain('own columns');
-  });
+  test.each(['id', 'payload', 'created_at', 'attempt_count', 'sent_at', 'is_head'])(
+    'partitionColumn cannot take the name of a column the table has anyway: %s',
+    (partitionColumn) => {
+      const error = refusal({ table: 'vpc.outbox', partitionColumn });
+      expect(error.field).toBe('partitionColumn');
+      expect(error.message).toContain('own columns');
+    },
+  );
 
   test.each([
     ['no schema', 'fga_register_outbox'],
@@ -125,7 +133,9 @@ describe('defineOutbox', () => {
   });
 
   test('refuses a default channel that would be longer than an identifier', () => {
-    expect(refusal({ table: `${'s'.repeat(40)}.${'t'.repeat(30)}`, partitionColumn: 'resource_id' }).field).toBe('channel');
+    expect(refusal({ table: `${'s'.repeat(40)}.${'t'.repeat(30)}`, partitionColumn: 'resource_id' }).field).toBe(
+      'channel',
+    );
   });
 
   test.each([0, -1, 1.5, 1_001, Number.NaN, '10'])('refuses maxAttempts %j', (maxAttempts) => {
@@ -138,7 +148,7 @@ describe('defineOutbox', () => {
   });
 
   test.each([
-    ['a second statement', "s.payload @> t.payload; delete from vpc.outbox"],
+    ['a second statement', 's.payload @> t.payload; delete from vpc.outbox'],
     ['a trailing ";"', 's.id > 0;'],
     ['a line comment', 's.id > 0 -- and t.id > 0'],
     ['a block comment', 's.id > 0 /* x */'],
@@ -174,7 +184,9 @@ describe('defineOutbox: what it refuses, against the real Postgres', () => {
     // row of another partition (the reconciler's own start check refuses it; outboxStats has none).
     const spec = await fresh();
     const n = tableNames(spec);
-    await run(`insert into ${n.table} (resource_id, payload, attempt_count) values ('vpc:a', '{}', 10), ('vpc:a', '{}', 10)`);
+    await run(
+      `insert into ${n.table} (resource_id, payload, attempt_count) values ('vpc:a', '{}', 10), ('vpc:a', '{}', 10)`,
+    );
     await run(`insert into ${n.table} (resource_id, payload, sent_at) values ('vpc:a', '{}', now())`);
     const honest = Object.freeze({ ...spec, supersededCoverageSql: 'false' });
     const widened = Object.freeze({ ...spec, supersededCoverageSql: injected });
@@ -183,7 +195,11 @@ describe('defineOutbox: what it refuses, against the real Postgres', () => {
   });
 
   test('coverage SQL with a parenthesis inside a string literal is accepted (it was refused as unbalanced)', () => {
-    const spec = defineOutbox({ table: 'edges.cover', partitionColumn: 'resource_id', supersededCoverageSql: "s.payload->>'note' is distinct from ':)'" });
+    const spec = defineOutbox({
+      table: 'edges.cover',
+      partitionColumn: 'resource_id',
+      supersededCoverageSql: "s.payload->>'note' is distinct from ':)'",
+    });
     expect(spec.supersededCoverageSql).toBe("s.payload->>'note' is distinct from ':)'");
   });
 

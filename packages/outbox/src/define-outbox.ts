@@ -47,7 +47,19 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
 // Leaves room for the derived index, trigger and function names within Postgres' 63 bytes.
 const MAX_TABLE_NAME = 40;
 const MAX_IDENTIFIER = 63;
-const CONTRACT_COLUMNS = ['id', 'payload', 'created_at', 'next_attempt_at', 'attempt_count', 'last_error', 'sent_at', 'retired_at', 'retired_reason', 'is_head', ...LEDGER_COLUMNS] as const;
+const CONTRACT_COLUMNS = [
+  'id',
+  'payload',
+  'created_at',
+  'next_attempt_at',
+  'attempt_count',
+  'last_error',
+  'sent_at',
+  'retired_at',
+  'retired_reason',
+  'is_head',
+  ...LEDGER_COLUMNS,
+] as const;
 
 function identifier(field: string, value: unknown, max = MAX_IDENTIFIER, part = ''): string {
   const what = part ? `${part}: ` : '';
@@ -94,7 +106,10 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
   const schema = identifier('table', schemaPart, MAX_IDENTIFIER, 'the schema');
   if (schema.startsWith('pg_')) {
     // Postgres reserves the prefix for its own schemas: the migration would fail.
-    throw new OutboxConfigError('table', `the schema: "${schema}" starts with pg_, which Postgres reserves for system schemas`);
+    throw new OutboxConfigError(
+      'table',
+      `the schema: "${schema}" starts with pg_, which Postgres reserves for system schemas`,
+    );
   }
   const tableName = identifier('table', tablePart, MAX_TABLE_NAME, 'the table name');
   if (input.partitionColumn === undefined || input.partitionColumn === null || input.partitionColumn === '') {
@@ -106,20 +121,29 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
   }
   const partitionColumn = identifier('partitionColumn', input.partitionColumn);
   if ((CONTRACT_COLUMNS as readonly string[]).includes(partitionColumn)) {
-    throw new OutboxConfigError('partitionColumn', `"${partitionColumn}" is one of the outbox table's own columns (${CONTRACT_COLUMNS.join(', ')}): name the partition column something else`);
+    throw new OutboxConfigError(
+      'partitionColumn',
+      `"${partitionColumn}" is one of the outbox table's own columns (${CONTRACT_COLUMNS.join(', ')}): name the partition column something else`,
+    );
   }
   const channel = identifier('channel', input.channel ?? `${schema}_${tableName}`);
   const maxAttempts = integerInRange('maxAttempts', input.maxAttempts ?? 10, 1, 1_000);
   const coverage = input.supersededCoverageSql;
   if (coverage !== undefined) {
     if (typeof coverage !== 'string' || coverage.trim() === '') {
-      throw new OutboxConfigError('supersededCoverageSql', 'expected a non-empty SQL boolean expression over s and t, or leave it unset');
+      throw new OutboxConfigError(
+        'supersededCoverageSql',
+        'expected a non-empty SQL boolean expression over s and t, or leave it unset',
+      );
     }
     if (coverage.includes(';') || coverage.includes('--') || coverage.includes('/*')) {
       throw new OutboxConfigError('supersededCoverageSql', 'must be one expression: no ";" and no comments');
     }
     if (!balanced(coverage)) {
-      throw new OutboxConfigError('supersededCoverageSql', 'must be one expression: its parentheses or quotes do not balance');
+      throw new OutboxConfigError(
+        'supersededCoverageSql',
+        'must be one expression: its parentheses or quotes do not balance',
+      );
     }
   }
   return Object.freeze({

@@ -18,13 +18,20 @@ const AWKWARD = "vpc:it's \\ a key";
 async function backlog(): Promise<OutboxSpec> {
   const spec = await fresh();
   await t.db.transaction().execute((trx) =>
-    enqueueMany(trx, spec, ['vpc:a', 'vpc:a', 'vpc:a', 'vpc:b', AWKWARD].map((partitionKey) => ({ partitionKey, payload }))),
+    enqueueMany(
+      trx,
+      spec,
+      ['vpc:a', 'vpc:a', 'vpc:a', 'vpc:b', AWKWARD].map((partitionKey) => ({ partitionKey, payload })),
+    ),
   );
   return spec;
 }
 
 /** What a statement claims, in a transaction rolled back afterwards (as `key id head`), and what `after` then reads. */
-async function claimed(statement: string, after = 'select 1'): Promise<{ rows: string[]; recorded: unknown[]; after: unknown }> {
+async function claimed(
+  statement: string,
+  after = 'select 1',
+): Promise<{ rows: string[]; recorded: unknown[]; after: unknown }> {
   let found: { rows: string[]; recorded: unknown[]; after: unknown } | undefined;
   await t.db
     .transaction()
@@ -60,7 +67,9 @@ describe('claimStatement', () => {
   ])('with %s, claims what the positional call claims', async (_, options, positional) => {
     const spec = await backlog();
     const named = await claimed(claimStatement(spec, { batchSize: 4, headLimit: 2, ...options }));
-    const byPosition = await claimed(`select c.*, null as recorded from ${tableNames(spec).claimFunction}(4, 2, 10, ${positional}) c`);
+    const byPosition = await claimed(
+      `select c.*, null as recorded from ${tableNames(spec).claimFunction}(4, 2, 10, ${positional}) c`,
+    );
     expect(named.rows).toEqual(byPosition.rows);
     expect(named.rows.length).toBeGreaterThan(0);
   });
@@ -71,26 +80,45 @@ describe('claimStatement', () => {
     // Row n was created n minutes ago.
     await sql.raw(`update ${table} set created_at = now() - make_interval(mins => id::int)`).execute(t.db);
     const ages = async (statement: string) => {
-      const rows = await t.db.transaction().execute(async (trx) => (await sql.raw<ClaimedRow>(statement).execute(trx)).rows);
+      const rows = await t.db
+        .transaction()
+        .execute(async (trx) => (await sql.raw<ClaimedRow>(statement).execute(trx)).rows);
       return rows.map((r) => ({ id: String(r.id), head: r.head, minutes: Math.round(r.age_ms / 60_000) }));
     };
     const everyRow = [1, 2, 3, 4, 5].map((id) => ({ id: String(id), minutes: id }));
     for (const options of [{ flushKeys: ['vpc:a', AWKWARD] }, {}, { headLimit: 1 }]) {
       const rows = await ages(claimStatement(spec, { batchSize: 10, ...options }));
-      expect(rows.map(({ id, minutes }) => ({ id, minutes })).sort((a, b) => Number(a.id) - Number(b.id)), JSON.stringify(options)).toEqual(
-        options.headLimit ? [1, 2, 3].map((id) => ({ id: String(id), minutes: id })) : everyRow,
-      );
-      expect(rows.filter((r) => !r.head).map((r) => r.id), JSON.stringify(options)).toEqual(['2', '3']); // the run came through too
+      expect(
+        rows.map(({ id, minutes }) => ({ id, minutes })).sort((a, b) => Number(a.id) - Number(b.id)),
+        JSON.stringify(options),
+      ).toEqual(options.headLimit ? [1, 2, 3].map((id) => ({ id: String(id), minutes: id })) : everyRow);
+      expect(
+        rows.filter((r) => !r.head).map((r) => r.id),
+        JSON.stringify(options),
+      ).toEqual(['2', '3']); // the run came through too
     }
     const headsOnly = await ages(claimStatement(spec, { batchSize: 10, runs: false }));
-    expect(headsOnly.map(({ id, minutes }) => ({ id, minutes }))).toEqual([1, 4, 5].map((id) => ({ id: String(id), minutes: id })));
-    const unasked = await t.db.transaction().execute((trx) => sql.raw<{ created_at: Date | null }>(`select created_at from ${tableNames(spec).claimFunction}(10, 10, 10, true, true, '{}', false)`).execute(trx));
+    expect(headsOnly.map(({ id, minutes }) => ({ id, minutes }))).toEqual(
+      [1, 4, 5].map((id) => ({ id: String(id), minutes: id })),
+    );
+    const unasked = await t.db
+      .transaction()
+      .execute((trx) =>
+        sql
+          .raw<{ created_at: Date | null }>(
+            `select created_at from ${tableNames(spec).claimFunction}(10, 10, 10, true, true, '{}', false)`,
+          )
+          .execute(trx),
+      );
     expect(unasked.rows.map((r) => r.created_at)).toEqual([null, null, null, null, null]);
   });
 
   test('synchronousCommit false turns synchronous_commit off for the claiming transaction only', async () => {
     const spec = await backlog();
-    const off = await claimed(claimStatement(spec, { batchSize: 1, synchronousCommit: false }), `select current_setting('synchronous_commit')`);
+    const off = await claimed(
+      claimStatement(spec, { batchSize: 1, synchronousCommit: false }),
+      `select current_setting('synchronous_commit')`,
+    );
     const on = await claimed(claimStatement(spec, { batchSize: 1 }), `select current_setting('synchronous_commit')`);
     expect([off.after, on.after]).toEqual(['off', 'on']);
   });

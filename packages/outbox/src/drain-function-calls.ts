@@ -81,7 +81,11 @@ export interface LateWriteStamps {
 }
 
 /** The statement of one settle call (see `promoteHeads`), or undefined when there is nothing to settle. */
-export function settleStatement(spec: OutboxSpec, keys: readonly string[], options: SettleOptions = {}): string | undefined {
+export function settleStatement(
+  spec: OutboxSpec,
+  keys: readonly string[],
+  options: SettleOptions = {},
+): string | undefined {
   const delivered = options.markDelivered ?? [];
   if (keys.length === 0 && delivered.length === 0) return undefined;
   const distinct = [...new Set(keys)];

@@ -49,16 +49,18 @@ async function readBy(spec: OutboxSpec, statement: string): Promise<{ read: numb
 describe.each([
   ['analyzed', true],
   ['never analyzed', false],
-])('the drainer\'s look-ups follow the partitions, not the backlog (%s)', (_, analyzed) => {
+])("the drainer's look-ups follow the partitions, not the backlog (%s)", (_, analyzed) => {
   /** 20,000 partitions of one pending row each (ids 1–20,000), every row its partition's head. */
   async function distinctBacklog(): Promise<OutboxSpec> {
     const spec = await fresh();
-    await run(`insert into ${tableNames(spec).table} (resource_id, payload, is_head) select 'vpc:' || g, '{}', true from generate_series(1, 20000) g`);
+    await run(
+      `insert into ${tableNames(spec).table} (resource_id, payload, is_head) select 'vpc:' || g, '{}', true from generate_series(1, 20000) g`,
+    );
     if (analyzed) await run(`analyze ${tableNames(spec).table}`);
     return spec;
   }
 
-  test('a settle of 100 delivered heads looks for each partition\'s next head once', async () => {
+  test("a settle of 100 delivered heads looks for each partition's next head once", async () => {
     const spec = await distinctBacklog();
     const ids = Array.from({ length: 100 }, (_, i) => i + 1);
     const { read, rows } = await readBy(
@@ -73,35 +75,56 @@ describe.each([
     expect(read).toBeLessThan(20_000 + 1_000);
   });
 
-  test('a settle that probes for a previous delivery reads one row of the partition\'s history, and stamps only when it is recent', async () => {
+  test("a settle that probes for a previous delivery reads one row of the partition's history, and stamps only when it is recent", async () => {
     const spec = await fresh();
     const table = tableNames(spec).table;
     // vpc:hot has 20,000 delivered rows (the last one a second ago), vpc:cold one delivered an hour ago; each a pending row after.
-    await run(`insert into ${table} (resource_id, payload, sent_at) select 'vpc:hot', '{}', now() - interval '1 second' from generate_series(1, 20000) g`);
-    await run(`insert into ${table} (resource_id, payload, sent_at) values ('vpc:cold', '{}', now() - interval '1 hour')`);
-    await run(`insert into ${table} (resource_id, payload, is_head) values ('vpc:hot', '{}', true), ('vpc:cold', '{}', true)`);
+    await run(
+      `insert into ${table} (resource_id, payload, sent_at) select 'vpc:hot', '{}', now() - interval '1 second' from generate_series(1, 20000) g`,
+    );
+    await run(
+      `insert into ${table} (resource_id, payload, sent_at) values ('vpc:cold', '{}', now() - interval '1 hour')`,
+    );
+    await run(
+      `insert into ${table} (resource_id, payload, is_head) values ('vpc:hot', '{}', true), ('vpc:cold', '{}', true)`,
+    );
     if (analyzed) await run(`analyze ${table}`);
-    const { read } = await readBy(spec, `select * from ${tableNames(spec).settleFunction}('{20002,20003}'::bigint[], '{vpc:hot,vpc:cold}'::text[], '{20002,20003}'::bigint[], 10, 14000, '{}', '{20002,20003}')`);
+    const { read } = await readBy(
+      spec,
+      `select * from ${tableNames(spec).settleFunction}('{20002,20003}'::bigint[], '{vpc:hot,vpc:cold}'::text[], '{20002,20003}'::bigint[], 10, 14000, '{}', '{20002,20003}')`,
+    );
     expect(read).toBeLessThan(100);
-    await run(`select * from ${tableNames(spec).settleFunction}('{20002,20003}'::bigint[], '{vpc:hot,vpc:cold}'::text[], '{20002,20003}'::bigint[], 10, 14000, '{}', '{20002,20003}')`);
+    await run(
+      `select * from ${tableNames(spec).settleFunction}('{20002,20003}'::bigint[], '{vpc:hot,vpc:cold}'::text[], '{20002,20003}'::bigint[], 10, 14000, '{}', '{20002,20003}')`,
+    );
     const stamped = await sql<{ resource_id: string; delay: number }>`
-      select resource_id, round(extract(epoch from verify_after - sent_at))::int as delay from ${sql.raw(table)} where verify_after is not null`.execute(t.db);
+      select resource_id, round(extract(epoch from verify_after - sent_at))::int as delay from ${sql.raw(table)} where verify_after is not null`.execute(
+      t.db,
+    );
     expect(stamped.rows).toEqual([{ resource_id: 'vpc:hot', delay: 14 }]);
   });
 
-  test('a claim of one head\'s run in an interleaved backlog reads the run, not the rows between', async () => {
+  test("a claim of one head's run in an interleaved backlog reads the run, not the rows between", async () => {
     const spec = await fresh();
     // 200 partitions of 100 rows, interleaved: a partition's rows are 200 ids apart.
-    await run(`insert into ${tableNames(spec).table} (resource_id, payload, is_head) select 'vpc:' || (g % 200), '{}', g <= 200 from generate_series(1, 20000) g`);
+    await run(
+      `insert into ${tableNames(spec).table} (resource_id, payload, is_head) select 'vpc:' || (g % 200), '{}', g <= 200 from generate_series(1, 20000) g`,
+    );
     if (analyzed) await run(`analyze ${tableNames(spec).table}`);
-    const { read, rows } = await readBy(spec, `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}', true)`);
+    const { read, rows } = await readBy(
+      spec,
+      `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}', true)`,
+    );
     expect(rows).toBe(100);
     expect(read).toBeLessThan(1_000);
   });
 
   test('a claim that puts flushed partitions first finds their heads by key', async () => {
     const spec = await distinctBacklog();
-    const { read, rows } = await readBy(spec, `select * from ${tableNames(spec).claimFunction}(10, 10, 10, true, true, array['vpc:19999', 'vpc:20000'], true)`);
+    const { read, rows } = await readBy(
+      spec,
+      `select * from ${tableNames(spec).claimFunction}(10, 10, 10, true, true, array['vpc:19999', 'vpc:20000'], true)`,
+    );
     expect(rows).toBe(10);
     expect(read).toBeLessThan(1_000);
   });
@@ -113,15 +136,35 @@ describe.each([
     const distinct = await distinctBacklog();
     const interleaved = await fresh();
     // 1,000 partitions of 100 rows, interleaved (the drain benchmark's first shape).
-    await run(`insert into ${tableNames(interleaved).table} (resource_id, payload, is_head) select 'vpc:' || (g % 1000), '{}', g <= 1000 from generate_series(1, 100000) g`);
+    await run(
+      `insert into ${tableNames(interleaved).table} (resource_id, payload, is_head) select 'vpc:' || (g % 1000), '{}', g <= 1000 from generate_series(1, 100000) g`,
+    );
     if (analyzed) await run(`analyze ${tableNames(interleaved).table}`);
     const calls = [
-      { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, false, true, '{}', true)` },
-      { spec: distinct, statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, true, true, array['vpc:20000'], true)` },
-      { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 1, 10, true, true, '{}', true)` },
-      { spec: interleaved, statement: `select * from ${tableNames(interleaved).claimFunction}(100, 4, 10, true, true, '{}', true)` },
-      { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{1,1001,2001}'::bigint[], '{vpc:1}'::text[], '{2001}'::bigint[], 10, 14000, '{2001}', '{}')` },
-      { spec: interleaved, statement: `select * from ${tableNames(interleaved).settleFunction}('{3001}'::bigint[], '{vpc:1}'::text[], '{3001}'::bigint[], 10, 14000, '{}', '{3001}')` },
+      {
+        spec: distinct,
+        statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, false, true, '{}', true)`,
+      },
+      {
+        spec: distinct,
+        statement: `select * from ${tableNames(distinct).claimFunction}(100, 100, 10, true, true, array['vpc:20000'], true)`,
+      },
+      {
+        spec: interleaved,
+        statement: `select * from ${tableNames(interleaved).claimFunction}(100, 1, 10, true, true, '{}', true)`,
+      },
+      {
+        spec: interleaved,
+        statement: `select * from ${tableNames(interleaved).claimFunction}(100, 4, 10, true, true, '{}', true)`,
+      },
+      {
+        spec: interleaved,
+        statement: `select * from ${tableNames(interleaved).settleFunction}('{1,1001,2001}'::bigint[], '{vpc:1}'::text[], '{2001}'::bigint[], 10, 14000, '{2001}', '{}')`,
+      },
+      {
+        spec: interleaved,
+        statement: `select * from ${tableNames(interleaved).settleFunction}('{3001}'::bigint[], '{vpc:1}'::text[], '{3001}'::bigint[], 10, 14000, '{}', '{3001}')`,
+      },
     ];
     const reads = await t.db.connection().execute(async (conn) => {
       const found: Array<{ read: number; rows: number }> = [];
@@ -139,7 +182,9 @@ describe.each([
     const spec = await fresh();
     const table = tableNames(spec).table;
     // Two partitions of one row each: a table of one page when the connection first plans.
-    await run(`insert into ${table} (resource_id, payload, is_head) values ('vpc:a', '{}', true), ('vpc:b', '{}', true)`);
+    await run(
+      `insert into ${table} (resource_id, payload, is_head) values ('vpc:a', '{}', true), ('vpc:b', '{}', true)`,
+    );
     if (analyzed) await run(`analyze ${table}`);
     const claim = `select * from ${tableNames(spec).claimFunction}(100, 1, 10, true, true, '{}', true)`;
     const settle = `select * from ${tableNames(spec).settleFunction}('{1}'::bigint[], '{vpc:a}'::text[], '{1}'::bigint[], 10, 14000, '{}', '{1}')`;
@@ -149,7 +194,9 @@ describe.each([
         await readOn(conn, spec, settle);
       }
       // The burst: 100,000 rows of 1,000 partitions behind vpc:a, not analyzed (as in its first minute).
-      await run(`insert into ${table} (resource_id, payload) select case when g % 1000 = 0 then 'vpc:a' else 'vpc:' || (g % 1000) end, '{}' from generate_series(1, 100000) g`);
+      await run(
+        `insert into ${table} (resource_id, payload) select case when g % 1000 = 0 then 'vpc:a' else 'vpc:' || (g % 1000) end, '{}' from generate_series(1, 100000) g`,
+      );
       return [await readOn(conn, spec, claim), await readOn(conn, spec, settle)];
     });
     expect(reads.map((r) => r.rows)).toEqual([100, 1]);

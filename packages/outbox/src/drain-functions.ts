@@ -37,16 +37,26 @@ export const DRAIN_FUNCTION_SIGNATURES = {
     '(integer, integer, integer, boolean, boolean)',
     '(integer, integer, integer, boolean)',
   ],
-  settle: ['(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])', '(bigint[], text[], bigint[], integer)'],
+  settle: [
+    '(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])',
+    '(bigint[], text[], bigint[], integer)',
+  ],
 } as const;
 
 /** The marker in a function's body, by which `verifyOutboxTable` tells another release's or another spec's function. */
-export function drainFunctionMarker(spec: OutboxSpec, fn: 'claim' | 'settle', version: string = LATEST_DRAIN_FUNCTIONS[fn]): string {
+export function drainFunctionMarker(
+  spec: OutboxSpec,
+  fn: 'claim' | 'settle',
+  version: string = LATEST_DRAIN_FUNCTIONS[fn],
+): string {
   return `@outbox/outbox ${fn} ${version} ${spec.table} ${spec.partitionColumn}`;
 }
 
 /** The `create or replace function` statements of the drainer's claim and settle for `spec`, at `versions` (default: this release's). */
-export function drainFunctionsDdl(spec: OutboxSpec, versions: DrainFunctionVersions = LATEST_DRAIN_FUNCTIONS): string[] {
+export function drainFunctionsDdl(
+  spec: OutboxSpec,
+  versions: DrainFunctionVersions = LATEST_DRAIN_FUNCTIONS,
+): string[] {
   const n = tableNames(spec);
   const names = {
     table: n.table,
@@ -56,8 +66,14 @@ export function drainFunctionsDdl(spec: OutboxSpec, versions: DrainFunctionVersi
     settle_function: n.settleFunction,
   };
   return [
-    expandSqlTemplate(TEMPLATES.claim[versions.claim], { ...names, marker: drainFunctionMarker(spec, 'claim', versions.claim) }),
-    expandSqlTemplate(TEMPLATES.settle[versions.settle], { ...names, marker: drainFunctionMarker(spec, 'settle', versions.settle) }),
+    expandSqlTemplate(TEMPLATES.claim[versions.claim], {
+      ...names,
+      marker: drainFunctionMarker(spec, 'claim', versions.claim),
+    }),
+    expandSqlTemplate(TEMPLATES.settle[versions.settle], {
+      ...names,
+      marker: drainFunctionMarker(spec, 'settle', versions.settle),
+    }),
   ];
 }
 

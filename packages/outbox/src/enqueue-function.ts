@@ -22,12 +22,18 @@ export const ENQUEUE_FUNCTION_STEP = '0006_enqueue_function_v1';
 export const ENQUEUE_FUNCTION_SIGNATURES = ['(text[], jsonb[], integer)'] as const;
 
 /** The marker in the function's body, by which `verifyOutboxTable` tells another release's or another spec's function. */
-export function enqueueFunctionMarker(spec: OutboxSpec, version: EnqueueFunctionVersion = LATEST_ENQUEUE_FUNCTION): string {
+export function enqueueFunctionMarker(
+  spec: OutboxSpec,
+  version: EnqueueFunctionVersion = LATEST_ENQUEUE_FUNCTION,
+): string {
   return `@outbox/outbox enqueue ${version} ${spec.table} ${spec.partitionColumn}`;
 }
 
 /** The `create or replace function` statement of `spec`'s enqueue function at `version`. */
-export function enqueueFunctionDdl(spec: OutboxSpec, version: EnqueueFunctionVersion = LATEST_ENQUEUE_FUNCTION): string[] {
+export function enqueueFunctionDdl(
+  spec: OutboxSpec,
+  version: EnqueueFunctionVersion = LATEST_ENQUEUE_FUNCTION,
+): string[] {
   const n = tableNames(spec);
   return [
     expandSqlTemplate(TEMPLATES[version], {

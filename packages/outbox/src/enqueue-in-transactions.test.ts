@@ -57,13 +57,24 @@ describe('enqueue in savepoints (Kysely controlled transactions) keeps exactly o
 
 describe('the planner settings enqueue plans its insert under', () => {
   const settings = async (trx: Parameters<typeof enqueue>[0]) =>
-    (await sql<{ sort: string; seqscan: string; jit: string }>`select current_setting('enable_sort') as sort, current_setting('enable_seqscan') as seqscan, current_setting('jit') as jit`.execute(trx)).rows[0];
+    (
+      await sql<{
+        sort: string;
+        seqscan: string;
+        jit: string;
+      }>`select current_setting('enable_sort') as sort, current_setting('enable_seqscan') as seqscan, current_setting('jit') as jit`.execute(
+        trx,
+      )
+    ).rows[0];
 
-  test('are the caller\'s again once enqueue returns, whatever the caller had set, and the next statements plan as before', async () => {
+  test("are the caller's again once enqueue returns, whatever the caller had set, and the next statements plan as before", async () => {
     const spec = await fresh();
     await t.db.transaction().execute(async (trx) => {
       const before = await settings(trx);
-      await enqueueMany(trx, spec, [{ partitionKey: 'vpc:a', payload }, { partitionKey: 'vpc:b', payload }]);
+      await enqueueMany(trx, spec, [
+        { partitionKey: 'vpc:a', payload },
+        { partitionKey: 'vpc:b', payload },
+      ]);
       expect(await settings(trx)).toEqual(before);
       await sql`set local enable_sort = off`.execute(trx);
       await sql`set local jit = on`.execute(trx);

@@ -32,7 +32,13 @@ async function rows(db: AnyKysely = t.db): Promise<Row[]> {
 /** Whether `promise` settles within `ms`. */
 async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
   const settled = Symbol('settled');
-  const outcome = await Promise.race([promise.then(() => settled, () => settled), sleep(ms).then(() => 'pending')]);
+  const outcome = await Promise.race([
+    promise.then(
+      () => settled,
+      () => settled,
+    ),
+    sleep(ms).then(() => 'pending'),
+  ]);
   return outcome === settled;
 }
 
@@ -120,7 +126,9 @@ describe('enqueue runs in the caller transaction', () => {
       .execute((trx) => enqueue(trx, earlier, intent('vpc:v1')))
       .catch((error: unknown) => error);
     expect(failure).toBeInstanceOf(OutboxTableError);
-    expect((failure as OutboxTableError).missing).toEqual([expect.stringMatching(/^function app\.earlier_outbox_enqueue .*0006_enqueue_function_v1/)]);
+    expect((failure as OutboxTableError).missing).toEqual([
+      expect.stringMatching(/^function app\.earlier_outbox_enqueue .*0006_enqueue_function_v1/),
+    ]);
     const written = await sql<{ n: string }>`select count(*) as n from app.earlier_outbox`.execute(t.db);
     expect(written.rows[0]!.n).toBe('0');
     await dropOutboxTable(t.db, earlier);
@@ -287,7 +295,13 @@ describe('the partition advisory lock', () => {
       const db = t.kysely({ max: 1 });
       try {
         for (let round = 0; round < 10; round++) {
-          await db.transaction().execute((trx) => enqueueMany(trx, spec, order.map((key) => intent(key))));
+          await db.transaction().execute((trx) =>
+            enqueueMany(
+              trx,
+              spec,
+              order.map((key) => intent(key)),
+            ),
+          );
         }
       } finally {
         await db.destroy();
@@ -315,22 +329,28 @@ describe('isolation level: enqueue needs READ COMMITTED', () => {
   test.each([
     ['repeatable read', 'REPEATABLE READ'],
     ['serializable', 'SERIALIZABLE'],
-  ] as const)('in a %s transaction, enqueue and enqueueMany refuse with an OutboxConfigError, take no lock and write nothing', async (level, named) => {
-    await t.db.transaction().setIsolationLevel(level).execute(async (trx) => {
-      await sql`insert into app.resources values ('v1')`.execute(trx);
-      await expect(enqueue(trx, spec, intent('vpc:v1'))).rejects.toSatisfy(refusal(named));
-      await expect(enqueueMany(trx, spec, [intent('vpc:v1'), intent('vpc:v2')])).rejects.toSatisfy(refusal(named));
-      // The refusal is not a database error: the transaction is still usable, and holds no partition lock.
-      expect(await advisoryLocks(trx)).toBe(0);
-      const inside = await sql<{ n: string }>`select count(*) as n from app.outbox`.execute(trx);
-      expect(inside.rows[0]!.n).toBe('0');
-    });
-    // The caller's own row committed; no intent did.
-    expect(await rows()).toEqual([]);
-    // Another transaction can take the partition at once: nothing was left locked.
-    const id = await t.db.transaction().execute((trx) => enqueue(trx, spec, intent('vpc:v1')));
-    expect((await rows()).map((r) => r.id)).toEqual([id]);
-  });
+  ] as const)(
+    'in a %s transaction, enqueue and enqueueMany refuse with an OutboxConfigError, take no lock and write nothing',
+    async (level, named) => {
+      await t.db
+        .transaction()
+        .setIsolationLevel(level)
+        .execute(async (trx) => {
+          await sql`insert into app.resources values ('v1')`.execute(trx);
+          await expect(enqueue(trx, spec, intent('vpc:v1'))).rejects.toSatisfy(refusal(named));
+          await expect(enqueueMany(trx, spec, [intent('vpc:v1'), intent('vpc:v2')])).rejects.toSatisfy(refusal(named));
+          // The refusal is not a database error: the transaction is still usable, and holds no partition lock.
+          expect(await advisoryLocks(trx)).toBe(0);
+          const inside = await sql<{ n: string }>`select count(*) as n from app.outbox`.execute(trx);
+          expect(inside.rows[0]!.n).toBe('0');
+        });
+      // The caller's own row committed; no intent did.
+      expect(await rows()).toEqual([]);
+      // Another transaction can take the partition at once: nothing was left locked.
+      const id = await t.db.transaction().execute((trx) => enqueue(trx, spec, intent('vpc:v1')));
+      expect((await rows()).map((r) => r.id)).toEqual([id]);
+    },
+  );
 
   test('a refused enqueue inside a transaction the caller then commits leaves no row behind', async () => {
     await t.db
@@ -345,7 +365,9 @@ describe('isolation level: enqueue needs READ COMMITTED', () => {
   test('with a pool whose default is SERIALIZABLE: refused by default, accepted in a transaction set to READ COMMITTED', async () => {
     const db = t.kysely({ max: 1, options: '-c default_transaction_isolation=serializable' });
     try {
-      await expect(db.transaction().execute((trx) => enqueue(trx, spec, intent('vpc:v1')))).rejects.toSatisfy(refusal('SERIALIZABLE'));
+      await expect(db.transaction().execute((trx) => enqueue(trx, spec, intent('vpc:v1')))).rejects.toSatisfy(
+        refusal('SERIALIZABLE'),
+      );
       expect(await rows()).toEqual([]);
       const ids = await db
         .transaction()

@@ -38,7 +38,7 @@ function notReadCommitted(isolation: string): OutboxConfigError {
   return new OutboxConfigError(
     'trx',
     `enqueue needs a READ COMMITTED transaction, and this one is ${isolation.toUpperCase()}: under it, enqueue ` +
-      'would decide the partition\'s head from a snapshot older than its lock, and strand or reorder the partition. ' +
+      "would decide the partition's head from a snapshot older than its lock, and strand or reorder the partition. " +
       "Run the enqueueing transaction at READ COMMITTED: db.transaction().setIsolationLevel('read committed').execute(…)",
   );
 }
@@ -52,17 +52,29 @@ function notReadCommitted(isolation: string): OutboxConfigError {
  * @example
  * await db.transaction().execute((trx) => enqueueMany(trx, vpcOutbox, [{ partitionKey: `vpc:${id}`, payload }]));
  */
-export async function enqueueMany<DB>(trx: Transaction<DB>, spec: OutboxSpec, intents: readonly EnqueueInput[]): Promise<string[]> {
+export async function enqueueMany<DB>(
+  trx: Transaction<DB>,
+  spec: OutboxSpec,
+  intents: readonly EnqueueInput[],
+): Promise<string[]> {
   requireTransaction(trx);
   if (!Array.isArray(intents)) throw new PayloadError('intents', 'expected an array of { partitionKey, payload }');
   if (intents.length > MAX_INTENTS_PER_ENQUEUE) {
-    throw new PayloadError('intents', `has ${intents.length} intents; enqueue at most ${MAX_INTENTS_PER_ENQUEUE} per call`);
+    throw new PayloadError(
+      'intents',
+      `has ${intents.length} intents; enqueue at most ${MAX_INTENTS_PER_ENQUEUE} per call`,
+    );
   }
   return insertIntents(trx, spec, intents, (i) => `intents[${i}].`);
 }
 
 /** Validates, locks and inserts; `at(i)` prefixes the PayloadError path of intent `i`. */
-async function insertIntents(trx: AnyKysely, spec: OutboxSpec, intents: readonly EnqueueInput[], at: (index: number) => string): Promise<string[]> {
+async function insertIntents(
+  trx: AnyKysely,
+  spec: OutboxSpec,
+  intents: readonly EnqueueInput[],
+  at: (index: number) => string,
+): Promise<string[]> {
   if (intents.length === 0) return [];
   // Every index, holes included (map skips a hole: its key would go to the INSERT as NULL).
   const all = Array.from({ length: intents.length }, (_, i) => intents[i]);

@@ -16,8 +16,7 @@ const intent = (partitionKey: string): EnqueueInput => ({
 });
 
 /** Enqueues `keys` in one committed transaction; returns their ids. */
-const enqueued = (...keys: string[]) =>
-  t.db.transaction().execute((trx) => enqueueMany(trx, spec, keys.map(intent)));
+const enqueued = (...keys: string[]) => t.db.transaction().execute((trx) => enqueueMany(trx, spec, keys.map(intent)));
 
 /** The ids flagged head, in id order. */
 async function heads(): Promise<string[]> {
@@ -25,8 +24,7 @@ async function heads(): Promise<string[]> {
   return result.rows.map((r) => r.id);
 }
 
-const run = (text: string, ...ids: string[]) =>
-  sql`${sql.raw(text)} where id = any(${ids}::bigint[])`.execute(t.db);
+const run = (text: string, ...ids: string[]) => sql`${sql.raw(text)} where id = any(${ids}::bigint[])`.execute(t.db);
 /** Direct state changes, as the drainer, the reconciler or a human would make them. */
 const deliver = (...ids: string[]) => run('update app.outbox set sent_at = now(), is_head = false', ...ids);
 const poison = (...ids: string[]) => run(`update app.outbox set attempt_count = ${spec.maxAttempts}`, ...ids);
@@ -35,7 +33,13 @@ const retire = (...ids: string[]) =>
 
 async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
   const settled = Symbol('settled');
-  const outcome = await Promise.race([promise.then(() => settled, () => settled), sleep(ms).then(() => 'pending')]);
+  const outcome = await Promise.race([
+    promise.then(
+      () => settled,
+      () => settled,
+    ),
+    sleep(ms).then(() => 'pending'),
+  ]);
   return outcome === settled;
 }
 
@@ -64,10 +68,13 @@ describe('enqueue sets the head flag', () => {
 
   test.each([
     ['delivered', deliver],
-    ['poisoned (and demoted)', async (id: string) => {
-      await poison(id);
-      await run('update app.outbox set is_head = false', id);
-    }],
+    [
+      'poisoned (and demoted)',
+      async (id: string) => {
+        await poison(id);
+        await run('update app.outbox set is_head = false', id);
+      },
+    ],
     ['retired', retire],
   ])('a row after only %s rows is the new head', async (_state, change) => {
     const [old] = await enqueued('vpc:a');
@@ -106,7 +113,9 @@ describe('promoteHeads', () => {
   test('after the head is delivered and demoted, the next deliverable row becomes head', async () => {
     const [a1, a2, , b1] = await enqueued('vpc:a', 'vpc:a', 'vpc:a', 'vpc:b');
     await deliver(a1!);
-    expect(await t.db.transaction().execute((trx) => promoteHeads(trx, spec, ['vpc:a']))).toEqual([{ partitionKey: 'vpc:a', headId: a2 }]);
+    expect(await t.db.transaction().execute((trx) => promoteHeads(trx, spec, ['vpc:a']))).toEqual([
+      { partitionKey: 'vpc:a', headId: a2 },
+    ]);
     expect(await heads()).toEqual([a2, b1]);
   });
 
@@ -165,7 +174,9 @@ describe('promoteHeads', () => {
 describe('promoteHeads with markDelivered (the drainer’s outcome update in the same statement)', () => {
   test('marks the rows delivered and no longer head, and promotes the next deliverable row', async () => {
     const [a1, a2, b1] = await enqueued('vpc:a', 'vpc:a', 'vpc:b');
-    await t.db.transaction().execute((trx) => promoteHeads(trx, spec, ['vpc:a', 'vpc:b'], { markDelivered: [a1!, b1!] }));
+    await t.db
+      .transaction()
+      .execute((trx) => promoteHeads(trx, spec, ['vpc:a', 'vpc:b'], { markDelivered: [a1!, b1!] }));
     const delivered = await sql<{ id: string; is_head: boolean }>`
       select id, is_head from app.outbox where sent_at is not null order by id`.execute(t.db);
     expect(delivered.rows).toEqual([
@@ -194,7 +205,9 @@ describe('promoteHeads with markDelivered (the drainer’s outcome update in the
     const [a1] = await enqueued('vpc:a');
     await t.withTransactions(2, async ([drainer, writer]) => {
       await sql`select id from app.outbox where id = ${a1} for update`.execute(drainer!);
-      expect(await promoteHeads(drainer!, spec, ['vpc:a'], { markDelivered: [a1!] })).toEqual([{ partitionKey: 'vpc:a', headId: null }]);
+      expect(await promoteHeads(drainer!, spec, ['vpc:a'], { markDelivered: [a1!] })).toEqual([
+        { partitionKey: 'vpc:a', headId: null },
+      ]);
       // The settle holds the partition's advisory lock until commit: the enqueue waits for it, then
       // sees a1 delivered and flags its own row head.
       const enqueuing = enqueue(writer!, spec, intent('vpc:a'));

@@ -12,11 +12,19 @@ export interface PromotedHead {
 }
 
 /** Gives each key its earliest deliverable row as head, in one settle call; hold the demoted heads' row locks. */
-export async function promoteHeads(trx: AnyKysely, spec: OutboxSpec, keys: readonly string[], options: SettleOptions = {}): Promise<PromotedHead[]> {
+export async function promoteHeads(
+  trx: AnyKysely,
+  spec: OutboxSpec,
+  keys: readonly string[],
+  options: SettleOptions = {},
+): Promise<PromotedHead[]> {
   const statement = settleStatement(spec, keys, options);
   if (statement === undefined) return [];
   const result = await sql.raw<{ partition_key: string; head_id: string | null }>(statement).execute(trx);
-  return result.rows.map((r) => ({ partitionKey: r.partition_key, headId: r.head_id === null ? null : String(r.head_id) }));
+  return result.rows.map((r) => ({
+    partitionKey: r.partition_key,
+    headId: r.head_id === null ? null : String(r.head_id),
+  }));
 }
 
 /** Makes each key's earliest deliverable row its only head (redrive); hold the keys' advisory and row locks. */

@@ -21,7 +21,13 @@ export {
 } from './migration.js';
 export type { OutboxTableOptions } from './outbox-table-ddl.js';
 export { setMaxAttempts, type SetMaxAttemptsOptions, type SetMaxAttemptsResult } from './max-attempts.js';
-export { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type IntentPayload, type TupleKey } from './payload.js';
+export {
+  MAX_TUPLES_PER_INTENT,
+  validatePartitionKey,
+  validatePayload,
+  type IntentPayload,
+  type TupleKey,
+} from './payload.js';
 export type { Logger } from './logger.js';
 export { observeOutbox, type MeterOptions, type ObserveOutboxOptions, type OutboxObserver } from './outbox-metrics.js';
 export { outboxStats, type OutboxStats } from './stats.js';

@@ -2,7 +2,14 @@ import type { OutboxSpec } from './define-outbox.js';
 import { tableNames } from './table-names.js';
 
 /** The ledger columns' names: why a row is poisoned, how often it was revived, how it was closed. */
-export const LEDGER_COLUMNS = ['poison_cause', 'poison_code', 'revival_count', 'revive_after', 'revive_requested', 'closed_as'] as const;
+export const LEDGER_COLUMNS = [
+  'poison_cause',
+  'poison_code',
+  'revival_count',
+  'revive_after',
+  'revive_requested',
+  'closed_as',
+] as const;
 
 /** `poison_cause` values: out of transient attempts, or refused for good by the sink. */
 export type PoisonCause = 'exhausted' | 'refused';

@@ -51,7 +51,10 @@ async function poisonAsTheDrainerDoes(spec: OutboxSpec, id: string): Promise<voi
 }
 
 async function attempts(spec: OutboxSpec): Promise<Record<string, number>> {
-  const result = await sql<{ id: string; attempt_count: number }>`select id, attempt_count from ${table(spec)} order by id`.execute(t.db);
+  const result = await sql<{
+    id: string;
+    attempt_count: number;
+  }>`select id, attempt_count from ${table(spec)} order by id`.execute(t.db);
   return Object.fromEntries(result.rows.map((r) => [r.id, r.attempt_count]));
 }
 
@@ -79,14 +82,22 @@ async function invariantViolations(spec: OutboxSpec, maxAttempts: number): Promi
 async function claimedHeads(spec: OutboxSpec, maxAttempts: number): Promise<string[]> {
   return t.db.transaction().execute(async (trx) => {
     const result = await sql<{ id: string }>`
-      select id from ${sql.raw(tableNames(spec).claimFunction)}(100, 100, ${maxAttempts}, false, true, '{}', true) order by id`.execute(trx);
+      select id from ${sql.raw(tableNames(spec).claimFunction)}(100, 100, ${maxAttempts}, false, true, '{}', true) order by id`.execute(
+      trx,
+    );
     return result.rows.map((r) => String(r.id));
   });
 }
 
 async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
   const settled = Symbol('settled');
-  const outcome = await Promise.race([promise.then(() => settled, () => settled), sleep(ms).then(() => 'pending')]);
+  const outcome = await Promise.race([
+    promise.then(
+      () => settled,
+      () => settled,
+    ),
+    sleep(ms).then(() => 'pending'),
+  ]);
   return outcome === settled;
 }
 
@@ -157,7 +168,12 @@ describe('setMaxAttempts', () => {
     expect(await attempts(specOf(5))).toMatchObject({ [a1!]: 5, [b1!]: 1, [c1!]: 5, [a2!]: 0 });
     expect(await heads(specOf(5))).toEqual(before);
     expect(await invariantViolations(specOf(5), 5)).toEqual([]);
-    expect(await outboxStats(t.db, specOf(5))).toMatchObject({ pending: 4, deliverable: 2, poisoned: 2, superseded: 1 });
+    expect(await outboxStats(t.db, specOf(5))).toMatchObject({
+      pending: 4,
+      deliverable: 2,
+      poisoned: 2,
+      superseded: 1,
+    });
     expect(await claimedHeads(specOf(5), 5)).toEqual(before);
     // A new row of a partition queues behind its head, as before.
     const [a3] = await enqueued(specOf(5), 'vpc:a');
@@ -236,7 +252,10 @@ describe('setMaxAttempts', () => {
     expect(await recordedMaxAttempts(t.db, specOf(2))).toBe(2);
 
     await expect(
-      t.db.transaction().setIsolationLevel('repeatable read').execute((trx) => setMaxAttempts(trx, specOf(5))),
+      t.db
+        .transaction()
+        .setIsolationLevel('repeatable read')
+        .execute((trx) => setMaxAttempts(trx, specOf(5))),
     ).rejects.toSatisfy((e) => e instanceof OutboxConfigError && e.message.includes('READ COMMITTED'));
     expect(await recordedMaxAttempts(t.db, specOf(2))).toBe(2);
   });

@@ -86,13 +86,24 @@ export interface SetMaxAttemptsResult {
  * @example
  * export const up = (db: AnyKysely) => setMaxAttempts(db, vpcOutbox); // vpcOutbox now says maxAttempts: 20
  */
-export async function setMaxAttempts(db: AnyKysely, spec: OutboxSpec, options: SetMaxAttemptsOptions = {}): Promise<SetMaxAttemptsResult> {
+export async function setMaxAttempts(
+  db: AnyKysely,
+  spec: OutboxSpec,
+  options: SetMaxAttemptsOptions = {},
+): Promise<SetMaxAttemptsResult> {
   if (options.from !== undefined) integerInRange('from', options.from, 1);
   if (db.isTransaction) return changeMaxAttempts(db, spec, options);
-  return db.transaction().setIsolationLevel('read committed').execute((trx) => changeMaxAttempts(trx, spec, options));
+  return db
+    .transaction()
+    .setIsolationLevel('read committed')
+    .execute((trx) => changeMaxAttempts(trx, spec, options));
 }
 
-async function changeMaxAttempts(trx: AnyKysely, spec: OutboxSpec, options: SetMaxAttemptsOptions): Promise<SetMaxAttemptsResult> {
+async function changeMaxAttempts(
+  trx: AnyKysely,
+  spec: OutboxSpec,
+  options: SetMaxAttemptsOptions,
+): Promise<SetMaxAttemptsResult> {
   const n = tableNames(spec);
   const relation = `"${spec.schema}"."${spec.tableName}"`;
   const found = await sql<{ oid: number | null; isolation: string }>`
@@ -102,10 +113,11 @@ async function changeMaxAttempts(trx: AnyKysely, spec: OutboxSpec, options: SetM
     throw new OutboxConfigError(
       'db',
       `setMaxAttempts needs a READ COMMITTED transaction (this one is ${isolation.toUpperCase()}): ` +
-        'run it outside a transaction, or in one started with setIsolationLevel(\'read committed\')',
+        "run it outside a transaction, or in one started with setIsolationLevel('read committed')",
     );
   }
-  if (oid === null || oid === undefined) throw new OutboxTableError(spec.table, [`the table ${spec.table} itself (it does not exist)`]);
+  if (oid === null || oid === undefined)
+    throw new OutboxTableError(spec.table, [`the table ${spec.table} itself (it does not exist)`]);
 
   await sql.raw(`lock table ${n.table} in exclusive mode`).execute(trx);
 
@@ -121,7 +133,7 @@ async function changeMaxAttempts(trx: AnyKysely, spec: OutboxSpec, options: SetM
     throw new OutboxConfigError(
       'from',
       `${spec.table} records no maxAttempts (it was created by an earlier release): pass { from: <the maxAttempts ` +
-        'its drainers have been running with> } — the spec\'s own value when you only want to record it',
+        "its drainers have been running with> } — the spec's own value when you only want to record it",
     );
   }
   const to = spec.maxAttempts;

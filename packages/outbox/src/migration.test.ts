@@ -65,16 +65,20 @@ describe('outboxMigration with Kysely’s Migrator', () => {
       'fga_register_outbox_retired_idx',
       'fga_register_outbox_verify_idx',
     ]);
-    for (const fn of ['notify', 'claim', 'settle']) expect(await functionExists('svc', `fga_register_outbox_${fn}`)).toBe(true);
+    for (const fn of ['notify', 'claim', 'settle'])
+      expect(await functionExists('svc', `fga_register_outbox_${fn}`)).toBe(true);
 
     const down = await outbox.migrateDown();
     expect(down.error).toBeUndefined();
     expect(down.results).toEqual([{ migrationName: '0001_svc_outbox', direction: 'Down', status: 'Success' }]);
     expect(await relationExists('svc.fga_register_outbox')).toBe(false);
-    for (const fn of ['notify', 'claim', 'settle']) expect(await functionExists('svc', `fga_register_outbox_${fn}`)).toBe(false);
+    for (const fn of ['notify', 'claim', 'settle'])
+      expect(await functionExists('svc', `fga_register_outbox_${fn}`)).toBe(false);
     const error = await verifyOutboxTable(t.db, spec).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OutboxTableError);
-    expect((error as OutboxTableError).missing).toEqual(['the table svc.fga_register_outbox itself (it does not exist)']);
+    expect((error as OutboxTableError).missing).toEqual([
+      'the table svc.fga_register_outbox itself (it does not exist)',
+    ]);
 
     // And up again after down: nothing was left behind to collide with.
     expect((await outbox.migrateToLatest()).error).toBeUndefined();
@@ -97,7 +101,10 @@ describe('outboxMigration with Kysely’s Migrator', () => {
 
   test('the partitionIndex option adds the plain (partition, id) btree', async () => {
     const indexed = defineOutbox({ table: 'svc.indexed_outbox', partitionColumn: 'resource_id' });
-    const outbox = migrator({ '0001': outboxMigration(indexed, { partitionIndex: true }) }, 'outbox_test_indexed_migrations');
+    const outbox = migrator(
+      { '0001': outboxMigration(indexed, { partitionIndex: true }) },
+      'outbox_test_indexed_migrations',
+    );
     expect((await outbox.migrateToLatest()).error).toBeUndefined();
     expect(await indexNames(indexed)).toContain('indexed_outbox_partition_idx');
     const definition = await sql<{ def: string }>`
@@ -164,18 +171,31 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
     }
     await verifyOutboxTable(t.db, spec);
     // Besides: the previous releases' settle and claim overloads, which their drainers call during a rolling upgrade.
-    const previousSettle = /_settle\(p_delivered bigint\[\], p_keys text\[\], p_after bigint\[\], p_max_attempts integer\)/;
-    const previousClaim = /_claim\(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text\[\]\)/;
-    const previous = (d: { kind: string; definition: string | null }) => d.kind === 'function' && [previousSettle, previousClaim].some((r) => r.test(d.definition ?? ''));
+    const previousSettle =
+      /_settle\(p_delivered bigint\[\], p_keys text\[\], p_after bigint\[\], p_max_attempts integer\)/;
+    const previousClaim =
+      /_claim\(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text\[\]\)/;
+    const previous = (d: { kind: string; definition: string | null }) =>
+      d.kind === 'function' && [previousSettle, previousClaim].some((r) => r.test(d.definition ?? ''));
     const migrated = await definitions(spec);
     expect(migrated.filter(previous)).toHaveLength(2);
     expect(migrated.filter((d) => !previous(d))).toEqual(latest);
     // A drainer of the previous release claims as it did (claim v4: six arguments, no created_at), beside this release's.
-    await sql.raw(`insert into ${tableNames(spec).table} (resource_id, payload, is_head) values ('vpc:a', '{}', true)`).execute(t.db);
+    await sql
+      .raw(`insert into ${tableNames(spec).table} (resource_id, payload, is_head) values ('vpc:a', '{}', true)`)
+      .execute(t.db);
     const v4Call = `${tableNames(spec).claimFunction}(p_batch => 10, p_heads => 10, p_max_attempts => 10, p_runs => true, p_synchronous_commit => true, p_flush_keys => '{}')`;
-    const previousRelease = await t.db.transaction().execute((trx) => sql.raw<{ id: string }>(`select c.id, c.partition_key, c.payload, c.attempt_count, c.head from ${v4Call} c`).execute(trx));
+    const previousRelease = await t.db
+      .transaction()
+      .execute((trx) =>
+        sql
+          .raw<{ id: string }>(`select c.id, c.partition_key, c.payload, c.attempt_count, c.head from ${v4Call} c`)
+          .execute(trx),
+      );
     expect(previousRelease.rows.map((r) => String(r.id))).toEqual(['1']);
-    const thisRelease = await t.db.transaction().execute((trx) => sql.raw<ClaimedRow>(claimStatement(spec, { batchSize: 10 })).execute(trx));
+    const thisRelease = await t.db
+      .transaction()
+      .execute((trx) => sql.raw<ClaimedRow>(claimStatement(spec, { batchSize: 10 })).execute(trx));
     expect(thisRelease.rows.map((r) => [String(r.id), r.age_ms >= 0])).toEqual([['1', true]]);
     await sql.raw(`delete from ${tableNames(spec).table}`).execute(t.db);
 
@@ -188,7 +208,9 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect((await definitions(spec)).filter((d) => d.definition?.includes('verify_after'))).toEqual([]);
     expect((await steps.migrateDown()).error).toBeUndefined();
-    expect(await definitions(spec)).not.toContainEqual(expect.objectContaining({ definition: expect.stringContaining('poison_cause') }));
+    expect(await definitions(spec)).not.toContainEqual(
+      expect.objectContaining({ definition: expect.stringContaining('poison_cause') }),
+    );
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect(await functionExists('steps', 'fga_register_outbox_claim')).toBe(false);
     expect(await relationExists('steps.fga_register_outbox')).toBe(true);
@@ -201,18 +223,29 @@ test('the ledger step rewrites nothing and validates nothing: a filled table kee
   const spec = defineOutbox({ table: 'ledger.filled_outbox', partitionColumn: 'resource_id' });
   const n = tableNames(spec);
   await executeStatements(t.db, outboxTableDdlV1(spec));
-  await sql.raw(`insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || i, '{}', now() from generate_series(1, 1000) i`).execute(t.db);
-  const storage = () => sql<{ node: number }>`select relfilenode as node from pg_class where oid = ${n.table}::regclass`.execute(t.db).then((r) => r.rows[0]?.node);
+  await sql
+    .raw(
+      `insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || i, '{}', now() from generate_series(1, 1000) i`,
+    )
+    .execute(t.db);
+  const storage = () =>
+    sql<{ node: number }>`select relfilenode as node from pg_class where oid = ${n.table}::regclass`
+      .execute(t.db)
+      .then((r) => r.rows[0]?.node);
   const before = await storage();
   await executeStatements(t.db, ledgerLifeDdlV1(spec));
   expect(await storage()).toBe(before);
   const checks = await sql<{ name: string; validated: boolean }>`
-    select conname as name, convalidated as validated from pg_constraint where conrelid = ${n.table}::regclass and contype = 'c' order by 1`.execute(t.db);
+    select conname as name, convalidated as validated from pg_constraint where conrelid = ${n.table}::regclass and contype = 'c' order by 1`.execute(
+    t.db,
+  );
   expect(checks.rows).toEqual([
     { name: 'filled_outbox_closed_as_check', validated: false },
     { name: 'filled_outbox_poison_cause_check', validated: false },
   ]);
-  await expect(sql.raw(`update ${n.table} set poison_cause = 'tired' where id = 1`).execute(t.db)).rejects.toThrow(/poison_cause_check/);
+  await expect(sql.raw(`update ${n.table} set poison_cause = 'tired' where id = 1`).execute(t.db)).rejects.toThrow(
+    /poison_cause_check/,
+  );
   await dropOutboxTable(t.db, spec);
 });
 
@@ -249,14 +282,22 @@ describe('createOutboxTable', () => {
     await createOutboxTable(t.db, spec);
     await verifyOutboxTable(t.db, spec);
     const id = await t.db.transaction().execute((trx) => enqueue(trx, spec, intent('vpc:v1')));
-    const row = await sql<{ order: string; is_head: boolean }>`select "order", is_head from "select"."user" where id = ${id}`.execute(t.db);
+    const row = await sql<{
+      order: string;
+      is_head: boolean;
+    }>`select "order", is_head from "select"."user" where id = ${id}`.execute(t.db);
     expect(row.rows).toEqual([{ order: 'vpc:v1', is_head: true }]);
     expect((await outboxStats(t.db, spec)).pending).toBe(1);
     // The drainer's functions quote them too: claim the row, then mark it delivered.
     await t.db.transaction().execute(async (trx) => {
-      const claimed = await sql<{ id: string; partition_key: string }>`select id, partition_key from "select"."user_claim"(10, 10, 25, true, true, '{}', true)`.execute(trx);
+      const claimed = await sql<{
+        id: string;
+        partition_key: string;
+      }>`select id, partition_key from "select"."user_claim"(10, 10, 25, true, true, '{}', true)`.execute(trx);
       expect(claimed.rows).toEqual([{ id, partition_key: 'vpc:v1' }]);
-      expect(await promoteHeads(trx, spec, ['vpc:v1'], { markDelivered: [id] })).toEqual([{ partitionKey: 'vpc:v1', headId: null }]);
+      expect(await promoteHeads(trx, spec, ['vpc:v1'], { markDelivered: [id] })).toEqual([
+        { partitionKey: 'vpc:v1', headId: null },
+      ]);
     });
     expect((await outboxStats(t.db, spec)).pending).toBe(0);
     await dropOutboxTable(t.db, spec);
@@ -278,7 +319,9 @@ describe('createOutboxTable as a role that may create in its schema but not in t
     const url = new URL(t.url);
     url.username = role;
     url.password = 'pw';
-    const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url.toString(), max: 1 }) }) });
+    const db = new Kysely({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url.toString(), max: 1 }) }),
+    });
     try {
       const privileges = await sql<{ database: boolean; schema: boolean }>`
         select has_database_privilege(current_user, current_database(), 'CREATE') as database,

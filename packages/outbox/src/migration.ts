@@ -14,7 +14,13 @@ import { tableNames } from './table-names.js';
  * await writeFile('0001_vpc_outbox.sql', outboxTableDdl(vpcOutbox).join(';\n\n'));
  */
 export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {}): string[] {
-  return [...outboxTableDdlV1(spec, options), ...ledgerLifeDdlV1(spec), ...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec), ...enqueueFunctionDdl(spec)];
+  return [
+    ...outboxTableDdlV1(spec, options),
+    ...ledgerLifeDdlV1(spec),
+    ...lateWriteVerificationDdl(spec),
+    ...drainFunctionsDdl(spec),
+    ...enqueueFunctionDdl(spec),
+  ];
 }
 
 /**
@@ -23,7 +29,11 @@ export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {
  * @example
  * await createOutboxTable(db, vpcOutbox);
  */
-export async function createOutboxTable(db: AnyKysely, spec: OutboxSpec, options: OutboxTableOptions = {}): Promise<void> {
+export async function createOutboxTable(
+  db: AnyKysely,
+  spec: OutboxSpec,
+  options: OutboxTableOptions = {},
+): Promise<void> {
   await executeStatements(db, outboxTableDdl(spec, options));
 }
 
@@ -61,7 +71,10 @@ export interface OutboxMigrationsOptions extends OutboxTableOptions {
  * @example
  * const migrations = { '0001_vpc': vpcTables, ...outboxMigrations(vpcOutbox, { prefix: '0002_vpc_outbox/' }) };
  */
-export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOptions = {}): Readonly<Record<string, OutboxMigration>> {
+export function outboxMigrations(
+  spec: OutboxSpec,
+  options: OutboxMigrationsOptions = {},
+): Readonly<Record<string, OutboxMigration>> {
   const prefix = options.prefix ?? `${spec.table}/`;
   const n = tableNames(spec);
   return Object.freeze({
@@ -83,7 +96,11 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
     },
     // Settle v4 stamps deliveries at risk of a late write; its column and index come first; its probe reads step 0003's delivered-rows index.
     [`${prefix}0004_late_write_verification`]: {
-      up: (db: AnyKysely) => executeStatements(db, [...lateWriteVerificationDdl(spec), ...drainFunctionsDdl(spec, { claim: 'v4', settle: 'v4' })]),
+      up: (db: AnyKysely) =>
+        executeStatements(db, [
+          ...lateWriteVerificationDdl(spec),
+          ...drainFunctionsDdl(spec, { claim: 'v4', settle: 'v4' }),
+        ]),
       down: (db: AnyKysely) =>
         executeStatements(db, [
           `drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`,
@@ -94,12 +111,16 @@ export function outboxMigrations(spec: OutboxSpec, options: OutboxMigrationsOpti
     // Claim v5 returns created_at too (the drainer's commit → delivered lag); v4 stays for the previous release's drainers.
     [`${prefix}0005_claim_v5`]: {
       up: (db: AnyKysely) => executeStatements(db, drainFunctionsDdl(spec, { claim: 'v5', settle: 'v4' })),
-      down: (db: AnyKysely) => executeStatements(db, [`drop function if exists ${n.claimFunction}(integer, integer, integer, boolean, boolean, text[], boolean)`]),
+      down: (db: AnyKysely) =>
+        executeStatements(db, [
+          `drop function if exists ${n.claimFunction}(integer, integer, integer, boolean, boolean, text[], boolean)`,
+        ]),
     },
     // Enqueue in one round trip; the previous release's enqueue (two statements) does not call it.
     [`${prefix}${ENQUEUE_FUNCTION_STEP}`]: {
       up: (db: AnyKysely) => executeStatements(db, enqueueFunctionDdl(spec, 'v1')),
-      down: (db: AnyKysely) => executeStatements(db, [`drop function if exists ${n.enqueueFunction}(text[], jsonb[], integer)`]),
+      down: (db: AnyKysely) =>
+        executeStatements(db, [`drop function if exists ${n.enqueueFunction}(text[], jsonb[], integer)`]),
     },
   });
 }

@@ -20,14 +20,20 @@ afterEach(() => metrics.disable());
 /** A Kysely on its own pool that counts the statements it runs (the observer's queries). */
 function countingDb() {
   const statements: string[] = [];
-  const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: t.pool({ max: 2 }) }), log: (event) => void statements.push(event.query.sql) });
+  const db = new Kysely<unknown>({
+    dialect: new PostgresDialect({ pool: t.pool({ max: 2 }) }),
+    log: (event) => void statements.push(event.query.sql),
+  });
   return { db, statements };
 }
 
 type State = 'deliverable' | 'backing-off' | 'delivered' | 'poisoned' | 'refused';
 
 /** Inserts one row per entry, in order (ids follow the list), in the state given, created `ageSeconds` ago; `poisoned` with no recorded cause, `refused` poisoned as refused. */
-async function seed(spec: OutboxSpec, rows: ReadonlyArray<{ key: string; state: State; ageSeconds?: number }>): Promise<void> {
+async function seed(
+  spec: OutboxSpec,
+  rows: ReadonlyArray<{ key: string; state: State; ageSeconds?: number }>,
+): Promise<void> {
   const table = sql.raw(tableNames(spec).table);
   for (const row of rows) {
     await sql`
@@ -88,7 +94,9 @@ describe('observeOutbox', () => {
       const table = { 'outbox.table': spec.table };
       const names = ['pending', 'deliverable', 'superseded', 'oldest_pending_age', 'oldest_deliverable_age'].map(gauge);
       expect(names.map((name) => pointValue(points, name, table))).toEqual([0, 0, 0, 0, 0]);
-      const causes = ['exhausted', 'refused'].map((cause) => pointValue(points, gauge('poisoned'), { ...table, 'outbox.poison.cause': cause }));
+      const causes = ['exhausted', 'refused'].map((cause) =>
+        pointValue(points, gauge('poisoned'), { ...table, 'outbox.poison.cause': cause }),
+      );
       expect(causes).toEqual([0, 0]);
     } finally {
       observer.stop();
@@ -100,7 +108,8 @@ describe('observeOutbox', () => {
     await seed(spec, [{ key: 'vpc:a', state: 'deliverable' }]);
     const { db, statements } = countingDb();
     const observer = observeOutbox({ db, spec, meterProvider: sdk.meterProvider, minIntervalMs: 500 });
-    const deliverable = async () => pointValue(await sdk.collect(), gauge('deliverable'), { 'outbox.table': spec.table });
+    const deliverable = async () =>
+      pointValue(await sdk.collect(), gauge('deliverable'), { 'outbox.table': spec.table });
     try {
       expect(await Promise.all(Array.from({ length: 5 }, deliverable))).toEqual([1, 1, 1, 1, 1]);
       await seed(spec, [{ key: 'vpc:b', state: 'deliverable' }]);
@@ -119,14 +128,23 @@ describe('observeOutbox', () => {
     const first = await fresh();
     const second = await fresh();
     await seed(first, [{ key: 'vpc:a', state: 'deliverable' }]);
-    await seed(second, [{ key: 'vpc:a', state: 'poisoned' }, { key: 'vpc:b', state: 'poisoned' }]);
-    const observers = [first, second].map((spec) => observeOutbox({ db: t.db, spec, meterProvider: sdk.meterProvider, minIntervalMs: 0 }));
+    await seed(second, [
+      { key: 'vpc:a', state: 'poisoned' },
+      { key: 'vpc:b', state: 'poisoned' },
+    ]);
+    const observers = [first, second].map((spec) =>
+      observeOutbox({ db: t.db, spec, meterProvider: sdk.meterProvider, minIntervalMs: 0 }),
+    );
     try {
       const points = await sdk.collect();
       expect(pointValue(points, gauge('deliverable'), { 'outbox.table': first.table })).toBe(1);
-      expect(pointValue(points, gauge('poisoned'), { 'outbox.table': first.table, 'outbox.poison.cause': 'exhausted' })).toBe(0);
+      expect(
+        pointValue(points, gauge('poisoned'), { 'outbox.table': first.table, 'outbox.poison.cause': 'exhausted' }),
+      ).toBe(0);
       expect(pointValue(points, gauge('deliverable'), { 'outbox.table': second.table })).toBe(0);
-      expect(pointValue(points, gauge('poisoned'), { 'outbox.table': second.table, 'outbox.poison.cause': 'exhausted' })).toBe(2);
+      expect(
+        pointValue(points, gauge('poisoned'), { 'outbox.table': second.table, 'outbox.poison.cause': 'exhausted' }),
+      ).toBe(2);
     } finally {
       for (const observer of observers) observer.stop();
     }
@@ -152,11 +170,25 @@ describe('observeOutbox', () => {
   test('a read that fails observes nothing and warns; the next collection reads again', async () => {
     const spec = await fresh();
     const warnings: unknown[] = [];
-    const observer = observeOutbox({ db: t.db, spec, meterProvider: sdk.meterProvider, minIntervalMs: 0, logger: { warn: (message, fields) => void warnings.push({ message, fields }) } });
+    const observer = observeOutbox({
+      db: t.db,
+      spec,
+      meterProvider: sdk.meterProvider,
+      minIntervalMs: 0,
+      logger: { warn: (message, fields) => void warnings.push({ message, fields }) },
+    });
     try {
       await sql.raw(`alter table ${tableNames(spec).table} rename to gone`).execute(t.db);
       expect(pointsOf(await sdk.collect(), gauge('pending'), { 'outbox.table': spec.table })).toEqual([]);
-      expect(warnings).toEqual([{ message: `reading ${spec.table} for its gauges failed`, fields: { table: spec.table, error: expect.objectContaining({ message: expect.stringMatching(/does not exist/) }) } }]);
+      expect(warnings).toEqual([
+        {
+          message: `reading ${spec.table} for its gauges failed`,
+          fields: {
+            table: spec.table,
+            error: expect.objectContaining({ message: expect.stringMatching(/does not exist/) }),
+          },
+        },
+      ]);
       await sql.raw(`alter table "${spec.schema}".gone rename to "${spec.tableName}"`).execute(t.db);
       expect(pointValue(await sdk.collect(), gauge('pending'), { 'outbox.table': spec.table })).toBe(0);
       expect(warnings).toHaveLength(1);
@@ -181,7 +213,9 @@ describe('observeOutbox', () => {
   test('a bad option is an OutboxConfigError naming it', async () => {
     const spec = await fresh();
     // @ts-expect-error not a Meter
-    expect(() => observeOutbox({ db: t.db, spec, meter: {} })).toThrow(new OutboxConfigError('meter', 'expected an OpenTelemetry Meter'));
+    expect(() => observeOutbox({ db: t.db, spec, meter: {} })).toThrow(
+      new OutboxConfigError('meter', 'expected an OpenTelemetry Meter'),
+    );
     // @ts-expect-error not a MeterProvider
     expect(() => observeOutbox({ db: t.db, spec, meterProvider: 'global' })).toThrow(OutboxConfigError);
     expect(() => observeOutbox({ db: t.db, spec, minIntervalMs: -1 })).toThrow(/minIntervalMs/);
@@ -195,17 +229,22 @@ describe('the gauges query on a large table', () => {
     const spec = await fresh();
     const n = tableNames(spec);
     const run = (text: string) => sql.raw(text).execute(t.db);
-    await run(`insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`);
-    await run(`insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 50) g`);
-    await run(`insert into ${n.table} (resource_id, payload) select 'vpc:d' || g, '{}' from generate_series(1, 20000) g`);
+    await run(
+      `insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`,
+    );
+    await run(
+      `insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 50) g`,
+    );
+    await run(
+      `insert into ${n.table} (resource_id, payload) select 'vpc:d' || g, '{}' from generate_series(1, 20000) g`,
+    );
     await run(`analyze ${n.table}`);
     const pool = t.pool({ max: 1 });
     const blocks = async (query: { compile(db: typeof t.db): { sql: string; parameters: readonly unknown[] } }) => {
       const compiled = query.compile(t.db);
-      const explained = await pool.query<{ 'QUERY PLAN': [{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }] }>(
-        `explain (analyze, buffers, format json) ${compiled.sql}`,
-        [...compiled.parameters],
-      );
+      const explained = await pool.query<{
+        'QUERY PLAN': [{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }];
+      }>(`explain (analyze, buffers, format json) ${compiled.sql}`, [...compiled.parameters]);
       const plan = explained.rows[0]!['QUERY PLAN'][0].Plan;
       return plan['Shared Hit Blocks'] + plan['Shared Read Blocks'];
     };
@@ -214,6 +253,10 @@ describe('the gauges query on a large table', () => {
     // Walking the 20k deliverable rows again would cost about as many blocks as outboxStats reads for them.
     expect(gauges - stats).toBeLessThan(30);
     const row = (await outboxGaugesQuery(spec).execute(t.db)).rows[0];
-    expect(row).toMatchObject({ deliverable: '20000', poisoned: '50', oldest_deliverable_age_seconds: expect.any(String) });
+    expect(row).toMatchObject({
+      deliverable: '20000',
+      poisoned: '50',
+      oldest_deliverable_age_seconds: expect.any(String),
+    });
   });
 });

@@ -1,4 +1,12 @@
-import { metrics, ValueType, type Attributes, type BatchObservableCallback, type Meter, type MeterProvider, type ObservableGauge } from '@opentelemetry/api';
+import {
+  metrics,
+  ValueType,
+  type Attributes,
+  type BatchObservableCallback,
+  type Meter,
+  type MeterProvider,
+  type ObservableGauge,
+} from '@opentelemetry/api';
 import { sql } from 'kysely';
 import manifest from '../package.json' with { type: 'json' };
 import type { AnyKysely } from './any-kysely.js';
@@ -46,7 +54,8 @@ const POISON_CAUSE_ATTRIBUTE = 'outbox.poison.cause';
 export function resolveMeter(options: MeterOptions, scope: { readonly name: string; readonly version: string }): Meter {
   const { meter, meterProvider } = options;
   if (meter !== undefined) {
-    if (typeof meter?.createCounter !== 'function') throw new OutboxConfigError('meter', 'expected an OpenTelemetry Meter');
+    if (typeof meter?.createCounter !== 'function')
+      throw new OutboxConfigError('meter', 'expected an OpenTelemetry Meter');
     return meter;
   }
   if (meterProvider !== undefined && typeof meterProvider?.getMeter !== 'function') {
@@ -80,15 +89,32 @@ type GaugeRow = Record<string, string | number | null>;
 
 const GAUGES = {
   pending: { name: 'outbox.intent.pending', unit: '{intent}', description: 'Intents not delivered and not retired.' },
-  deliverable: { name: 'outbox.intent.deliverable', unit: '{intent}', description: 'Pending intents with attempts left: the drainer will deliver these.' },
+  deliverable: {
+    name: 'outbox.intent.deliverable',
+    unit: '{intent}',
+    description: 'Pending intents with attempts left: the drainer will deliver these.',
+  },
   poisoned: {
     name: 'outbox.intent.poisoned',
     unit: '{intent}',
-    description: 'Pending intents with no attempts left, by outbox.poison.cause (exhausted, refused): waiting for the reconciler or a human.',
+    description:
+      'Pending intents with no attempts left, by outbox.poison.cause (exhausted, refused): waiting for the reconciler or a human.',
   },
-  superseded: { name: 'outbox.intent.superseded', unit: '{intent}', description: 'Poisoned intents a delivered successor covers: to be retired, never revived.' },
-  oldestPendingAge: { name: 'outbox.intent.oldest_pending_age', unit: 's', description: 'Age of the oldest pending intent (poisoned ones included).' },
-  oldestDeliverableAge: { name: 'outbox.intent.oldest_deliverable_age', unit: 's', description: 'Age of the oldest deliverable intent: how far delivery lags.' },
+  superseded: {
+    name: 'outbox.intent.superseded',
+    unit: '{intent}',
+    description: 'Poisoned intents a delivered successor covers: to be retired, never revived.',
+  },
+  oldestPendingAge: {
+    name: 'outbox.intent.oldest_pending_age',
+    unit: 's',
+    description: 'Age of the oldest pending intent (poisoned ones included).',
+  },
+  oldestDeliverableAge: {
+    name: 'outbox.intent.oldest_deliverable_age',
+    unit: 's',
+    description: 'Age of the oldest deliverable intent: how far delivery lags.',
+  },
 } as const;
 
 type GaugeKey = keyof typeof GAUGES;
@@ -99,14 +125,20 @@ type GaugeKey = keyof typeof GAUGES;
  * An age is 0 while no row is in its state: nothing waits. (Left out instead, the JS SDK would go
  * on exporting the last age it saw, opentelemetry-js#4096, and an alert on it would never clear.)
  */
-function observations(row: GaugeRow): Array<{ readonly gauge: GaugeKey; readonly value: number; readonly attributes?: Attributes }> {
+function observations(
+  row: GaugeRow,
+): Array<{ readonly gauge: GaugeKey; readonly value: number; readonly attributes?: Attributes }> {
   const value = (gauge: GaugeKey, column: string) => ({ gauge, value: Number(row[column] ?? 0) });
   const refused = Number(row.refused ?? 0);
   return [
     value('pending', 'pending'),
     value('deliverable', 'deliverable'),
     // Both causes, 0 included (as an age is); a NULL cause (poisoned before it was recorded) counts as exhausted, as in outboxStats.
-    { gauge: 'poisoned', value: Number(row.poisoned ?? 0) - refused, attributes: { [POISON_CAUSE_ATTRIBUTE]: 'exhausted' } },
+    {
+      gauge: 'poisoned',
+      value: Number(row.poisoned ?? 0) - refused,
+      attributes: { [POISON_CAUSE_ATTRIBUTE]: 'exhausted' },
+    },
     { gauge: 'poisoned', value: refused, attributes: { [POISON_CAUSE_ATTRIBUTE]: 'refused' } },
     value('superseded', 'superseded'),
     value('oldestPendingAge', 'oldest_pending_age_seconds'),
@@ -165,12 +197,23 @@ export function observeOutbox(options: ObserveOutboxOptions): OutboxObserver {
   if (!options || typeof options !== 'object') throw new OutboxConfigError('options', 'expected { db, spec }');
   const { db, spec } = options;
   if (!db) throw new OutboxConfigError('db', 'a Kysely instance is required');
-  if (!spec || typeof spec.partitionColumn !== 'string') throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
+  if (!spec || typeof spec.partitionColumn !== 'string')
+    throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
   const minIntervalMs = integerInRange('minIntervalMs', options.minIntervalMs ?? 10_000, 0);
-  const logger = options.logger ?? { warn: (message: string, fields?: Record<string, unknown>) => console.warn(`[outbox-metrics] ${message}`, fields ?? '') };
+  const logger = options.logger ?? {
+    warn: (message: string, fields?: Record<string, unknown>) =>
+      console.warn(`[outbox-metrics] ${message}`, fields ?? ''),
+  };
   const meter = resolveMeter(options, { name: manifest.name, version: manifest.version });
   const gauges = Object.fromEntries(
-    Object.entries(GAUGES).map(([key, g]) => [key, meter.createObservableGauge(g.name, { unit: g.unit, description: g.description, valueType: g.unit === 's' ? ValueType.DOUBLE : ValueType.INT })]),
+    Object.entries(GAUGES).map(([key, g]) => [
+      key,
+      meter.createObservableGauge(g.name, {
+        unit: g.unit,
+        description: g.description,
+        valueType: g.unit === 's' ? ValueType.DOUBLE : ValueType.INT,
+      }),
+    ]),
   ) as Record<GaugeKey, ObservableGauge>;
   const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: spec.table };
   const read = throttled(async () => (await outboxGaugesQuery(spec).execute(db)).rows[0], minIntervalMs);

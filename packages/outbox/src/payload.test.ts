@@ -5,7 +5,13 @@ import { defineOutbox } from './define-outbox.js';
 import { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 import { PayloadError } from './errors.js';
 import { createOutboxTable } from './migration.js';
-import { MAX_TUPLES_PER_INTENT, validatePartitionKey, validatePayload, type IntentPayload, type TupleKey } from './payload.js';
+import {
+  MAX_TUPLES_PER_INTENT,
+  validatePartitionKey,
+  validatePayload,
+  type IntentPayload,
+  type TupleKey,
+} from './payload.js';
 import { freshOutboxes, headFlags } from './testing/outbox-tables.js';
 
 const t = useTestDatabase();
@@ -161,7 +167,9 @@ describe('validatePayload', () => {
 
   test('tells tuple keys apart by every part', () => {
     expect(() =>
-      validatePayload({ writes: [tuple(), tuple({ user: 'project:p2' }), tuple({ relation: 'viewer' }), tuple({ object: 'vpc:v2' })] }),
+      validatePayload({
+        writes: [tuple(), tuple({ user: 'project:p2' }), tuple({ relation: 'viewer' }), tuple({ object: 'vpc:v2' })],
+      }),
     ).not.toThrow();
   });
 });
@@ -170,11 +178,27 @@ describe('validatePayload: only what jsonb stores unchanged', () => {
   const cyclic: Record<string, unknown> = { a: 1 };
   cyclic.self = cyclic;
   test.each([
-    ['a NUL in a condition context', { writes: [tuple({ condition: { name: 'c', context: { note: 'a\0b' } } })] }, 'payload.writes[0].condition.context.note'],
+    [
+      'a NUL in a condition context',
+      { writes: [tuple({ condition: { name: 'c', context: { note: 'a\0b' } } })] },
+      'payload.writes[0].condition.context.note',
+    ],
     ['a NUL in an extra field', { writes: [tuple()], note: ['ok', 'x\0'] }, 'payload.note[1]'],
-    ['a lone surrogate in a condition context', { writes: [tuple({ condition: { name: 'c', context: { s: 'a\uD800' } } })] }, 'payload.writes[0].condition.context.s'],
-    ['a lone surrogate in an extra key', { writes: [tuple()], extra: { ['k\uDC00']: 1 } }, 'payload.extra key "k\\udc00"'],
-    ['a BigInt', { writes: [tuple({ condition: { name: 'c', context: { n: 10n } } })] }, 'payload.writes[0].condition.context.n'],
+    [
+      'a lone surrogate in a condition context',
+      { writes: [tuple({ condition: { name: 'c', context: { s: 'a\uD800' } } })] },
+      'payload.writes[0].condition.context.s',
+    ],
+    [
+      'a lone surrogate in an extra key',
+      { writes: [tuple()], extra: { ['k\uDC00']: 1 } },
+      'payload.extra key "k\\udc00"',
+    ],
+    [
+      'a BigInt',
+      { writes: [tuple({ condition: { name: 'c', context: { n: 10n } } })] },
+      'payload.writes[0].condition.context.n',
+    ],
     ['NaN (JSON would store null)', { writes: [tuple()], score: Number.NaN }, 'payload.score'],
     ['a function', { writes: [tuple()], f: () => 1 }, 'payload.f'],
     ['a cycle', { writes: [tuple()], cyclic }, 'payload.cyclic.self'],
@@ -183,7 +207,10 @@ describe('validatePayload: only what jsonb stores unchanged', () => {
   });
 
   test('accepts what JSON writes faithfully: paired surrogates (emoji), a Date, nulls, nested extras', () => {
-    const payload = { writes: [tuple({ condition: { name: 'c', context: { at: new Date(0), who: '🙂', none: null } } })], meta: { list: [1, 'two', true] } };
+    const payload = {
+      writes: [tuple({ condition: { name: 'c', context: { at: new Date(0), who: '🙂', none: null } } })],
+      meta: { list: [1, 'two', true] },
+    };
     expect(validatePayload(payload)).toBe(payload);
   });
 });
@@ -237,7 +264,9 @@ describe('enqueue refuses bad input before writing anything', () => {
         (e: unknown) => e,
       );
     const counts = await sql<{ resources: string; intents: string }>`
-      select (select count(*) from app.resources) as resources, (select count(*) from app.outbox) as intents`.execute(t.db);
+      select (select count(*) from app.resources) as resources, (select count(*) from app.outbox) as intents`.execute(
+      t.db,
+    );
     expect(counts.rows[0]).toEqual({ resources: '0', intents: '0' });
     return error;
   }
@@ -246,14 +275,38 @@ describe('enqueue refuses bad input before writing anything', () => {
     ['a payload that is not an object', { partitionKey: 'vpc:v1', payload: 'write it' }, 'payload'],
     ['a payload with no operation', { partitionKey: 'vpc:v1', payload: { writes: [] } }, 'payload'],
     ['a payload with 101 operations', { partitionKey: 'vpc:v1', payload: { writes: writes(101) } }, 'payload'],
-    ['a bad user', { partitionKey: 'vpc:v1', payload: { writes: [tuple({ user: 'anne' })] } }, 'payload.writes[0].user'],
-    ['a bad object', { partitionKey: 'vpc:v1', payload: { deletes: [tuple({ object: 'vpc:*' })] } }, 'payload.deletes[0].object'],
-    ['a bad relation', { partitionKey: 'vpc:v1', payload: { writes: [tuple({ relation: 'a b' })] } }, 'payload.writes[0].relation'],
-    ['a bad condition', { partitionKey: 'vpc:v1', payload: { writes: [tuple({ condition: { name: '' } })] } }, 'payload.writes[0].condition.name'],
-    ['a duplicate tuple key', { partitionKey: 'vpc:v1', payload: { writes: [tuple()], deletes: [tuple()] } }, 'payload.deletes[0]'],
+    [
+      'a bad user',
+      { partitionKey: 'vpc:v1', payload: { writes: [tuple({ user: 'anne' })] } },
+      'payload.writes[0].user',
+    ],
+    [
+      'a bad object',
+      { partitionKey: 'vpc:v1', payload: { deletes: [tuple({ object: 'vpc:*' })] } },
+      'payload.deletes[0].object',
+    ],
+    [
+      'a bad relation',
+      { partitionKey: 'vpc:v1', payload: { writes: [tuple({ relation: 'a b' })] } },
+      'payload.writes[0].relation',
+    ],
+    [
+      'a bad condition',
+      { partitionKey: 'vpc:v1', payload: { writes: [tuple({ condition: { name: '' } })] } },
+      'payload.writes[0].condition.name',
+    ],
+    [
+      'a duplicate tuple key',
+      { partitionKey: 'vpc:v1', payload: { writes: [tuple()], deletes: [tuple()] } },
+      'payload.deletes[0]',
+    ],
     ['an empty partition key', { partitionKey: '', payload: { writes: [tuple()] } }, 'partitionKey'],
     ['no partition key', { payload: { writes: [tuple()] } }, 'partitionKey'],
-    ['a partition key with a NUL character', { partitionKey: 'vpc:\0', payload: { writes: [tuple()] } }, 'partitionKey'],
+    [
+      'a partition key with a NUL character',
+      { partitionKey: 'vpc:\0', payload: { writes: [tuple()] } },
+      'partitionKey',
+    ],
   ])('enqueue of %s: a PayloadError, nothing written', async (_what, intent, path) => {
     const error = await failedTransaction((trx) => enqueue(trx, spec, intent as EnqueueInput));
     expect(error).toBeInstanceOf(PayloadError);

@@ -36,7 +36,10 @@ const CONDITION_NAME = /^[^\s\0]{1,50}$/;
 /** With a `toJSON` of its own, an object would be stored as what `toJSON` returns, not as validated. */
 function plainJson(path: string, value: object): void {
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
-    throw new PayloadError(path, 'has a toJSON method: it would be stored as what toJSON returns, not as validated; pass a plain object');
+    throw new PayloadError(
+      path,
+      'has a toJSON method: it would be stored as what toJSON returns, not as validated; pass a plain object',
+    );
   }
 }
 
@@ -47,10 +50,16 @@ function tupleKey(path: string, value: unknown): TupleKey {
   plainJson(path, value);
   const { user, relation, object, condition } = value as Record<string, unknown>;
   if (typeof user !== 'string' || !USER.test(user) || user.length > 512) {
-    throw new PayloadError(`${path}.user`, `expected "type:id", "type:id#relation" or "type:*", got ${JSON.stringify(user)}`);
+    throw new PayloadError(
+      `${path}.user`,
+      `expected "type:id", "type:id#relation" or "type:*", got ${JSON.stringify(user)}`,
+    );
   }
   if (typeof relation !== 'string' || !RELATION.test(relation)) {
-    throw new PayloadError(`${path}.relation`, `expected a relation name (no ':', '#', '@' or spaces), got ${JSON.stringify(relation)}`);
+    throw new PayloadError(
+      `${path}.relation`,
+      `expected a relation name (no ':', '#', '@' or spaces), got ${JSON.stringify(relation)}`,
+    );
   }
   if (typeof object !== 'string' || !OBJECT.test(object) || object.length > 256) {
     throw new PayloadError(`${path}.object`, `expected "type:id", got ${JSON.stringify(object)}`);
@@ -98,7 +107,10 @@ export function validatePayload(payload: unknown, path = 'payload'): IntentPaylo
   const total = writes.length + deletes.length;
   if (total === 0) throw new PayloadError(path, 'needs at least one write or delete');
   if (total > MAX_TUPLES_PER_INTENT) {
-    throw new PayloadError(path, `has ${total} operations; OpenFGA takes at most ${MAX_TUPLES_PER_INTENT} in one request: split the intent`);
+    throw new PayloadError(
+      path,
+      `has ${total} operations; OpenFGA takes at most ${MAX_TUPLES_PER_INTENT} in one request: split the intent`,
+    );
   }
   const seen = new Map<string, string>();
   const check = (list: readonly TupleKey[], kind: string) =>
@@ -106,7 +118,10 @@ export function validatePayload(payload: unknown, path = 'payload'): IntentPaylo
       const id = `${key.user} ${key.relation} ${key.object}`;
       const first = seen.get(id);
       if (first !== undefined) {
-        throw new PayloadError(`${path}.${kind}[${index}]`, `repeats the tuple key of ${first} (${key.user}, ${key.relation}, ${key.object})`);
+        throw new PayloadError(
+          `${path}.${kind}[${index}]`,
+          `repeats the tuple key of ${first} (${key.user}, ${key.relation}, ${key.object})`,
+        );
       }
       seen.set(id, `${path}.${kind}[${index}]`);
     });
@@ -121,7 +136,8 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 
 function storableString(path: string, value: string): void {
   if (value.includes('\0')) throw new PayloadError(path, 'contains a NUL character, which Postgres cannot store');
-  if (LONE_SURROGATE.test(value)) throw new PayloadError(path, 'contains a lone UTF-16 surrogate (broken text), which Postgres cannot store');
+  if (LONE_SURROGATE.test(value))
+    throw new PayloadError(path, 'contains a lone UTF-16 surrogate (broken text), which Postgres cannot store');
 }
 
 // Everything must reach jsonb unchanged: no NUL, lone surrogate, BigInt, cycle, NaN, Infinity or function.
@@ -130,7 +146,8 @@ function storableJson(path: string, value: unknown, seen: Set<object>): void {
     case 'string':
       return storableString(path, value);
     case 'number':
-      if (!Number.isFinite(value)) throw new PayloadError(path, `is ${value}, which JSON cannot hold (it would be stored as null)`);
+      if (!Number.isFinite(value))
+        throw new PayloadError(path, `is ${value}, which JSON cannot hold (it would be stored as null)`);
       return;
     case 'boolean':
     case 'undefined':
@@ -142,7 +159,8 @@ function storableJson(path: string, value: unknown, seen: Set<object>): void {
   }
   if (value === null) return;
   const object = value as object;
-  if (seen.has(object)) throw new PayloadError(path, 'refers back to an enclosing value (a cycle), which JSON cannot hold');
+  if (seen.has(object))
+    throw new PayloadError(path, 'refers back to an enclosing value (a cycle), which JSON cannot hold');
   if (typeof (object as { toJSON?: unknown }).toJSON === 'function') return; // a Date, say: JSON asks it
   seen.add(object);
   if (Array.isArray(object)) {
@@ -170,7 +188,10 @@ function storableJson(path: string, value: unknown, seen: Set<object>): void {
  */
 export function validatePartitionKey(key: unknown, path = 'partitionKey'): string {
   if (typeof key !== 'string' || key.length === 0) {
-    throw new PayloadError(path, `expected a non-empty string (the resource id or tuple key), got ${JSON.stringify(key)}`);
+    throw new PayloadError(
+      path,
+      `expected a non-empty string (the resource id or tuple key), got ${JSON.stringify(key)}`,
+    );
   }
   if (Buffer.byteLength(key, 'utf8') > 1_024) throw new PayloadError(path, 'is longer than 1024 bytes (UTF-8)');
   storableString(path, key);

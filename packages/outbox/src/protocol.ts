@@ -1,7 +1,19 @@
 // `@outbox/outbox/protocol`: the SQL the drainer, the reconciler and the CLI share with the table.
 // Not for application code, nor under the user API's semver.
-export { claimStatement, settleStatement, type ClaimedRow, type ClaimOptions, type LateWriteStamps, type SettleOptions } from './drain-function-calls.js';
-export { drainFunctionMarker, drainFunctionsDdl, LATEST_DRAIN_FUNCTIONS, type DrainFunctionVersions } from './drain-functions.js';
+export {
+  claimStatement,
+  settleStatement,
+  type ClaimedRow,
+  type ClaimOptions,
+  type LateWriteStamps,
+  type SettleOptions,
+} from './drain-function-calls.js';
+export {
+  drainFunctionMarker,
+  drainFunctionsDdl,
+  LATEST_DRAIN_FUNCTIONS,
+  type DrainFunctionVersions,
+} from './drain-functions.js';
 export { ENQUEUE_FUNCTION_SIGNATURES, enqueueFunctionDdl, type EnqueueFunctionVersion } from './enqueue-function.js';
 export { executeStatements } from './execute-statements.js';
 export { promoteHeads, resetHeads, type PromotedHead } from './heads.js';
@@ -9,9 +21,21 @@ export { compareIds } from './ids.js';
 export { planByIndex } from './index-plans.js';
 export { integerInRange } from './integer-in-range.js';
 export { lateWriteVerificationDdl } from './late-write-ddl.js';
-export { assertRecordedMaxAttempts, countedMaxAttemptsSql, maxAttemptsChangedError, recordedMaxAttempts, recordedMaxAttemptsSql } from './max-attempts.js';
+export {
+  assertRecordedMaxAttempts,
+  countedMaxAttemptsSql,
+  maxAttemptsChangedError,
+  recordedMaxAttempts,
+  recordedMaxAttemptsSql,
+} from './max-attempts.js';
 export { OUTBOX_TABLE_ATTRIBUTE, outboxGaugesQuery, resolveMeter, startAtZero } from './outbox-metrics.js';
-export { dropLedgerLifeDdlV1, ledgerLifeDdlV1, LEDGER_COLUMNS, type ClosedAs, type PoisonCause } from './ledger-life-ddl.js';
+export {
+  dropLedgerLifeDdlV1,
+  ledgerLifeDdlV1,
+  LEDGER_COLUMNS,
+  type ClosedAs,
+  type PoisonCause,
+} from './ledger-life-ddl.js';
 export { outboxTableDdlV1 } from './outbox-table-ddl.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
 export { partitionRangeSql } from './partition-range.js';

@@ -21,7 +21,11 @@ const RELEASED: readonly DrainFunctionVersions[] = [
 ];
 
 const specs = {
-  'register-outbox': defineOutbox({ table: 'vpc.fga_register_outbox', partitionColumn: 'resource_id', channel: 'vpc_fga_register_outbox' }),
+  'register-outbox': defineOutbox({
+    table: 'vpc.fga_register_outbox',
+    partitionColumn: 'resource_id',
+    channel: 'vpc_fga_register_outbox',
+  }),
   'tuple-outbox': defineOutbox({ table: 'iam.fga_outbox', partitionColumn: 'tuple_key', channel: 'iam_fga_outbox' }),
 };
 
@@ -31,8 +35,16 @@ describe.each(Object.entries(specs))('the released DDL of a %s', (name, spec) =>
   test('is unchanged', async () => {
     const text = [
       section('outboxTableDdlV1', outboxTableDdlV1(spec)),
-      section('outboxTableDdlV1 with partitionIndex: the statement it adds', outboxTableDdlV1(spec, { partitionIndex: true }).filter((s) => s.includes(tableNames(spec).partitionIndex))),
-      ...RELEASED.map((versions) => section(`drainFunctionsDdl claim ${versions.claim}, settle ${versions.settle}`, drainFunctionsDdl(spec, versions))),
+      section(
+        'outboxTableDdlV1 with partitionIndex: the statement it adds',
+        outboxTableDdlV1(spec, { partitionIndex: true }).filter((s) => s.includes(tableNames(spec).partitionIndex)),
+      ),
+      ...RELEASED.map((versions) =>
+        section(
+          `drainFunctionsDdl claim ${versions.claim}, settle ${versions.settle}`,
+          drainFunctionsDdl(spec, versions),
+        ),
+      ),
       section('ledgerLifeDdlV1', ledgerLifeDdlV1(spec)),
       section('lateWriteVerificationDdl', lateWriteVerificationDdl(spec)),
       section('enqueueFunctionDdl v1', enqueueFunctionDdl(spec, 'v1')),

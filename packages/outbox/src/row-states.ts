@@ -41,7 +41,10 @@ export function supersededCoverageCondition(spec: OutboxSpec): RawBuilder<unknow
  * `s` is a delivered row after `t` in `t`'s partition that covers it: what makes a poisoned `t`
  * superseded (docs/design.md §6). `after` writes "after" in the form the indexes serve.
  */
-export function coveringSuccessor(spec: OutboxSpec, after: RawBuilder<unknown> = sql`s.id > t.id`): RawBuilder<boolean> {
+export function coveringSuccessor(
+  spec: OutboxSpec,
+  after: RawBuilder<unknown> = sql`s.id > t.id`,
+): RawBuilder<boolean> {
   const key = sql.raw(tableNames(spec).partition);
   return sql<boolean>`s.${key} = t.${key} and ${after} and ${rowStates('s').delivered}${supersededCoverageCondition(spec)}`;
 }

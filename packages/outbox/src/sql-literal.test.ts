@@ -9,7 +9,9 @@ const t = useTestDatabase();
 async function readBack(literal: string, standardConformingStrings: 'on' | 'off'): Promise<unknown[]> {
   return t.db.transaction().execute(async (trx) => {
     await sql.raw(`set local standard_conforming_strings = ${standardConformingStrings}`).execute(trx);
-    const result = await sql.raw<{ v: unknown }>(`select v from unnest(${literal}) with ordinality as u(v, n) order by n`).execute(trx);
+    const result = await sql
+      .raw<{ v: unknown }>(`select v from unnest(${literal}) with ordinality as u(v, n) order by n`)
+      .execute(trx);
     return result.rows.map((r) => r.v);
   });
 }
@@ -20,7 +22,7 @@ describe('sqlLiteral', () => {
     "''",
     'back\\slash',
     "\\'",
-    "ends with a backslash\\",
+    'ends with a backslash\\',
     '$$ dollar $tag$',
     'line\nbreak\ttab',
     'vpc:ü✓🙂',
@@ -31,10 +33,13 @@ describe('sqlLiteral', () => {
     'NULL',
   ];
 
-  test.each(['on', 'off'] as const)('text arrays read back exactly, standard_conforming_strings %s', async (setting) => {
-    expect(await readBack(sqlLiteral.textArray(awkward), setting)).toEqual(awkward);
-    expect(await readBack(sqlLiteral.textArray([]), setting)).toEqual([]);
-  });
+  test.each(['on', 'off'] as const)(
+    'text arrays read back exactly, standard_conforming_strings %s',
+    async (setting) => {
+      expect(await readBack(sqlLiteral.textArray(awkward), setting)).toEqual(awkward);
+      expect(await readBack(sqlLiteral.textArray([]), setting)).toEqual([]);
+    },
+  );
 
   test('text arrays refuse NUL (Postgres text cannot hold it) and non-strings', () => {
     expect(() => sqlLiteral.textArray(['a\0b'])).toThrow(TypeError);

@@ -15,7 +15,8 @@ export const sqlLiteral = {
   /** Row ids as decimal strings (as pg returns bigint), to a `bigint[]`. */
   bigintArray(values: readonly string[]): string {
     for (const value of values) {
-      if (!/^-?\d{1,19}$/.test(value)) throw new TypeError(`expected a decimal bigint for SQL, got ${JSON.stringify(value)}`);
+      if (!/^-?\d{1,19}$/.test(value))
+        throw new TypeError(`expected a decimal bigint for SQL, got ${JSON.stringify(value)}`);
     }
     return `'{${values.join(',')}}'::bigint[]`;
   },
@@ -23,7 +24,8 @@ export const sqlLiteral = {
   textArray(values: readonly string[]): string {
     if (values.length === 0) return `'{}'::text[]`;
     const items = values.map((value) => {
-      if (typeof value !== 'string' || value.includes('\0')) throw new TypeError(`expected a string without NUL for SQL, got ${JSON.stringify(value)}`);
+      if (typeof value !== 'string' || value.includes('\0'))
+        throw new TypeError(`expected a string without NUL for SQL, got ${JSON.stringify(value)}`);
       return `E'${value.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
     });
     return `array[${items.join(',')}]::text[]`;

@@ -117,10 +117,15 @@ describe('outboxStats', () => {
       { key: 'vpc:e', state: 'retired', closedAs: 'retired' },
       { key: 'vpc:f', state: 'retired' },
     ]);
-    expect(await outboxStats(t.db, spec)).toMatchObject({ poisoned: 3, poisonedByCause: { exhausted: 2, refused: 1 }, retired: 2, discarded: 1 });
+    expect(await outboxStats(t.db, spec)).toMatchObject({
+      poisoned: 3,
+      poisonedByCause: { exhausted: 2, refused: 1 },
+      retired: 2,
+      discarded: 1,
+    });
   });
 
-  test('counts with the maxAttempts the table records (its drainers\' value), whatever the caller\'s spec says; with none recorded, the spec\'s', async () => {
+  test("counts with the maxAttempts the table records (its drainers' value), whatever the caller's spec says; with none recorded, the spec's", async () => {
     const lenient = defineOutbox({ table: 'stats.threshold_outbox', partitionColumn: 'resource_id' });
     const strict = defineOutbox({ table: 'stats.threshold_outbox', partitionColumn: 'resource_id', maxAttempts: 3 });
     await createOutboxTable(t.db, lenient);
@@ -166,7 +171,9 @@ describe('outboxStats', () => {
       { key: 'user:cid|vpc:v1', state: 'poisoned' },
       { key: 'user:cid|vpc:v1', state: 'delivered', relations: ['viewer'] },
     ]);
-    await sql`update stats.tuple_outbox set payload = payload - 'relations' where tuple_key = 'user:cid|vpc:v1' and sent_at is null`.execute(t.db);
+    await sql`update stats.tuple_outbox set payload = payload - 'relations' where tuple_key = 'user:cid|vpc:v1' and sent_at is null`.execute(
+      t.db,
+    );
     expect(await outboxStats(t.db, spec)).toMatchObject({ poisoned: 3, superseded: 2 });
   });
 
@@ -218,13 +225,22 @@ describe('the outboxStats plan on a large table', () => {
     const nodes = planNodes(explained.rows[0]!['QUERY PLAN'][0].Plan);
     const described = nodes.map((n) => `${n['Node Type']} ${n['Index Name'] ?? n['Relation Name'] ?? ''}`).join('\n');
 
-    expect(nodes.some((n) => n['Index Name'] === 'big_outbox_pending_idx'), described).toBe(true);
+    expect(
+      nodes.some((n) => n['Index Name'] === 'big_outbox_pending_idx'),
+      described,
+    ).toBe(true);
     expect(
       nodes.filter((n) => n['Node Type'] === 'Seq Scan' && n['Relation Name'] === 'big_outbox'),
       described,
     ).toEqual([]);
     // And the numbers are right on the big table too.
-    expect(await outboxStats(t.db, spec)).toMatchObject({ pending: 4, deliverable: 2, poisoned: 2, superseded: 1, retired: 1 });
+    expect(await outboxStats(t.db, spec)).toMatchObject({
+      pending: 4,
+      deliverable: 2,
+      poisoned: 2,
+      superseded: 1,
+      retired: 1,
+    });
   });
 });
 
@@ -235,19 +251,22 @@ describe('outboxStats: bounded by one pass, not one pass per poisoned row', () =
   test('100 old poisoned rows before 200k delivered rows: the table is read about once', async () => {
     const spec = await fresh();
     const n = tableNames(spec);
-    await run(`insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 100) g`);
+    await run(
+      `insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 100) g`,
+    );
     await run(`insert into ${n.table} (resource_id, payload, attempt_count) values ('vpc:p1', '{}', 10)`);
-    await run(`insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`);
+    await run(
+      `insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`,
+    );
     await run(`insert into ${n.table} (resource_id, payload, sent_at) values ('vpc:p2', '{}', now())`);
     await run(`analyze ${n.table}`);
     const pages = await sql<{ pages: number }>`
       select (pg_relation_size(${`"${spec.schema}"."${spec.tableName}"`}) / 8192)::int as pages`.execute(t.db);
     const query = outboxStatsQuery(spec).compile(t.db);
     const pool = t.pool({ max: 1 });
-    const explained = await pool.query<{ 'QUERY PLAN': [{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }] }>(
-      `explain (analyze, buffers, format json) ${query.sql}`,
-      [...query.parameters],
-    );
+    const explained = await pool.query<{
+      'QUERY PLAN': [{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }];
+    }>(`explain (analyze, buffers, format json) ${query.sql}`, [...query.parameters]);
     const plan = explained.rows[0]!['QUERY PLAN'][0].Plan;
     const blocks = plan['Shared Hit Blocks'] + plan['Shared Read Blocks'];
     // Before: every poisoned row walked the 200k rows after it (~3k blocks each, ~300k in all, 4 s).

@@ -32,25 +32,33 @@ describe('verifyOutboxTable refuses tables on which enqueued rows are never deli
   test('without that check, a row enqueued into such a table stays NULL where the claim compares, silently', async () => {
     const spec = await fresh();
     const n = tableNames(spec);
-    await run(`alter table ${n.table} alter column next_attempt_at drop default, alter column next_attempt_at drop not null`);
+    await run(
+      `alter table ${n.table} alter column next_attempt_at drop default, alter column next_attempt_at drop not null`,
+    );
     await t.db.transaction().execute((trx) => enqueue(trx, spec, { partitionKey: 'vpc:x', payload }));
     const claimable = await sql<{ n: number }>`
       select count(*)::int as n from ${sql.raw(n.table)} where is_head and next_attempt_at <= now()`.execute(t.db);
     expect(claimable.rows[0]?.n).toBe(0);
-    expect(await verifyGaps(t.db, spec)).toEqual(['column next_attempt_at should be not null default now(), as enqueue leaves it to the default']);
+    expect(await verifyGaps(t.db, spec)).toEqual([
+      'column next_attempt_at should be not null default now(), as enqueue leaves it to the default',
+    ]);
   });
 
   test('a trigger notifying another channel that LIKE would match (a "_" in the spec\'s channel)', async () => {
     const spec = await fresh({ channel: 'edges_x1' });
     const other = defineOutbox({ table: spec.table, partitionColumn: 'resource_id', channel: 'edges_x_' });
-    expect(await verifyGaps(t.db, other)).toEqual([`statement-level AFTER INSERT trigger calling pg_notify('edges_x_', '')`]);
+    expect(await verifyGaps(t.db, other)).toEqual([
+      `statement-level AFTER INSERT trigger calling pg_notify('edges_x_', '')`,
+    ]);
   });
 
   test('a trigger enabled only for replication sessions (never fires for the services)', async () => {
     const spec = await fresh();
     const n = tableNames(spec);
     await run(`alter table ${n.table} enable replica trigger "${n.notifyTrigger}"`);
-    expect(await verifyGaps(t.db, spec)).toEqual([`statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`]);
+    expect(await verifyGaps(t.db, spec)).toEqual([
+      `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`,
+    ]);
   });
 
   test('an invalid index left by a CREATE INDEX CONCURRENTLY that was cancelled', async () => {
@@ -65,23 +73,35 @@ describe('verifyOutboxTable refuses tables on which enqueued rows are never deli
     const client = await builder.connect();
     try {
       await client.query(`set statement_timeout = '500ms'`);
-      await expect(client.query(`create index concurrently "${n.claimIndex}" on ${n.table} (next_attempt_at, id) where is_head`)).rejects.toThrow(
-        /statement timeout/,
-      );
+      await expect(
+        client.query(`create index concurrently "${n.claimIndex}" on ${n.table} (next_attempt_at, id) where is_head`),
+      ).rejects.toThrow(/statement timeout/);
     } finally {
       client.release();
       await trx.rollback().execute();
     }
     const invalid = await sql<{ valid: boolean }>`
-      select indisvalid as valid from pg_index where indexrelid = ${`"${spec.schema}"."${n.claimIndex}"`}::regclass`.execute(t.db);
+      select indisvalid as valid from pg_index where indexrelid = ${`"${spec.schema}"."${n.claimIndex}"`}::regclass`.execute(
+      t.db,
+    );
     expect(invalid.rows).toEqual([{ valid: false }]);
-    expect(await verifyGaps(t.db, spec)).toEqual(["partial index (next_attempt_at, id) where is_head (the drainer's claim)"]);
+    expect(await verifyGaps(t.db, spec)).toEqual([
+      "partial index (next_attempt_at, id) where is_head (the drainer's claim)",
+    ]);
   });
 
   test.each([
-    ['an expression index (lower(key), id) taken for the pending index on (id)', 'pendingIndex', '(lower(resource_id), id) where sent_at is null and retired_at is null'],
+    [
+      'an expression index (lower(key), id) taken for the pending index on (id)',
+      'pendingIndex',
+      '(lower(resource_id), id) where sent_at is null and retired_at is null',
+    ],
     ['a BRIN index in place of the claim btree', 'claimIndex', 'using brin (next_attempt_at, id) where is_head'],
-    ['an index whose id is an INCLUDE column, not a key', 'partitionHeadIndex', '(resource_id) include (id) where sent_at is null and retired_at is null'],
+    [
+      'an index whose id is an INCLUDE column, not a key',
+      'partitionHeadIndex',
+      '(resource_id) include (id) where sent_at is null and retired_at is null',
+    ],
   ] as const)('%s', async (_what, index, definition) => {
     const spec = await fresh();
     const n = tableNames(spec);
@@ -107,15 +127,25 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
       verify_after timestamptz,
       primary key (id, created_at)
     ) partition by range (created_at)`);
-    await run(`create table edges.partitioned_2020 partition of edges.partitioned for values from ('2020-01-01') to ('2021-01-01')`);
-    await run(`create table edges.partitioned_now partition of edges.partitioned for values from ('2021-01-01') to ('2200-01-01')`);
+    await run(
+      `create table edges.partitioned_2020 partition of edges.partitioned for values from ('2020-01-01') to ('2021-01-01')`,
+    );
+    await run(
+      `create table edges.partitioned_now partition of edges.partitioned for values from ('2021-01-01') to ('2200-01-01')`,
+    );
     await run(`create index partitioned_partition_head_idx on edges.partitioned (resource_id, id) where ${pending}`);
     await run(`create index partitioned_pending_idx on edges.partitioned (id) where ${pending}`);
     await run(`create index partitioned_claim_idx on edges.partitioned (next_attempt_at, id) where is_head`);
-    await run(`create index partitioned_delivered_idx on edges.partitioned (resource_id, id) where sent_at is not null`);
+    await run(
+      `create index partitioned_delivered_idx on edges.partitioned (resource_id, id) where sent_at is not null`,
+    );
     await run(`create index partitioned_verify_idx on edges.partitioned (verify_after) where verify_after is not null`);
-    await run(`create function edges.partitioned_notify() returns trigger language plpgsql as $$ begin perform pg_notify('${spec.channel}', ''); return null; end $$`);
-    await run(`create trigger partitioned_notify after insert on edges.partitioned for each statement execute function edges.partitioned_notify()`);
+    await run(
+      `create function edges.partitioned_notify() returns trigger language plpgsql as $$ begin perform pg_notify('${spec.channel}', ''); return null; end $$`,
+    );
+    await run(
+      `create trigger partitioned_notify after insert on edges.partitioned for each statement execute function edges.partitioned_notify()`,
+    );
     await createDrainFunctions(t.db, spec);
 
     // Why: a 2020 partition whose rows are all delivered, among them vpc:old's register at ctid
@@ -125,14 +155,21 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
       ('vpc:old', '{"register": true}', '2020-06-02', '2020-06-02'),
       ('vpc:old', '{"deregister": true}', '2020-06-03', '2020-06-03')`);
     // …and a head with one follower of vpc:new in the current partition, at ctids (0,1) and (0,2).
-    await run(`insert into edges.partitioned (resource_id, payload, is_head) values ('vpc:new', '{}', true), ('vpc:new', '{}', false)`);
+    await run(
+      `insert into edges.partitioned (resource_id, payload, is_head) values ('vpc:new', '{}', true), ('vpc:new', '{}', false)`,
+    );
     const { claimed, lockedElsewhere } = await t.db.transaction().execute(async (trx) => {
-      const result = await sql<{ id: string; partition_key: string }>`select id, partition_key from edges.partitioned_claim(10, 10, 10, true, true, '{}', true)`.execute(trx);
+      const result = await sql<{
+        id: string;
+        partition_key: string;
+      }>`select id, partition_key from edges.partitioned_claim(10, 10, 10, true, true, '{}', true)`.execute(trx);
       // Another session tries the 2020 row at (0,2): vpc:old's register.
-      const other = await t.db.connection().execute((conn) => sql`select id from edges.partitioned_2020 where id = 2 for update nowait`.execute(conn).then(
-        () => false,
-        (error: { code?: string }) => (error.code === '55P03' ? true : Promise.reject(error)), // lock_not_available
-      ));
+      const other = await t.db.connection().execute((conn) =>
+        sql`select id from edges.partitioned_2020 where id = 2 for update nowait`.execute(conn).then(
+          () => false,
+          (error: { code?: string }) => (error.code === '55P03' ? true : Promise.reject(error)), // lock_not_available
+        ),
+      );
       return { claimed: result.rows.map((r) => `${r.partition_key} ${r.id}`).sort(), lockedElsewhere: other };
     });
     // The run of vpc:new is locked by ctid, and the lock lands on the 2020 row at (0,2) as well.
@@ -140,6 +177,8 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
     // after its deregister: revoked access resurrected), but it holds a row it never read.
     expect(claimed).toEqual(['vpc:new 4', 'vpc:new 5']);
     expect(lockedElsewhere).toBe(true);
-    expect(await verifyGaps(t.db, spec)).toEqual(['the table itself: it is partitioned (or has inheritance children), and rows of two partitions can share a ctid, by which the drainer locks its runs']);
+    expect(await verifyGaps(t.db, spec)).toEqual([
+      'the table itself: it is partitioned (or has inheritance children), and rows of two partitions can share a ctid, by which the drainer locks its runs',
+    ]);
   });
 });

@@ -32,7 +32,8 @@ async function missing(spec: OutboxSpec): Promise<readonly string[]> {
 }
 
 const run = (text: string) => sql.raw(text).execute(t.db);
-const triggerGap = (spec: OutboxSpec) => `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`;
+const triggerGap = (spec: OutboxSpec) =>
+  `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`;
 const foreignFunction = (spec: OutboxSpec, fn: 'claim' | 'settle' | 'enqueue') =>
   `function ${spec.table}_${fn} is not the one this release creates for this spec (expected "${fn === 'enqueue' ? enqueueFunctionMarker(spec) : drainFunctionMarker(spec, fn)}" in its body; createDrainFunctions replaces it)`;
 
@@ -126,7 +127,10 @@ describe('verifyOutboxTable', () => {
   });
 
   test.each([
-    ['partitionHeadIndex', 'partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)'],
+    [
+      'partitionHeadIndex',
+      'partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)',
+    ],
     ['pendingIndex', 'partial index (id) where sent_at is null and retired_at is null (pending)'],
     ['claimIndex', "partial index (next_attempt_at, id) where is_head (the drainer's claim)"],
   ] as const)('names a dropped %s', async (index, gap) => {
@@ -137,10 +141,18 @@ describe('verifyOutboxTable', () => {
 
   test.each([
     ['without the retired_at condition', 'pendingIndex', '(id) where sent_at is null'],
-    ['narrower than pending', 'pendingIndex', '(id) where sent_at is null and retired_at is null and attempt_count < 10'],
+    [
+      'narrower than pending',
+      'pendingIndex',
+      '(id) where sent_at is null and retired_at is null and attempt_count < 10',
+    ],
     ['or-ed instead of and-ed', 'pendingIndex', '(id) where sent_at is null or retired_at is null'],
     ['not partial', 'partitionHeadIndex', '(resource_id, id)'],
-    ['on the columns in the other order', 'partitionHeadIndex', '(id, resource_id) where sent_at is null and retired_at is null'],
+    [
+      'on the columns in the other order',
+      'partitionHeadIndex',
+      '(id, resource_id) where sent_at is null and retired_at is null',
+    ],
     ['over every row, not only heads', 'claimIndex', '(next_attempt_at, id)'],
   ] as const)('names an index that is %s', async (_what, index, definition) => {
     const spec = await freshOutbox();
@@ -183,7 +195,9 @@ describe('verifyOutboxTable', () => {
       const spec = await freshOutbox();
       const n = tableNames(spec);
       await run(`drop trigger "${n.notifyTrigger}" on ${n.table}`);
-      await run(`create trigger "${n.notifyTrigger}" ${when} on ${n.table} ${level} execute function ${n.notifyFunction}()`);
+      await run(
+        `create trigger "${n.notifyTrigger}" ${when} on ${n.table} ${level} execute function ${n.notifyFunction}()`,
+      );
       expect(await missing(spec)).toEqual([triggerGap(spec)]);
     });
   });

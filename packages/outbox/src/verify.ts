@@ -54,26 +54,42 @@ function constraintGap(spec: OutboxSpec, name: string, column: ColumnRow): strin
       return column.not_null ? undefined : 'not null';
     case 'created_at':
     case 'next_attempt_at':
-      return column.not_null && column.default !== null ? undefined : 'not null default now(), as enqueue leaves it to the default';
+      return column.not_null && column.default !== null
+        ? undefined
+        : 'not null default now(), as enqueue leaves it to the default';
     case 'attempt_count':
-      return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
+      return column.not_null && column.default === '0'
+        ? undefined
+        : 'not null default 0, as enqueue leaves it to the default';
     case 'is_head':
       return column.not_null && column.default === 'false' ? undefined : 'not null default false';
     case 'revival_count':
-      return column.not_null && column.default === '0' ? undefined : 'not null default 0, as enqueue leaves it to the default';
+      return column.not_null && column.default === '0'
+        ? undefined
+        : 'not null default 0, as enqueue leaves it to the default';
     case 'revive_requested':
-      return column.not_null && column.default === 'false' ? undefined : 'not null default false, as enqueue leaves it to the default';
+      return column.not_null && column.default === 'false'
+        ? undefined
+        : 'not null default false, as enqueue leaves it to the default';
     case 'verify_after':
-      return column.not_null || column.default !== null ? 'nullable without a default: NULL until a delivery is to be checked' : undefined;
+      return column.not_null || column.default !== null
+        ? 'nullable without a default: NULL until a delivery is to be checked'
+        : undefined;
     case 'sent_at':
     case 'retired_at':
-      return column.not_null || column.default !== null ? 'nullable without a default: NULL until the row is delivered or retired' : undefined;
+      return column.not_null || column.default !== null
+        ? 'nullable without a default: NULL until the row is delivered or retired'
+        : undefined;
     default:
       return undefined;
   }
 }
 
-const normalise = (text: string | null) => (text ?? '').replace(/[()\s]+/g, ' ').trim().toLowerCase();
+const normalise = (text: string | null) =>
+  (text ?? '')
+    .replace(/[()\s]+/g, ' ')
+    .trim()
+    .toLowerCase();
 
 /**
  * Checks that the live table behind `spec` is what the drainer and the reconciler rely on: a plain
@@ -99,7 +115,9 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
     from pg_class c where c.oid = ${oid}`.execute(db);
   const { kind: relkind, children } = kind.rows[0] ?? { kind: 'r', children: false };
   if (relkind === 'p' || children) {
-    missing.push('the table itself: it is partitioned (or has inheritance children), and rows of two partitions can share a ctid, by which the drainer locks its runs');
+    missing.push(
+      'the table itself: it is partitioned (or has inheritance children), and rows of two partitions can share a ctid, by which the drainer locks its runs',
+    );
   } else if (relkind !== 'r') {
     missing.push(`the table itself: ${spec.table} is not a plain table (relkind ${relkind})`);
   }
@@ -112,7 +130,8 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
   const actual = new Map(columns.rows.map((c) => [c.name, c]));
   for (const [name, type] of Object.entries(expectedColumns(spec))) {
     const column = actual.get(name);
-    if (!column) missing.push(`column ${name} ${type}${name === spec.partitionColumn ? ' (the spec\'s partitionColumn)' : ''}`);
+    if (!column)
+      missing.push(`column ${name} ${type}${name === spec.partitionColumn ? " (the spec's partitionColumn)" : ''}`);
     else if (column.type !== type) missing.push(`column ${name} should be ${type}, is ${column.type}`);
     else {
       const gap = constraintGap(spec, name, column);
@@ -132,17 +151,22 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
   const isPending = (p: string) =>
     p === 'sent_at is null and retired_at is null' || p === 'retired_at is null and sent_at is null';
   if (!hasIndex([spec.partitionColumn, 'id'], isPending)) {
-    missing.push(`partial index (${spec.partitionColumn}, id) where sent_at is null and retired_at is null (partition head)`);
+    missing.push(
+      `partial index (${spec.partitionColumn}, id) where sent_at is null and retired_at is null (partition head)`,
+    );
   }
-  if (!hasIndex(['id'], isPending)) missing.push('partial index (id) where sent_at is null and retired_at is null (pending)');
+  if (!hasIndex(['id'], isPending))
+    missing.push('partial index (id) where sent_at is null and retired_at is null (pending)');
   if (!hasIndex(['next_attempt_at', 'id'], (p) => p === 'is_head')) {
-    missing.push('partial index (next_attempt_at, id) where is_head (the drainer\'s claim)');
+    missing.push("partial index (next_attempt_at, id) where is_head (the drainer's claim)");
   }
   if (!hasIndex(['verify_after'], (p) => p === 'verify_after is not null')) {
     missing.push('partial index (verify_after) where verify_after is not null (late-write verification)');
   }
   if (!hasIndex([spec.partitionColumn, 'id'], (p) => p === 'sent_at is not null')) {
-    missing.push(`partial index (${spec.partitionColumn}, id) where sent_at is not null (delivered rows: compaction, the reconciler's successor look-up)`);
+    missing.push(
+      `partial index (${spec.partitionColumn}, id) where sent_at is not null (delivered rows: compaction, the reconciler's successor look-up)`,
+    );
   }
 
   // tgtype bits: 1 = row-level, 2 = before, 4 = insert. Statement-level, after, insert; enabled
@@ -158,7 +182,9 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
 
   const functions = await sql<{ name: string; source: string }>`
     select p.proname as name, p.prosrc as source from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace
-    where ns.nspname = ${spec.schema} and p.proname = any(${[`${spec.tableName}_claim`, `${spec.tableName}_settle`, `${spec.tableName}_enqueue`]}::text[])`.execute(db);
+    where ns.nspname = ${spec.schema} and p.proname = any(${[`${spec.tableName}_claim`, `${spec.tableName}_settle`, `${spec.tableName}_enqueue`]}::text[])`.execute(
+    db,
+  );
   const expected = [
     { fn: 'claim', what: "the drainer's claim", marker: drainFunctionMarker(spec, 'claim') },
     { fn: 'settle', what: "the drainer's settle", marker: drainFunctionMarker(spec, 'settle') },
@@ -167,9 +193,12 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
   for (const { fn, what, marker } of expected) {
     const name = `${spec.schema}.${spec.tableName}_${fn}`;
     const found = functions.rows.filter((f) => f.name === `${spec.tableName}_${fn}`);
-    if (found.length === 0) missing.push(`function ${name} (${what}; created by createOutboxTable or createDrainFunctions)`);
+    if (found.length === 0)
+      missing.push(`function ${name} (${what}; created by createOutboxTable or createDrainFunctions)`);
     else if (!found.some((f) => f.source.includes(marker))) {
-      missing.push(`function ${name} is not the one this release creates for this spec (expected "${marker}" in its body; createDrainFunctions replaces it)`);
+      missing.push(
+        `function ${name} is not the one this release creates for this spec (expected "${marker}" in its body; createDrainFunctions replaces it)`,
+      );
     }
   }
   if (missing.length > 0) throw new OutboxTableError(spec.table, missing);

@@ -57,7 +57,12 @@ export async function confirmPartitions(ctx: AuditContext, keys: Iterable<string
       }
       const diff = diffTuples(owned.tuples, live.get(key) ?? []);
       if (diff.missing.length === 0 && diff.unexpected.length === 0) continue;
-      drifted.push({ partitionKey: key, object: ctx.owner.partitionFilter(key).object, objectKnown: owned.objectKnown, ...diff });
+      drifted.push({
+        partitionKey: key,
+        object: ctx.owner.partitionFilter(key).object,
+        objectKnown: owned.objectKnown,
+        ...diff,
+      });
     }
   }
   return { drifted, pending };

@@ -46,7 +46,8 @@ export function integerOption(field: string, value: unknown, fallback: number, m
 }
 
 export function auditContext(target: AuditTarget): AuditContext {
-  if (target === null || typeof target !== 'object') throw new OutboxConfigError('options', 'expected { db, spec, owner, reader }');
+  if (target === null || typeof target !== 'object')
+    throw new OutboxConfigError('options', 'expected { db, spec, owner, reader }');
   for (const field of ['db', 'spec', 'owner', 'reader'] as const) {
     if (target[field] === undefined || target[field] === null) throw new OutboxConfigError(field, 'is required');
   }
@@ -73,7 +74,10 @@ export function objectType(object: string): string {
 /** Every expected tuple must map back to its partition (else repair would enqueue it out of another key's order). */
 export function checkOwned(ctx: AuditContext, partition: OwnedPartition): OwnedPartition {
   if (!partition.objectKnown && partition.tuples.length > 0) {
-    throw new OutboxConfigError('owner', `expects tuples in partition ${JSON.stringify(partition.partitionKey)} but says its object has no owner row`);
+    throw new OutboxConfigError(
+      'owner',
+      `expects tuples in partition ${JSON.stringify(partition.partitionKey)} but says its object has no owner row`,
+    );
   }
   for (const tuple of partition.tuples) {
     const key = ctx.owner.partitionOf(tuple);
@@ -88,13 +92,21 @@ export function checkOwned(ctx: AuditContext, partition: OwnedPartition): OwnedP
 }
 
 /** The owner's state of `keys`, one entry per key (an owner that leaves one out is refused: its tuples would read as orphans and be deleted). */
-export async function ownedState(ctx: AuditContext, trx: AnyKysely, keys: readonly string[]): Promise<Map<string, OwnedPartition>> {
+export async function ownedState(
+  ctx: AuditContext,
+  trx: AnyKysely,
+  keys: readonly string[],
+): Promise<Map<string, OwnedPartition>> {
   const owned = new Map<string, OwnedPartition>();
   if (keys.length === 0) return owned;
-  for (const partition of await ctx.owner.partitions(trx, keys)) owned.set(partition.partitionKey, checkOwned(ctx, partition));
+  for (const partition of await ctx.owner.partitions(trx, keys))
+    owned.set(partition.partitionKey, checkOwned(ctx, partition));
   const absent = keys.filter((key) => !owned.has(key));
   if (absent.length > 0) {
-    throw new OutboxConfigError('owner', `partitions() returned no entry for ${absent.length} of the keys asked, e.g. ${JSON.stringify(absent[0])}: return one per key`);
+    throw new OutboxConfigError(
+      'owner',
+      `partitions() returned no entry for ${absent.length} of the keys asked, e.g. ${JSON.stringify(absent[0])}: return one per key`,
+    );
   }
   return owned;
 }

@@ -6,7 +6,11 @@ import { sql } from 'kysely';
 const KEYS_PER_STATEMENT = 1_000;
 
 /** Which of `keys` have a pending intent, as `trx` sees it: not drift (yet). One partition-head probe per key. */
-export async function pendingPartitions(trx: AnyKysely, spec: OutboxSpec, keys: Iterable<string>): Promise<Set<string>> {
+export async function pendingPartitions(
+  trx: AnyKysely,
+  spec: OutboxSpec,
+  keys: Iterable<string>,
+): Promise<Set<string>> {
   const n = tableNames(spec);
   const all = [...new Set(keys)];
   const pending = new Set<string>();

@@ -35,5 +35,8 @@ export interface TupleReader {
   /** One page of the live tuples of one partition (the confirmation's re-read). */
   readTuples(filter: PartitionFilter, continuationToken: string | undefined): Promise<TuplePage>;
   /** One page of the changes to objects of `objectType`, after `from.continuationToken`, else from `from.startTime`. */
-  readChanges(objectType: string, from: { readonly continuationToken?: string; readonly startTime?: Date }): Promise<ChangePage>;
+  readChanges(
+    objectType: string,
+    from: { readonly continuationToken?: string; readonly startTime?: Date },
+  ): Promise<ChangePage>;
 }

@@ -72,9 +72,14 @@ export interface Findings {
   readonly drifted: readonly DriftedPartition[];
 }
 
-const byKey = (a: { partitionKey: string }, b: { partitionKey: string }) => (a.partitionKey < b.partitionKey ? -1 : a.partitionKey > b.partitionKey ? 1 : 0);
+const byKey = (a: { partitionKey: string }, b: { partitionKey: string }) =>
+  a.partitionKey < b.partitionKey ? -1 : a.partitionKey > b.partitionKey ? 1 : 0;
 
-function kind(drifted: readonly DriftedPartition[], pick: (p: DriftedPartition) => readonly TupleKey[], sampleSize: number): DriftKind<PartitionSample> {
+function kind(
+  drifted: readonly DriftedPartition[],
+  pick: (p: DriftedPartition) => readonly TupleKey[],
+  sampleSize: number,
+): DriftKind<PartitionSample> {
   const found = drifted.filter((p) => pick(p).length > 0).sort(byKey);
   return {
     partitions: found.length,
@@ -100,8 +105,18 @@ function orphans(drifted: readonly DriftedPartition[], sampleSize: number): Audi
   const sample = [...objects]
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .slice(0, sampleSize)
-    .map(([object, e]) => ({ object, partitionKeys: e.partitionKeys.slice(0, sampleSize), tuples: e.tuples.slice(0, sampleSize), tupleCount: e.tuples.length }));
-  return { objects: objects.size, partitions: found.length, tuples: found.reduce((sum, p) => sum + p.unexpected.length, 0), sample };
+    .map(([object, e]) => ({
+      object,
+      partitionKeys: e.partitionKeys.slice(0, sampleSize),
+      tuples: e.tuples.slice(0, sampleSize),
+      tupleCount: e.tuples.length,
+    }));
+  return {
+    objects: objects.size,
+    partitions: found.length,
+    tuples: found.reduce((sum, p) => sum + p.unexpected.length, 0),
+    sample,
+  };
 }
 
 /** Sums findings up into a report, samples bounded by `sampleSize`. */

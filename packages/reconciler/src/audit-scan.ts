@@ -47,7 +47,8 @@ export async function scanPartitions(ctx: AuditContext): Promise<ScanResult> {
       for (const partition of page.partitions) {
         checkOwned(ctx, partition);
         compared += 1;
-        if (!sameTuples(partition.tuples, live.get(partition.partitionKey) ?? [])) differing.add(partition.partitionKey);
+        if (!sameTuples(partition.tuples, live.get(partition.partitionKey) ?? []))
+          differing.add(partition.partitionKey);
         live.delete(partition.partitionKey);
       }
       after = page.next;

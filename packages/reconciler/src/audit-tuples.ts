@@ -5,7 +5,10 @@ function canonical(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
   if (value !== null && typeof value === 'object') {
     const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
-    return `{${entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
+    return `{${entries
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`)
+      .join(',')}}`;
   }
   return JSON.stringify(value) ?? 'null';
 }
@@ -22,7 +25,8 @@ export function tupleKeyId(tuple: TupleKey): string {
 export function tupleId(tuple: TupleKey): string {
   const condition = tuple.condition;
   if (!condition) return tupleKeyId(tuple);
-  const context = condition.context && Object.keys(condition.context).length > 0 ? ` ${canonical(condition.context)}` : '';
+  const context =
+    condition.context && Object.keys(condition.context).length > 0 ? ` ${canonical(condition.context)}` : '';
   return `${tupleKeyId(tuple)} ?${condition.name}${context}`;
 }
 

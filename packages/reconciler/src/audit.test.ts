@@ -51,12 +51,26 @@ describe('auditOutbox', () => {
     expect(report.missing).toEqual({
       partitions: 1,
       tuples: 1,
-      sample: [{ partitionKey: 'vpc:b', object: 'vpc:b', tuples: [{ user: 'user:ann', relation: 'owner', object: 'vpc:b' }], tupleCount: 1 }],
+      sample: [
+        {
+          partitionKey: 'vpc:b',
+          object: 'vpc:b',
+          tuples: [{ user: 'user:ann', relation: 'owner', object: 'vpc:b' }],
+          tupleCount: 1,
+        },
+      ],
     });
     expect(report.unexpected).toEqual({
       partitions: 1,
       tuples: 1,
-      sample: [{ partitionKey: 'vpc:a', object: 'vpc:a', tuples: [{ user: 'user:mallory', relation: 'viewer', object: 'vpc:a' }], tupleCount: 1 }],
+      sample: [
+        {
+          partitionKey: 'vpc:a',
+          object: 'vpc:a',
+          tuples: [{ user: 'user:mallory', relation: 'viewer', object: 'vpc:a' }],
+          tupleCount: 1,
+        },
+      ],
     });
     expect(report.orphans).toMatchObject({ objects: 2, partitions: 2, tuples: 3 });
     expect(report.orphans.sample.map((o) => [o.object, o.partitionKeys, o.tupleCount])).toEqual([
@@ -73,7 +87,13 @@ describe('auditOutbox', () => {
     await world.create('d'); // committed, not delivered: OpenFGA lacks its tuples for now
     await world.remove('a'); // the same for a delete
     const report = await auditOutbox(world.target);
-    expect(report).toMatchObject({ drifted: 0, candidates: 2, skippedPending: 2, missing: { tuples: 0 }, orphans: { tuples: 0 } });
+    expect(report).toMatchObject({
+      drifted: 0,
+      candidates: 2,
+      skippedPending: 2,
+      missing: { tuples: 0 },
+      orphans: { tuples: 0 },
+    });
     await world.drain();
     expect((await auditOutbox(world.target)).drifted).toBe(0);
   });
@@ -118,8 +138,12 @@ describe('auditOutbox', () => {
 
   test('samples are bounded by sampleSize, counts are complete', async () => {
     const world = await agreed();
-    await world.client.write({ writes: Array.from({ length: 5 }, (_, i) => ({ user: 'user:eve', relation: 'owner', object: `vpc:ghost${i}` })) });
-    await world.client.write({ writes: Array.from({ length: 5 }, (_, i) => ({ user: `user:m${i}`, relation: 'viewer', object: 'vpc:a' })) });
+    await world.client.write({
+      writes: Array.from({ length: 5 }, (_, i) => ({ user: 'user:eve', relation: 'owner', object: `vpc:ghost${i}` })),
+    });
+    await world.client.write({
+      writes: Array.from({ length: 5 }, (_, i) => ({ user: `user:m${i}`, relation: 'viewer', object: 'vpc:a' })),
+    });
     const report = await auditOutbox({ ...world.target, sampleSize: 2 });
     expect(report.orphans).toMatchObject({ objects: 5, tuples: 5 });
     expect(report.orphans.sample.map((o) => o.object)).toEqual(['vpc:ghost0', 'vpc:ghost1']);
@@ -131,9 +155,12 @@ describe('auditOutbox', () => {
   test('cost: a full audit of 1,000 agreeing objects reads the store 100 tuples a page and re-reads nothing', async () => {
     const world = await auditWorld(t.db);
     const ids = Array.from({ length: 1_000 }, (_, i) => `r${String(i).padStart(4, '0')}`);
-    await sql`insert into ${sql.raw(world.table)} (id, project_id, owner) select unnest(${ids}::text[]), 'p1', 'ann'`.execute(t.db);
+    await sql`insert into ${sql.raw(world.table)} (id, project_id, owner) select unnest(${ids}::text[]), 'p1', 'ann'`.execute(
+      t.db,
+    );
     const tuples = ids.flatMap((id) => resourceTuples(id, 'p1', 'ann'));
-    for (let from = 0; from < tuples.length; from += 100) await world.client.write({ writes: tuples.slice(from, from + 100) });
+    for (let from = 0; from < tuples.length; from += 100)
+      await world.client.write({ writes: tuples.slice(from, from + 100) });
 
     const report = await auditOutbox(world.target);
     expect(report).toMatchObject({ partitionsCompared: 1_000, liveTuplesRead: 2_000, drifted: 0, candidates: 0 });
@@ -170,13 +197,19 @@ describe('auditOutboxIncremental', () => {
     expect(first).toMatchObject({ mode: 'incremental', drifted: 0 });
     expect(first.reads.tuplePages).toBe(1);
     const stored = await sql<{ object_type: string; continuation_token: string | null }>`
-      select object_type, continuation_token from ${sql.raw(cursorTable_)} where outbox = ${world.spec.table}`.execute(t.db);
+      select object_type, continuation_token from ${sql.raw(cursorTable_)} where outbox = ${world.spec.table}`.execute(
+      t.db,
+    );
     expect(stored.rows).toEqual([{ object_type: 'vpc', continuation_token: expect.any(String) }]);
 
     // Nothing changed: one changelog page, no scan, no re-read.
     world.reader.calls.readObjectTypes = 0;
     const quiet = await auditOutboxIncremental(options);
-    expect(quiet).toMatchObject({ drifted: 0, partitionsCompared: 0, reads: { tuplePages: 0, partitionReads: 0, changePages: 1 } });
+    expect(quiet).toMatchObject({
+      drifted: 0,
+      partitionsCompared: 0,
+      reads: { tuplePages: 0, partitionReads: 0, changePages: 1 },
+    });
 
     // An out-of-band grant, and a delivery of the drainer (a change that is what the owner expects).
     await world.client.write({ writes: [{ user: 'user:mallory', relation: 'viewer', object: 'vpc:b' }] });

@@ -1,6 +1,12 @@
 import { auditContext, integerOption, objectType, type AuditContext, type AuditTarget } from './audit-context.js';
 import { confirmPartitions } from './audit-confirm.js';
-import { AUDIT_CURSOR_TABLE, auditCursorTableName, readAuditCursors, writeAuditCursors, type AuditCursor } from './audit-cursor.js';
+import {
+  AUDIT_CURSOR_TABLE,
+  auditCursorTableName,
+  readAuditCursors,
+  writeAuditCursors,
+  type AuditCursor,
+} from './audit-cursor.js';
 import { auditReport, type AuditReport, type Findings } from './audit-report.js';
 import { scanPartitions } from './audit-scan.js';
 import type { Logger } from './logger.js';
@@ -44,11 +50,22 @@ async function fullFindings(ctx: AuditContext): Promise<{ findings: Findings }> 
 }
 
 /** @internal what repair audits: every drifted partition, not only the report's sample. */
-export async function findDrift(ctx: AuditContext, partitionKeys: readonly string[] | undefined): Promise<{ findings: Findings }> {
+export async function findDrift(
+  ctx: AuditContext,
+  partitionKeys: readonly string[] | undefined,
+): Promise<{ findings: Findings }> {
   if (partitionKeys === undefined) return fullFindings(ctx);
   const confirmed = await confirmPartitions(ctx, partitionKeys);
   const keys = new Set(partitionKeys);
-  return { findings: { compared: keys.size, liveTuples: 0, candidates: keys.size, pending: confirmed.pending.length, drifted: confirmed.drifted } };
+  return {
+    findings: {
+      compared: keys.size,
+      liveTuples: 0,
+      candidates: keys.size,
+      pending: confirmed.pending.length,
+      drifted: confirmed.drifted,
+    },
+  };
 }
 
 function logOutcome(logger: Logger | undefined, report: AuditReport): void {
@@ -63,7 +80,8 @@ function logOutcome(logger: Logger | undefined, report: AuditReport): void {
     skippedPending: report.skippedPending,
     reads: report.reads,
   };
-  if (report.drifted > 0) logger.warn(`audit of ${report.outbox}: OpenFGA differs from the owner in ${report.drifted} partition(s)`, fields);
+  if (report.drifted > 0)
+    logger.warn(`audit of ${report.outbox}: OpenFGA differs from the owner in ${report.drifted} partition(s)`, fields);
   else logger.info(`audit of ${report.outbox}: OpenFGA agrees with the owner`, fields);
 }
 
@@ -80,13 +98,22 @@ export async function auditOutbox(options: AuditOptions): Promise<AuditReport> {
   const ctx = auditContext(options);
   const sampleSize = integerOption('sampleSize', options.sampleSize, 20, 0, 1_000);
   const { findings } = await fullFindings(ctx);
-  const report = auditReport({ outbox: ctx.spec.table, mode: 'full', objectTypes: ctx.owner.objectTypes, reads: ctx.reads, startedAt }, findings, sampleSize);
+  const report = auditReport(
+    { outbox: ctx.spec.table, mode: 'full', objectTypes: ctx.owner.objectTypes, reads: ctx.reads, startedAt },
+    findings,
+    sampleSize,
+  );
   logOutcome(options.logger, report);
   return report;
 }
 
 /** The changed partitions of one object type since `cursor`, and the cursor to store after. */
-async function changedPartitions(ctx: AuditContext, type: string, cursor: AuditCursor, into: Set<string>): Promise<AuditCursor> {
+async function changedPartitions(
+  ctx: AuditContext,
+  type: string,
+  cursor: AuditCursor,
+  into: Set<string>,
+): Promise<AuditCursor> {
   let from: AuditCursor = cursor;
   for (;;) {
     const page = await ctx.reader.readChanges(type, from);
@@ -132,8 +159,11 @@ export async function auditOutboxIncremental(options: IncrementalAuditOptions): 
   // the scan sees every change read above.
   const { findings } = await findDrift(ctx, first || changed.size > scanAbove ? undefined : [...changed]);
   await writeAuditCursors(ctx.db, table, ctx.spec.table, next);
-  const report = auditReport({ outbox: ctx.spec.table, mode: 'incremental', objectTypes: ctx.owner.objectTypes, reads: ctx.reads, startedAt }, findings, sampleSize);
+  const report = auditReport(
+    { outbox: ctx.spec.table, mode: 'incremental', objectTypes: ctx.owner.objectTypes, reads: ctx.reads, startedAt },
+    findings,
+    sampleSize,
+  );
   logOutcome(options.logger, report);
   return report;
 }
-

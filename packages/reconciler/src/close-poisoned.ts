@@ -1,6 +1,15 @@
 import { sql, type Transaction } from 'kysely';
 import { OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { assertRecordedMaxAttempts, compareIds, lockPartitions, resetHeads, rowStates, tableNames, type ClosedAs, type PoisonCause } from '@outbox/outbox/protocol';
+import {
+  assertRecordedMaxAttempts,
+  compareIds,
+  lockPartitions,
+  resetHeads,
+  rowStates,
+  tableNames,
+  type ClosedAs,
+  type PoisonCause,
+} from '@outbox/outbox/protocol';
 import { DiscardRefusedError, RetireRefusedError, type DiscardRefusal, type RetireRefusal } from './errors.js';
 import type { Logger } from './logger.js';
 import { toIntent, type RedrivenIntent } from './redrive.js';
@@ -30,7 +39,12 @@ interface CloseRow {
 }
 
 /** Each wanted row's state, on a snapshot taken after every lock; `contended`: its partition has a pending row not in `locked`. */
-function classifyForClose(spec: OutboxSpec, ids: readonly string[], check: SuccessorCheck, locked: readonly string[] | undefined) {
+function classifyForClose(
+  spec: OutboxSpec,
+  ids: readonly string[],
+  check: SuccessorCheck,
+  locked: readonly string[] | undefined,
+) {
   const n = tableNames(spec);
   const table = sql.raw(n.table);
   const key = sql.raw(n.partition);
@@ -73,8 +87,17 @@ function discardRefusal(row: CloseRow | undefined): DiscardRefusal | undefined {
 }
 
 const MODES = {
-  retired: { verb: 'retire', refusal: retireRefusal, error: (table: string, refused: { id: string; refusal: RetireRefusal }[]) => new RetireRefusedError(table, refused) },
-  discarded: { verb: 'discard', refusal: discardRefusal, error: (table: string, refused: { id: string; refusal: DiscardRefusal }[]) => new DiscardRefusedError(table, refused) },
+  retired: {
+    verb: 'retire',
+    refusal: retireRefusal,
+    error: (table: string, refused: { id: string; refusal: RetireRefusal }[]) => new RetireRefusedError(table, refused),
+  },
+  discarded: {
+    verb: 'discard',
+    refusal: discardRefusal,
+    error: (table: string, refused: { id: string; refusal: DiscardRefusal }[]) =>
+      new DiscardRefusedError(table, refused),
+  },
 } as const;
 
 const ID = /^[1-9][0-9]{0,18}$/;
@@ -96,48 +119,73 @@ export async function closePoisoned(
 ): Promise<RedrivenIntent[]> {
   const mode = MODES[closedAs];
   if (typeof reason !== 'string' || reason.trim() === '') {
-    throw new OutboxConfigError('reason', `${mode.verb} on ${spec.table}: give a reason (a non-empty string): it is kept as evidence`);
+    throw new OutboxConfigError(
+      'reason',
+      `${mode.verb} on ${spec.table}: give a reason (a non-empty string): it is kept as evidence`,
+    );
   }
-  if (!Array.isArray(ids) || ids.length === 0) throw new OutboxConfigError('ids', `${mode.verb} on ${spec.table}: expected a non-empty array of outbox ids`);
-  if (ids.length > MAX_RETIRE_IDS) throw new OutboxConfigError('ids', `${mode.verb} on ${spec.table}: at most ${MAX_RETIRE_IDS} ids per call, got ${ids.length}`);
+  if (!Array.isArray(ids) || ids.length === 0)
+    throw new OutboxConfigError('ids', `${mode.verb} on ${spec.table}: expected a non-empty array of outbox ids`);
+  if (ids.length > MAX_RETIRE_IDS)
+    throw new OutboxConfigError(
+      'ids',
+      `${mode.verb} on ${spec.table}: at most ${MAX_RETIRE_IDS} ids per call, got ${ids.length}`,
+    );
   const wanted = [...new Set(ids.map((id) => String(id)))];
   const malformed = wanted.filter((id) => !isId(id));
-  if (malformed.length > 0) throw mode.error(spec.table, malformed.map((id) => ({ id, refusal: 'unknown' as const })));
+  if (malformed.length > 0)
+    throw mode.error(
+      spec.table,
+      malformed.map((id) => ({ id, refusal: 'unknown' as const })),
+    );
 
-  const closed = await db.transaction().setIsolationLevel('read committed').execute(async (trx: Transaction<unknown>) => {
-    const n = tableNames(spec);
-    await sql`select pg_advisory_xact_lock(${reconcilerLockKey(spec)})`.execute(trx);
-    const keys = await sql<{ key: string }>`
-      select distinct ${sql.raw(n.partition)} as key from ${sql.raw(n.table)} where id = any(${wanted}::bigint[])`.execute(trx);
-    const partitions = keys.rows.map((r) => r.key);
-    let locked: string[] | undefined;
-    if (partitions.length > 0) {
-      const rows = await lockPendingRows(spec, partitions, { skipLocked: closedAs === 'discarded' }).execute(trx);
-      if (closedAs === 'discarded') locked = rows.rows.map((r) => String(r.id));
-      await lockPartitions(spec, partitions).execute(trx);
-    }
-    await assertRecordedMaxAttempts(trx, spec, 'reconciler');
-    const check = { ...(await successorCheck(trx, spec)), keys: partitions };
-    const rows = new Map((await classifyForClose(spec, wanted, check, locked).execute(trx)).rows.map((r) => [String(r.id), r]));
-    const refused = wanted.flatMap((id) => {
-      const refusal = mode.refusal(rows.get(id));
-      return refusal ? [{ id, refusal }] : [];
-    });
-    if (refused.length > 0) throw mode.error(spec.table, refused as never);
+  const closed = await db
+    .transaction()
+    .setIsolationLevel('read committed')
+    .execute(async (trx: Transaction<unknown>) => {
+      const n = tableNames(spec);
+      await sql`select pg_advisory_xact_lock(${reconcilerLockKey(spec)})`.execute(trx);
+      const keys = await sql<{ key: string }>`
+      select distinct ${sql.raw(n.partition)} as key from ${sql.raw(n.table)} where id = any(${wanted}::bigint[])`.execute(
+        trx,
+      );
+      const partitions = keys.rows.map((r) => r.key);
+      let locked: string[] | undefined;
+      if (partitions.length > 0) {
+        const rows = await lockPendingRows(spec, partitions, { skipLocked: closedAs === 'discarded' }).execute(trx);
+        if (closedAs === 'discarded') locked = rows.rows.map((r) => String(r.id));
+        await lockPartitions(spec, partitions).execute(trx);
+      }
+      await assertRecordedMaxAttempts(trx, spec, 'reconciler');
+      const check = { ...(await successorCheck(trx, spec)), keys: partitions };
+      const rows = new Map(
+        (await classifyForClose(spec, wanted, check, locked).execute(trx)).rows.map((r) => [String(r.id), r]),
+      );
+      const refused = wanted.flatMap((id) => {
+        const refusal = mode.refusal(rows.get(id));
+        return refusal ? [{ id, refusal }] : [];
+      });
+      if (refused.length > 0) throw mode.error(spec.table, refused as never);
 
-    await sql`
+      await sql`
       update ${sql.raw(n.table)} set retired_at = now(), retired_reason = ${reason.trim()}, closed_as = ${closedAs}, is_head = false
       where id = any(${wanted}::bigint[]) and ${rowStates().pending}`.execute(trx);
-    // Only a hand-edited row can be poisoned and head; give its partition its real head back.
-    const repair = [...new Set([...rows.values()].filter((r) => r.is_head).map((r) => r.key))];
-    if (repair.length > 0) await resetHeads(trx, spec, repair);
-    return wanted
-      .map((id) => rows.get(id) as CloseRow)
-      .sort((a, b) => compareIds(String(a.id), String(b.id)))
-      .map(toIntent);
-  });
-  const fields = { table: spec.table, ids: closed.map((r) => r.id), partitionKeys: [...new Set(closed.map((r) => r.partitionKey))], reason: reason.trim() };
-  if (closedAs === 'discarded') logger.warn(`discarded ${closed.length} poisoned intent(s): their tuples will not be written`, fields);
+      // Only a hand-edited row can be poisoned and head; give its partition its real head back.
+      const repair = [...new Set([...rows.values()].filter((r) => r.is_head).map((r) => r.key))];
+      if (repair.length > 0) await resetHeads(trx, spec, repair);
+      return wanted
+        .map((id) => rows.get(id) as CloseRow)
+        .sort((a, b) => compareIds(String(a.id), String(b.id)))
+        .map(toIntent);
+    });
+  const fields = {
+    table: spec.table,
+    ids: closed.map((r) => r.id),
+    partitionKeys: [...new Set(closed.map((r) => r.partitionKey))],
+    reason: reason.trim(),
+  };
+  if (closedAs === 'discarded')
+    logger.warn(`discarded ${closed.length} poisoned intent(s): their tuples will not be written`, fields);
   else logger.info(`retired ${closed.length} superseded intent(s)`, fields);
   return closed;
 }

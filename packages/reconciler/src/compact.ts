@@ -42,7 +42,10 @@ export interface CompactionResult {
 function milliseconds(field: string, value: number | undefined, fallback: number): number {
   const result = value ?? fallback;
   if (!Number.isInteger(result) || result < 0 || result > MAX_RETENTION_MS) {
-    throw new OutboxConfigError(field, `expected whole milliseconds from 0 to ${MAX_RETENTION_MS} (a century), got ${String(value)}`);
+    throw new OutboxConfigError(
+      field,
+      `expected whole milliseconds from 0 to ${MAX_RETENTION_MS} (a century), got ${String(value)}`,
+    );
   }
   return result;
 }
@@ -78,7 +81,10 @@ export function compactBatch(spec: OutboxSpec, after: string, options: BatchOpti
   const n = tableNames(spec);
   const table = sql.raw(n.table);
   const key = sql.raw(n.partition);
-  const range = (alias: string) => sql.raw(`(${alias}.${n.partition}, ${alias}.id) >= (k.key, -9223372036854775808) and (${alias}.${n.partition}, ${alias}.id) <= (k.key, 9223372036854775807)`);
+  const range = (alias: string) =>
+    sql.raw(
+      `(${alias}.${n.partition}, ${alias}.id) >= (k.key, -9223372036854775808) and (${alias}.${n.partition}, ${alias}.id) <= (k.key, 9223372036854775807)`,
+    );
   const marked = options.verifyAfter ? sql` and t.verify_after is null` : sql``;
   const doomed = sql`
     select b.id, b.sent_at is not null as delivered from batch b left join bounds d on d.key = b.key
@@ -124,12 +130,14 @@ function columnPresent(spec: OutboxSpec, column: string) {
  * console.log(`${result.deleted} rows deleted in ${result.batches} batches`);
  */
 export async function compactOutbox(options: CompactOptions): Promise<CompactionResult> {
-  if (options === null || typeof options !== 'object' || !options.db || !options.spec) throw new OutboxConfigError('options', 'expected { db, spec }');
+  if (options === null || typeof options !== 'object' || !options.db || !options.spec)
+    throw new OutboxConfigError('options', 'expected { db, spec }');
   const { db, spec } = options;
   const retentionMs = milliseconds('retentionMs', options.retentionMs, 30 * DAY_MS);
   const closedRetentionMs = milliseconds('closedRetentionMs', options.closedRetentionMs, retentionMs);
   const batchSize = options.batchSize ?? 1_000;
-  if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) throw new OutboxConfigError('batchSize', `expected an integer from 1 to 10000, got ${String(options.batchSize)}`);
+  if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000)
+    throw new OutboxConfigError('batchSize', `expected an integer from 1 to 10000, got ${String(options.batchSize)}`);
   const dryRun = options.dryRun === true;
   const verifyAfter = (await columnPresent(spec, 'verify_after').execute(db)).rows[0]?.present === true;
 
@@ -160,7 +168,10 @@ export async function compactOutbox(options: CompactOptions): Promise<Compaction
   }
   totals.deleted = totals.delivered + totals.closed;
   if (totals.deleted > 0) {
-    options.logger?.info(`${dryRun ? 'compaction (dry run) would delete' : 'compaction deleted'} ${totals.deleted} row(s)`, { table: spec.table, ...totals });
+    options.logger?.info(
+      `${dryRun ? 'compaction (dry run) would delete' : 'compaction deleted'} ${totals.deleted} row(s)`,
+      { table: spec.table, ...totals },
+    );
   }
   return totals;
 }

@@ -13,7 +13,10 @@ const DAY = 86_400_000;
 
 const key = fc.integer({ min: 0, max: 1 });
 const step = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ kind: fc.constant('write' as const), key, variant: fc.integer({ min: 0, max: 7 }) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({ kind: fc.constant('write' as const), key, variant: fc.integer({ min: 0, max: 7 }) }),
+  },
   { weight: 4, arbitrary: fc.record({ kind: fc.constant('deliver' as const), key }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('poison' as const), key, refused: fc.boolean() }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('redrive' as const), refused: fc.boolean() }) },
@@ -42,7 +45,13 @@ test('compaction changes no redrive decision, no stats count and no audit findin
         await world.age(aged, 40);
         const before = await world.decisions();
         const rows = await world.rows();
-        const result = await compactOutbox({ db: t.db, spec: world.spec, retentionMs: 30 * DAY, closedRetentionMs, batchSize: 4 });
+        const result = await compactOutbox({
+          db: t.db,
+          spec: world.spec,
+          retentionMs: 30 * DAY,
+          closedRetentionMs,
+          batchSize: 4,
+        });
         compacted += result.deleted;
         expect(await world.rows()).toBe(rows - result.deleted);
         expect(await world.decisions()).toEqual(before);

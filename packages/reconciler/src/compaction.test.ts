@@ -5,7 +5,17 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { compactOutbox, createReconciler } from './index.js';
-import { createTestOutbox, deliver, deregister, enqueueIntent, openTransaction, poison, readRows, recordingLogger, register } from './testing/outbox-fixture.js';
+import {
+  createTestOutbox,
+  deliver,
+  deregister,
+  enqueueIntent,
+  openTransaction,
+  poison,
+  readRows,
+  recordingLogger,
+  register,
+} from './testing/outbox-fixture.js';
 
 // Compaction deletes old delivered and closed rows, never one a decision reads (docs/ledger.md).
 const t = useTestDatabase();
@@ -38,36 +48,70 @@ describe('compactOutbox', () => {
     }
     await reconciler.retire([r['old-retired']!, r['new-retired']!], 'superseded');
     await reconciler.discardPoisoned({ ids: [r['old-discarded']!], reason: 'never granted, on purpose' });
-    for (const name of ['old-retired', 'old-discarded', 'old-discarded-next', 'old-retired-next', 'new-retired', 'new-retired-next']) await age(spec, r[name]!, 100);
-    await sql`update ${sql.raw(tableNames(spec).table)} set retired_at = now() - interval '1 day' where id = ${r['new-retired']}`.execute(t.db);
+    for (const name of [
+      'old-retired',
+      'old-discarded',
+      'old-discarded-next',
+      'old-retired-next',
+      'new-retired',
+      'new-retired-next',
+    ])
+      await age(spec, r[name]!, 100);
+    await sql`update ${sql.raw(tableNames(spec).table)} set retired_at = now() - interval '1 day' where id = ${r['new-retired']}`.execute(
+      t.db,
+    );
 
     const history: Array<[string, string, 'deliver' | 'poison' | 'pending', number]> = [
       // [name, partition, outcome, age in days]
-      ['a1', 'vpc:a', 'deliver', 40], ['a2', 'vpc:a', 'deliver', 40], ['a3', 'vpc:a', 'deliver', 40], // a3: the partition's last word
-      ['b1', 'vpc:b', 'deliver', 40], ['b2', 'vpc:b', 'poison', 40], ['b3', 'vpc:b', 'deliver', 40], ['b4', 'vpc:b', 'deliver', 40], // b3, b4: after a pending row
+      ['a1', 'vpc:a', 'deliver', 40],
+      ['a2', 'vpc:a', 'deliver', 40],
+      ['a3', 'vpc:a', 'deliver', 40], // a3: the partition's last word
+      ['b1', 'vpc:b', 'deliver', 40],
+      ['b2', 'vpc:b', 'poison', 40],
+      ['b3', 'vpc:b', 'deliver', 40],
+      ['b4', 'vpc:b', 'deliver', 40], // b3, b4: after a pending row
       ['c1', 'vpc:c', 'deliver', 40],
-      ['e1', 'vpc:e', 'deliver', 40], ['e2', 'vpc:e', 'pending', 40], // e1: the last delivered, before a pending row
-      ['f1', 'vpc:f', 'deliver', 40], ['f2', 'vpc:f', 'deliver', 40],
-      ['c2', 'vpc:c', 'deliver', 1], ['d1', 'vpc:d', 'deliver', 1], ['d2', 'vpc:d', 'deliver', 1], // young
+      ['e1', 'vpc:e', 'deliver', 40],
+      ['e2', 'vpc:e', 'pending', 40], // e1: the last delivered, before a pending row
+      ['f1', 'vpc:f', 'deliver', 40],
+      ['f2', 'vpc:f', 'deliver', 40],
+      ['c2', 'vpc:c', 'deliver', 1],
+      ['d1', 'vpc:d', 'deliver', 1],
+      ['d2', 'vpc:d', 'deliver', 1], // young
     ];
-    for (const [name, key] of history) r[name] = await enqueueIntent(t.db, spec, key, intentOf(key, name.endsWith('1')));
+    for (const [name, key] of history)
+      r[name] = await enqueueIntent(t.db, spec, key, intentOf(key, name.endsWith('1')));
     for (const [name, , outcome, days] of history) {
       if (outcome === 'deliver') await deliver(t.db, spec, r[name]!);
       if (outcome === 'poison') await poison(t.db, spec, r[name]!);
       await age(spec, r[name]!, days);
     }
 
-    const dry = await compactOutbox({ db: t.db, spec, retentionMs: 30 * DAY, closedRetentionMs: 90 * DAY, dryRun: true });
+    const dry = await compactOutbox({
+      db: t.db,
+      spec,
+      retentionMs: 30 * DAY,
+      closedRetentionMs: 90 * DAY,
+      dryRun: true,
+    });
     const before = await remaining(spec);
     expect(dry).toMatchObject({ deleted: 7, delivered: 5, closed: 2, dryRun: true });
     expect(await remaining(spec)).toEqual(before);
 
-    const result = await compactOutbox({ db: t.db, spec, retentionMs: 30 * DAY, closedRetentionMs: 90 * DAY, batchSize: 3 });
+    const result = await compactOutbox({
+      db: t.db,
+      spec,
+      retentionMs: 30 * DAY,
+      closedRetentionMs: 90 * DAY,
+      batchSize: 3,
+    });
     const gone = ['a1', 'a2', 'b1', 'c1', 'f1', 'old-retired', 'old-discarded'].map((name) => r[name]);
     expect(await remaining(spec)).toEqual(before.filter((id) => !gone.includes(id)));
     expect(result).toMatchObject({ deleted: 7, delivered: 5, closed: 2, skipped: false, dryRun: false });
     expect(result.batches).toBeGreaterThan(2);
-    expect(await compactOutbox({ db: t.db, spec, retentionMs: 30 * DAY, closedRetentionMs: 90 * DAY })).toMatchObject({ deleted: 0 });
+    expect(await compactOutbox({ db: t.db, spec, retentionMs: 30 * DAY, closedRetentionMs: 90 * DAY })).toMatchObject({
+      deleted: 0,
+    });
   });
 });
 
@@ -103,25 +147,40 @@ describe('compactOutbox, what else it respects', () => {
     }
   });
 
-  test('a second run while one holds the table\'s compaction lock stops at once, reporting skipped', async () => {
+  test("a second run while one holds the table's compaction lock stops at once, reporting skipped", async () => {
     const spec = await createTestOutbox(t.db);
     const other = await openTransaction(t.db);
     try {
-      await sql`select pg_advisory_xact_lock(hashtextextended(${`outbox-compaction:${spec.table}`}, 0))`.execute(other.trx);
-      expect(await compactOutbox({ db: t.db, spec, retentionMs: 0 })).toMatchObject({ skipped: true, batches: 0, deleted: 0 });
+      await sql`select pg_advisory_xact_lock(hashtextextended(${`outbox-compaction:${spec.table}`}, 0))`.execute(
+        other.trx,
+      );
+      expect(await compactOutbox({ db: t.db, spec, retentionMs: 0 })).toMatchObject({
+        skipped: true,
+        batches: 0,
+        deleted: 0,
+      });
     } finally {
       await other.rollback();
     }
   });
 
-  test('runs on the reconciler\'s timer when scheduled, and stop() waits for it', async () => {
+  test("runs on the reconciler's timer when scheduled, and stop() waits for it", async () => {
     const spec = await createTestOutbox(t.db);
     const ids: string[] = [];
     for (let i = 0; i < 5; i += 1) ids.push(await enqueueIntent(t.db, spec, 'vpc:t', register('t')));
     for (const id of ids) await deliver(t.db, spec, id);
-    const reconciler = createReconciler({ db: t.db, spec, logger: recordingLogger(), compaction: { intervalMs: 10, retentionMs: 0 } });
+    const reconciler = createReconciler({
+      db: t.db,
+      spec,
+      logger: recordingLogger(),
+      compaction: { intervalMs: 10, retentionMs: 0 },
+    });
     await reconciler.start();
-    for (const deadline = Date.now() + 10_000; (await remaining(spec)).length > 1; await new Promise((r) => setTimeout(r, 10))) {
+    for (
+      const deadline = Date.now() + 10_000;
+      (await remaining(spec)).length > 1;
+      await new Promise((r) => setTimeout(r, 10))
+    ) {
       if (Date.now() > deadline) throw new Error('not compacted');
     }
     await reconciler.stop();
@@ -134,7 +193,9 @@ describe('compaction while drainers run', () => {
     const spec = await createTestOutbox(t.db, { maxAttempts: 5 });
     const keys = Array.from({ length: 20 }, (_, i) => `vpc:k${i}`);
     const sink = createRecordingSink();
-    const drainers = [0, 1].map(() => createDrainer({ db: t.kysely({ max: 2 }), spec, sink, batchSize: 20, listen: false, logger: recordingLogger() }));
+    const drainers = [0, 1].map(() =>
+      createDrainer({ db: t.kysely({ max: 2 }), spec, sink, batchSize: 20, listen: false, logger: recordingLogger() }),
+    );
     const compactDb = t.kysely({ max: 1 });
     const pid = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(compactDb)).rows[0]!.pid;
     const writerDb = t.kysely({ max: 2 });
@@ -146,7 +207,11 @@ describe('compaction while drainers run', () => {
     const write = async () => {
       for (let i = 0; i < 300; i += 1) {
         const partitionKey = keys[(i * 7 + enqueued.length) % keys.length]!;
-        enqueued.push(await writerDb.transaction().execute((trx) => enqueue(trx, spec, { partitionKey, payload: intentOf(partitionKey, i % 2 === 0) })));
+        enqueued.push(
+          await writerDb
+            .transaction()
+            .execute((trx) => enqueue(trx, spec, { partitionKey, payload: intentOf(partitionKey, i % 2 === 0) })),
+        );
       }
     };
     const drain = async (drainer: (typeof drainers)[number]) => {
@@ -171,7 +236,11 @@ describe('compaction while drainers run', () => {
     const background = [...drainers.map(drain), compact(), watch()];
     try {
       await Promise.all([write(), write()]);
-      for (const deadline = Date.now() + 30_000; new Set(sink.delivered.map((i) => i.id)).size < enqueued.length; await new Promise((r) => setTimeout(r, 10))) {
+      for (
+        const deadline = Date.now() + 30_000;
+        new Set(sink.delivered.map((i) => i.id)).size < enqueued.length;
+        await new Promise((r) => setTimeout(r, 10))
+      ) {
         if (Date.now() > deadline) throw new Error('not all delivered');
       }
     } finally {

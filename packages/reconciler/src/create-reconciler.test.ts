@@ -37,7 +37,10 @@ describe('validation', () => {
     ['unparenthesised jsonb operators', `s.payload->'relations' @> t.payload->'relations'`, /Parenthesise/],
   ])('coverage SQL with %s is an OutboxConfigError at start', async (_what, coverage, message) => {
     // Built past defineOutbox (which refuses some of these itself): start must catch them all.
-    const spec = { ...(await createTestOutbox(t.db, { partitionColumn: 'tuple_key' })), supersededCoverageSql: coverage };
+    const spec = {
+      ...(await createTestOutbox(t.db, { partitionColumn: 'tuple_key' })),
+      supersededCoverageSql: coverage,
+    };
     const reconciler = createReconciler({ db: t.db, spec, logger: recordingLogger() });
     const error = await configError(reconciler.start());
     expect(error.field).toBe('supersededCoverageSql');

@@ -1,9 +1,21 @@
-import { OutboxConfigError, verifyOutboxTable, type OutboxSpec, type AnyKysely, type MeterOptions } from '@outbox/outbox';
+import {
+  OutboxConfigError,
+  verifyOutboxTable,
+  type OutboxSpec,
+  type AnyKysely,
+  type MeterOptions,
+} from '@outbox/outbox';
 import { closePoisoned } from './close-poisoned.js';
 import { compactOutbox, type CompactOptions, type CompactionResult } from './compact.js';
 import { consoleLogger, type Logger } from './logger.js';
 import { reconcilerWorkMetrics } from './reconciler-metrics.js';
-import { redrivePoisoned, type PassContext, type RedriveOptions, type RedriveResult, type RedrivenIntent } from './redrive.js';
+import {
+  redrivePoisoned,
+  type PassContext,
+  type RedriveOptions,
+  type RedriveResult,
+  type RedrivenIntent,
+} from './redrive.js';
 import { verifyCoverageSql } from './verify-coverage.js';
 
 /** The spacing between revivals of one refused row: `baseMs · 2^n` after its n-th, at most `maxMs`. */
@@ -48,7 +60,10 @@ export interface Reconciler {
   /** Closes superseded intents with a reason, all or nothing; a {@link RetireRefusedError} names every id refused. */
   retire(ids: readonly (string | number | bigint)[], reason: string): Promise<readonly RedrivenIntent[]>;
   /** Closes poisoned intents NOT superseded, with a reason: their tuples are never written (logged at WARN). {@link DiscardRefusedError} names refusals. */
-  discardPoisoned(options: { readonly ids: readonly (string | number | bigint)[]; readonly reason: string }): Promise<readonly RedrivenIntent[]>;
+  discardPoisoned(options: {
+    readonly ids: readonly (string | number | bigint)[];
+    readonly reason: string;
+  }): Promise<readonly RedrivenIntent[]>;
   /** One compaction run now, with the schedule's settings unless overridden. */
   compact(options?: Omit<CompactOptions, 'db' | 'spec'>): Promise<CompactionResult>;
   /** Verifies the table and the coverage SQL, then starts the timers. */
@@ -61,7 +76,12 @@ const MAX_BATCH_SIZE = 1_000;
 /** Node replaces a longer delay by 1 ms. */
 const MAX_TIMER_MS = 2_147_483_647;
 
-function positiveInteger(field: string, value: number | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
+function positiveInteger(
+  field: string,
+  value: number | undefined,
+  fallback: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   const result = value ?? fallback;
   if (!Number.isInteger(result) || result < 1 || result > max) {
     throw new OutboxConfigError(field, `expected an integer from 1 to ${max}, got ${String(value)}`);
@@ -114,7 +134,8 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   if (!config.spec || typeof config.spec.partitionColumn !== 'string') {
     throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
   }
-  if (config.modelId !== undefined && typeof config.modelId !== 'function') throw new OutboxConfigError('modelId', 'expected a function');
+  if (config.modelId !== undefined && typeof config.modelId !== 'function')
+    throw new OutboxConfigError('modelId', 'expected a function');
   const { db, spec } = config;
   const interval = positiveInteger('interval', config.interval, 300_000, MAX_TIMER_MS);
   const logger = config.logger ?? consoleLogger;
@@ -131,7 +152,9 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     logger,
   };
   const compaction = config.compaction || undefined;
-  const compactEvery = compaction ? positiveInteger('compaction.intervalMs', compaction.intervalMs, 3_600_000, MAX_TIMER_MS) : undefined;
+  const compactEvery = compaction
+    ? positiveInteger('compaction.intervalMs', compaction.intervalMs, 3_600_000, MAX_TIMER_MS)
+    : undefined;
 
   let verified: Promise<void> | undefined;
   const verify = () =>
@@ -162,37 +185,57 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     try {
       const id = await config.modelId();
       if (id === undefined) return;
-      if (model !== undefined && model.id !== id) logger.info('authorization model changed: refused intents will be retried', { table: spec.table, from: model.id, to: id });
+      if (model !== undefined && model.id !== id)
+        logger.info('authorization model changed: refused intents will be retried', {
+          table: spec.table,
+          from: model.id,
+          to: id,
+        });
       model = { id, changed: model?.changed === true || (model !== undefined && model.id !== id) };
     } catch (error) {
-      logger.warn('could not read the authorization model id; refused intents wait for the next pass that can', { table: spec.table, error });
+      logger.warn('could not read the authorization model id; refused intents wait for the next pass that can', {
+        table: spec.table,
+        error,
+      });
     }
   };
   const scheduledPass = async () => {
     await readModel();
     const changed = model?.changed === true;
-    const result = await metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(ctx, changed ? { refused: true, reason: 'model-change' } : {})));
+    const result = await metrics.pass(spec.table, () =>
+      enqueuePass(() => redrivePoisoned(ctx, changed ? { refused: true, reason: 'model-change' } : {})),
+    );
     if (changed && !result.skipped && model) model.changed = false;
   };
   const passes = repeating(interval, () =>
-    scheduledPass().catch((error: unknown) => logger.error('redrive pass failed; retrying at the next interval', { table: spec.table, error })),
+    scheduledPass().catch((error: unknown) =>
+      logger.error('redrive pass failed; retrying at the next interval', { table: spec.table, error }),
+    ),
   );
 
-  const compact = (options: Omit<CompactOptions, 'db' | 'spec'> = {}) => verify().then(() => compactOutbox({ ...compaction, logger, ...options, db, spec }));
+  const compact = (options: Omit<CompactOptions, 'db' | 'spec'> = {}) =>
+    verify().then(() => compactOutbox({ ...compaction, logger, ...options, db, spec }));
   let stopping = new AbortController(); // ends a scheduled compaction between two batches
   const compactions =
     compactEvery === undefined
       ? undefined
       : repeating(compactEvery, () =>
-          compact({ signal: stopping.signal }).catch((error: unknown) => logger.error('compaction failed; retrying at the next interval', { table: spec.table, error })),
+          compact({ signal: stopping.signal }).catch((error: unknown) =>
+            logger.error('compaction failed; retrying at the next interval', { table: spec.table, error }),
+          ),
         );
 
   return {
     // A dry run changes nothing, so it counts as no pass.
     redrivePoisoned: (options) =>
-      options?.dryRun ? enqueuePass(() => redrivePoisoned(ctx, options)) : metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(ctx, options))),
+      options?.dryRun
+        ? enqueuePass(() => redrivePoisoned(ctx, options))
+        : metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(ctx, options))),
     retire: (ids, reason) => enqueuePass(() => closePoisoned(db, spec, 'retired', ids, reason, logger)),
-    discardPoisoned: (options) => metrics.discard(spec.table, () => enqueuePass(() => closePoisoned(db, spec, 'discarded', options?.ids, options?.reason, logger))),
+    discardPoisoned: (options) =>
+      metrics.discard(spec.table, () =>
+        enqueuePass(() => closePoisoned(db, spec, 'discarded', options?.ids, options?.reason, logger)),
+      ),
     compact,
     async start() {
       await verify();

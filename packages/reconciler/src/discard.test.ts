@@ -71,10 +71,14 @@ describe('discardPoisoned', () => {
     expect(await refusalsOf(['987654321', 'x'])).toEqual([{ id: 'x', refusal: 'unknown' }]);
     expect(await refusalsOf(['987654321'])).toEqual([{ id: '987654321', refusal: 'unknown' }]);
     // All or nothing: a discardable id beside a refused one stays poisoned.
-    expect(await refusalsOf([row.exhausted!, row.superseded!])).toEqual([{ id: row.superseded, refusal: 'superseded' }]);
+    expect(await refusalsOf([row.exhausted!, row.superseded!])).toEqual([
+      { id: row.superseded, refusal: 'superseded' },
+    ]);
     const drainer = await openTransaction(t.db);
     try {
-      await sql`select id from ${sql.raw(tableNames(spec).table)} where id = ${row.heldNext} for update`.execute(drainer.trx);
+      await sql`select id from ${sql.raw(tableNames(spec).table)} where id = ${row.heldNext} for update`.execute(
+        drainer.trx,
+      );
       expect(await refusalsOf([row.held!])).toEqual([{ id: row.held, refusal: 'in-flight' }]);
     } finally {
       await drainer.rollback();
@@ -83,24 +87,46 @@ describe('discardPoisoned', () => {
   });
 
   test('needs a reason and ids: argument errors, not refusals', async () => {
-    for (const call of [() => reconciler.discardPoisoned({ ids: [row.exhausted!], reason: ' ' }), () => reconciler.discardPoisoned({ ids: [], reason: 'x' })]) {
+    for (const call of [
+      () => reconciler.discardPoisoned({ ids: [row.exhausted!], reason: ' ' }),
+      () => reconciler.discardPoisoned({ ids: [], reason: 'x' }),
+    ]) {
       await expect(call()).rejects.toBeInstanceOf(OutboxConfigError);
     }
   });
 
   test('closes poisoned rows no successor supersedes, with the reason, kept as evidence, heads where they were, logged at WARN', async () => {
     const headsBefore = await heads(t.db, spec);
-    const discarded = await reconciler.discardPoisoned({ ids: [row.exhausted!, row.refused!], reason: 'tenant deleted; access intentionally never granted' });
+    const discarded = await reconciler.discardPoisoned({
+      ids: [row.exhausted!, row.refused!],
+      reason: 'tenant deleted; access intentionally never granted',
+    });
     expect(discarded).toEqual([
-      { id: row.refused, partitionKey: 'vpc:r', lastError: 'OpenFGA 400 validation_error: refused', poisonCause: 'refused', poisonCode: 'validation_error' },
+      {
+        id: row.refused,
+        partitionKey: 'vpc:r',
+        lastError: 'OpenFGA 400 validation_error: refused',
+        poisonCause: 'refused',
+        poisonCode: 'validation_error',
+      },
       { id: row.exhausted, partitionKey: 'vpc:e', lastError: 'OpenFGA unreachable' },
     ]);
     for (const id of [row.exhausted!, row.refused!]) {
-      expect(await readRow(t.db, spec, id)).toMatchObject({ retired: true, closed_as: 'discarded', retired_reason: 'tenant deleted; access intentionally never granted', delivered: false });
+      expect(await readRow(t.db, spec, id)).toMatchObject({
+        retired: true,
+        closed_as: 'discarded',
+        retired_reason: 'tenant deleted; access intentionally never granted',
+        delivered: false,
+      });
     }
     expect(await heads(t.db, spec)).toEqual(headsBefore);
     expect(await headViolations(t.db, spec)).toEqual([]);
-    expect(logger.entries.filter((e) => e.level === 'warn' && /discarded 2 poisoned intent\(s\): their tuples will not be written/.test(e.message))).toHaveLength(1);
+    expect(
+      logger.entries.filter(
+        (e) =>
+          e.level === 'warn' && /discarded 2 poisoned intent\(s\): their tuples will not be written/.test(e.message),
+      ),
+    ).toHaveLength(1);
     expect(await outboxStats(t.db, spec)).toMatchObject({ retired: 1, discarded: 2 });
     // Closed: no redrive takes them, and neither discard nor retire closes them twice.
     const pass = await reconciler.redrivePoisoned({ refused: true, reason: 'operator' });

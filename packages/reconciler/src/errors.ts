@@ -47,7 +47,8 @@ export interface RefusedDiscard {
   readonly refusal: DiscardRefusal;
 }
 
-const lines = (refused: readonly { id: string; refusal: string }[]) => refused.map((r) => `  - ${r.id}: ${r.refusal}`).join('\n');
+const lines = (refused: readonly { id: string; refusal: string }[]) =>
+  refused.map((r) => `  - ${r.id}: ${r.refusal}`).join('\n');
 
 /**
  * `retire` changed nothing: at least one id was not a superseded intent (docs/design.md §2).
@@ -66,7 +67,11 @@ export class RetireRefusedError extends Error {
   readonly table: string;
   readonly refused: readonly RefusedRetirement[];
   constructor(table: string, refused: readonly RefusedRetirement[], message?: string, options?: { cause?: unknown }) {
-    super(message ?? `retire on ${table} changed nothing: only superseded intents can be retired, and these are not:\n${lines(refused)}`, options);
+    super(
+      message ??
+        `retire on ${table} changed nothing: only superseded intents can be retired, and these are not:\n${lines(refused)}`,
+      options,
+    );
     this.table = table;
     this.refused = refused;
   }
@@ -90,7 +95,8 @@ export class DiscardRefusedError extends Error {
   readonly refused: readonly RefusedDiscard[];
   constructor(table: string, refused: readonly RefusedDiscard[], message?: string, options?: { cause?: unknown }) {
     super(
-      message ?? `discard on ${table} changed nothing: only poisoned intents no delivered successor supersedes can be discarded, and these are not:\n${lines(refused)}`,
+      message ??
+        `discard on ${table} changed nothing: only poisoned intents no delivered successor supersedes can be discarded, and these are not:\n${lines(refused)}`,
       options,
     );
     this.table = table;

@@ -6,8 +6,10 @@ import type { AuditReport } from './audit-report.js';
 import type { RedriveResult, RedrivenIntent } from './redrive.js';
 import type { RepairResult } from './repair.js';
 
-const meterOf = (options: MeterOptions): Meter => resolveMeter(options, { name: manifest.name, version: manifest.version });
-const counter = (meter: Meter, name: string, unit: string, description: string) => meter.createCounter(name, { unit, description, valueType: ValueType.INT });
+const meterOf = (options: MeterOptions): Meter =>
+  resolveMeter(options, { name: manifest.name, version: manifest.version });
+const counter = (meter: Meter, name: string, unit: string, description: string) =>
+  meter.createCounter(name, { unit, description, valueType: ValueType.INT });
 
 /** What the reconciler counts of its own work: redrive passes and discards. */
 export interface ReconcilerWorkMetrics {
@@ -20,13 +22,34 @@ export interface ReconcilerWorkMetrics {
 /** The instruments of the passes and discards of the reconciler of `table` (docs/metrics.md), for `createReconciler`. */
 export function reconcilerWorkMetrics(options: MeterOptions, table: string): ReconcilerWorkMetrics {
   const meter = meterOf(options);
-  const passes = counter(meter, 'outbox.reconciler.passes', '{pass}', 'Redrive passes, by outbox.pass.result: completed, skipped (another process held the pass) or failed.');
-  const revived = counter(meter, 'outbox.reconciler.revived', '{intent}', 'Poisoned intents a redrive pass reset to deliverable.');
-  const superseded = counter(meter, 'outbox.reconciler.superseded_found', '{intent}', 'Superseded intents a redrive pass reported (each pass again, until a human retires them).');
-  const discarded = counter(meter, 'outbox.reconciler.discarded', '{intent}', 'Poisoned intents an operator discarded (discardPoisoned): closed, their tuples never written.');
+  const passes = counter(
+    meter,
+    'outbox.reconciler.passes',
+    '{pass}',
+    'Redrive passes, by outbox.pass.result: completed, skipped (another process held the pass) or failed.',
+  );
+  const revived = counter(
+    meter,
+    'outbox.reconciler.revived',
+    '{intent}',
+    'Poisoned intents a redrive pass reset to deliverable.',
+  );
+  const superseded = counter(
+    meter,
+    'outbox.reconciler.superseded_found',
+    '{intent}',
+    'Superseded intents a redrive pass reported (each pass again, until a human retires them).',
+  );
+  const discarded = counter(
+    meter,
+    'outbox.reconciler.discarded',
+    '{intent}',
+    'Poisoned intents an operator discarded (discardPoisoned): closed, their tuples never written.',
+  );
   startAtZero(() => {
     const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
-    for (const result of ['completed', 'skipped', 'failed']) passes.add(0, { ...attributes, 'outbox.pass.result': result });
+    for (const result of ['completed', 'skipped', 'failed'])
+      passes.add(0, { ...attributes, 'outbox.pass.result': result });
     for (const intents of [revived, superseded, discarded]) intents.add(0, attributes);
   });
   return {
@@ -74,11 +97,22 @@ export interface ReconcilerMetrics {
  */
 export function createReconcilerMetrics(options: MeterOptions = {}): ReconcilerMetrics {
   const meter = meterOf(options);
-  const driftFound = counter(meter, 'outbox.audit.drift_found', '{tuple}', 'Drifted tuples audits found, by outbox.drift.kind: missing, unexpected, orphan.');
-  const repaired = counter(meter, 'outbox.repair.drift_repaired', '{tuple}', 'Tuples repairs enqueued corrections for, by outbox.repair.operation: write or delete.');
+  const driftFound = counter(
+    meter,
+    'outbox.audit.drift_found',
+    '{tuple}',
+    'Drifted tuples audits found, by outbox.drift.kind: missing, unexpected, orphan.',
+  );
+  const repaired = counter(
+    meter,
+    'outbox.repair.drift_repaired',
+    '{tuple}',
+    'Tuples repairs enqueued corrections for, by outbox.repair.operation: write or delete.',
+  );
   const drifted = meter.createObservableGauge('outbox.audit.drifted', {
     unit: '{partition}',
-    description: "Partitions the last audit of this table and mode found drifted (in this process): 0 once an audit finds it clean.",
+    description:
+      'Partitions the last audit of this table and mode found drifted (in this process): 0 once an audit finds it clean.',
     valueType: ValueType.INT,
   });
   const lastAudits = new Map<string, { readonly attributes: Attributes; readonly drifted: number }>();

@@ -32,7 +32,9 @@ describe('the batch cut', () => {
     const sink = createRecordingSink({
       outcome: (intent) => {
         if (!down) return undefined;
-        return intent.id === first ? { kind: 'transient', error: 'ECONNREFUSED' } : { kind: 'permanent', error: 'validation_error' };
+        return intent.id === first
+          ? { kind: 'transient', error: 'ECONNREFUSED' }
+          : { kind: 'permanent', error: 'validation_error' };
       },
     });
     const drainer = createDrainer({ db: t.db, spec, sink, backoff: { baseMs: 0, maxMs: 0 }, listen: false });

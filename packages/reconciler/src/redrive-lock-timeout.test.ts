@@ -51,7 +51,12 @@ describe('a drainer that stays stuck', () => {
       await drainer.rollback();
     }
     // The drainer gave up: the next pass revives the other one.
-    const next = await createReconciler({ db: t.db, spec, lockTimeoutMs: 300, logger: recordingLogger() }).redrivePoisoned();
+    const next = await createReconciler({
+      db: t.db,
+      spec,
+      lockTimeoutMs: 300,
+      logger: recordingLogger(),
+    }).redrivePoisoned();
     expect(ids(next.revived)).toEqual([b]);
     expect(await headViolations(t.db, spec)).toEqual([]);
   });
@@ -68,7 +73,12 @@ describe('a drainer that stays stuck', () => {
     try {
       await enqueue(request.trx, spec, { partitionKey: 'vpc:held', payload: deregister('held') });
       for (let pass = 0; pass < 2; pass += 1) {
-        const result = await createReconciler({ db: t.db, spec, lockTimeoutMs: 200, logger: recordingLogger() }).redrivePoisoned();
+        const result = await createReconciler({
+          db: t.db,
+          spec,
+          lockTimeoutMs: 200,
+          logger: recordingLogger(),
+        }).redrivePoisoned();
         expect(ids(result.deferred)).toEqual([held]);
         expect(ids(result.revived)).toEqual(pass === 0 ? others : []);
         expect(result.more).toBe(true);
@@ -77,7 +87,12 @@ describe('a drainer that stays stuck', () => {
     } finally {
       await request.rollback();
     }
-    const next = await createReconciler({ db: t.db, spec, lockTimeoutMs: 200, logger: recordingLogger() }).redrivePoisoned();
+    const next = await createReconciler({
+      db: t.db,
+      spec,
+      lockTimeoutMs: 200,
+      logger: recordingLogger(),
+    }).redrivePoisoned();
     expect(ids(next.revived)).toEqual([held]);
     expect(await headViolations(t.db, spec)).toEqual([]);
   });

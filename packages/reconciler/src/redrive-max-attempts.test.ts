@@ -46,9 +46,9 @@ describe('after a change of maxAttempts (setMaxAttempts)', () => {
     await deliver(t.db, old, dereg);
 
     // The new spec's reconciler refuses to run before the migration…
-    await expect(createReconciler({ db: t.db, spec: raised, logger: recordingLogger() }).redrivePoisoned()).rejects.toSatisfy(
-      (e) => e instanceof OutboxConfigError && e.field === 'maxAttempts',
-    );
+    await expect(
+      createReconciler({ db: t.db, spec: raised, logger: recordingLogger() }).redrivePoisoned(),
+    ).rejects.toSatisfy((e) => e instanceof OutboxConfigError && e.field === 'maxAttempts');
     expect(await setMaxAttempts(t.db, raised)).toEqual({ from: 3, to: 6, adjusted: 2 });
     expect(await headViolations(t.db, raised)).toEqual([]);
 
@@ -64,7 +64,9 @@ describe('after a change of maxAttempts (setMaxAttempts)', () => {
   });
 
   const isMaxAttemptsChanged = (recorded: number, counted: number) => (e: unknown) =>
-    e instanceof OutboxConfigError && e.field === 'maxAttempts' && e.message.includes(`records maxAttempts ${recorded}`) &&
+    e instanceof OutboxConfigError &&
+    e.field === 'maxAttempts' &&
+    e.message.includes(`records maxAttempts ${recorded}`) &&
     e.message.includes(`this reconciler counts with ${counted}`);
 
   test('a reconciler left running across it refuses its passes and retire (changing nothing) until restarted with the new spec', async () => {

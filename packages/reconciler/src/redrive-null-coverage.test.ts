@@ -3,7 +3,14 @@ import { tableNames } from '@outbox/outbox/protocol';
 import { useTestDatabase } from '@outbox/test-stack';
 import { describe, expect, test } from 'vitest';
 import { createReconciler } from './index.js';
-import { createTestOutbox, deliver, enqueueIntent, poison, readRow, recordingLogger } from './testing/outbox-fixture.js';
+import {
+  createTestOutbox,
+  deliver,
+  enqueueIntent,
+  poison,
+  readRow,
+  recordingLogger,
+} from './testing/outbox-fixture.js';
 
 // A coverage fragment that is NULL for a pair parks the row: a wrong parking is seen, a wrong revival is not.
 const t = useTestDatabase();
@@ -22,7 +29,10 @@ describe('coverage SQL that evaluates to NULL', () => {
     // Older build: revoke editor, no `relations` summary. Poisoned (OpenFGA was down).
     const old = await enqueueIntent(t.db, spec, key, { deletes: [tuple('editor')] });
     // Newer build: the whole state {editor, viewer}. Delivered.
-    const later = await enqueueIntent(t.db, spec, key, { writes: [tuple('editor'), tuple('viewer')], relations: ['editor', 'viewer'] });
+    const later = await enqueueIntent(t.db, spec, key, {
+      writes: [tuple('editor'), tuple('viewer')],
+      relations: ['editor', 'viewer'],
+    });
     await poison(t.db, spec, old);
     await deliver(t.db, spec, later);
 
@@ -47,7 +57,13 @@ describe('coverage SQL that evaluates to NULL', () => {
     const revoke = await enqueueIntent(t.db, spec, key, { deletes: [tuple('owner')] });
     await poison(t.db, spec, grant);
     await deliver(t.db, spec, revoke);
-    expect((await sql<{ r: unknown }>`select payload->'relations' as r from ${sql.raw(n.table)} where id = ${revoke}`.execute(t.db)).rows[0]?.r).toBeNull();
+    expect(
+      (
+        await sql<{
+          r: unknown;
+        }>`select payload->'relations' as r from ${sql.raw(n.table)} where id = ${revoke}`.execute(t.db)
+      ).rows[0]?.r,
+    ).toBeNull();
 
     const result = await createReconciler({ db: t.db, spec, logger: recordingLogger() }).redrivePoisoned();
     expect(ids(result.revived)).toEqual([]);

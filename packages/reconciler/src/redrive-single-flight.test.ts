@@ -39,7 +39,14 @@ describe('single flight across processes', () => {
       await waitForLockWaiters(t.db, 1, 'transactionid'); // pass 1 holds the reconciler lock, waits at step 3
 
       const skipped = await second.redrivePoisoned();
-      expect(skipped).toEqual({ revived: [], superseded: [], deferred: [], skipped: true, more: false, moreSuperseded: false });
+      expect(skipped).toEqual({
+        revived: [],
+        superseded: [],
+        deferred: [],
+        skipped: true,
+        more: false,
+        moreSuperseded: false,
+      });
       expect(secondLogger.entries.map((e) => e.level)).toEqual(['info']);
       expect(await readRow(t.db, spec, reg)).toMatchObject({ attempt_count: spec.maxAttempts });
 

@@ -1,6 +1,12 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { OutboxSpec } from '@outbox/outbox';
-import { partitionLockKey, recordedMaxAttemptsSql, rowStates, tableNames, type PoisonCause } from '@outbox/outbox/protocol';
+import {
+  partitionLockKey,
+  recordedMaxAttemptsSql,
+  rowStates,
+  tableNames,
+  type PoisonCause,
+} from '@outbox/outbox/protocol';
 import { successorIndexPresent } from './partition-index.js';
 import { deliveredSuccessor, type SuccessorCheck } from './successor.js';
 
@@ -98,7 +104,12 @@ export function tryLockPartitions(spec: OutboxSpec, keys: readonly string[]) {
 }
 
 /** Step 5b, after every lock: still poisoned? superseded meanwhile? `contended`: a pending row of its partition is not ours. */
-export function decideCandidates(spec: OutboxSpec, candidates: readonly { id: string; key: string }[], lockedIds: readonly string[], check: SuccessorCheck) {
+export function decideCandidates(
+  spec: OutboxSpec,
+  candidates: readonly { id: string; key: string }[],
+  lockedIds: readonly string[],
+  check: SuccessorCheck,
+) {
   const n = tableNames(spec);
   const table = sql.raw(n.table);
   const key = sql.raw(n.partition);

@@ -1,6 +1,15 @@
 import { sql, type Transaction } from 'kysely';
 import { OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
-import { assertRecordedMaxAttempts, compareIds, lockPartitions, maxAttemptsChangedError, resetHeads, SQLSTATE, sqlState, type PoisonCause } from '@outbox/outbox/protocol';
+import {
+  assertRecordedMaxAttempts,
+  compareIds,
+  lockPartitions,
+  maxAttemptsChangedError,
+  resetHeads,
+  SQLSTATE,
+  sqlState,
+  type PoisonCause,
+} from '@outbox/outbox/protocol';
 import type { Logger } from './logger.js';
 import {
   decideCandidates,
@@ -83,11 +92,20 @@ export interface PassContext {
   readonly logger: Logger;
 }
 
-const SKIPPED: RedriveResult = Object.freeze({ revived: [], superseded: [], deferred: [], skipped: true, more: false, moreSuperseded: false });
+const SKIPPED: RedriveResult = Object.freeze({
+  revived: [],
+  superseded: [],
+  deferred: [],
+  skipped: true,
+  more: false,
+  moreSuperseded: false,
+});
 const distinct = (rows: readonly { key: string }[]) => [...new Set(rows.map((r) => r.key))];
 
 /** A row as a {@link RedrivenIntent}: the cause and code only when recorded. */
-export function toIntent(row: Pick<PoisonedRow, 'id' | 'key' | 'last_error' | 'poison_cause' | 'poison_code'>): RedrivenIntent {
+export function toIntent(
+  row: Pick<PoisonedRow, 'id' | 'key' | 'last_error' | 'poison_cause' | 'poison_code'>,
+): RedrivenIntent {
   return {
     id: String(row.id),
     partitionKey: row.key,
@@ -100,7 +118,11 @@ export function toIntent(row: Pick<PoisonedRow, 'id' | 'key' | 'last_error' | 'p
 /** Step 2's lists, with `waiting` and `moreWaiting` only when some refused row waits. */
 function classify(rows: readonly PoisonedRow[], batchSize: number) {
   const of = (c: PoisonedRow['class']) => rows.filter((r) => r.class === c);
-  const waiting = of('waiting').map((r) => ({ ...toIntent(r), requested: r.revive_requested, reviveAfter: r.revive_after }));
+  const waiting = of('waiting').map((r) => ({
+    ...toIntent(r),
+    requested: r.revive_requested,
+    reviveAfter: r.revive_after,
+  }));
   return {
     candidates: of('candidate'),
     superseded: of('superseded').map(toIntent),
@@ -111,7 +133,11 @@ function classify(rows: readonly PoisonedRow[], batchSize: number) {
 }
 
 /** Steps 3–4 under `lockTimeoutMs` (docs/design.md §6); past it, rolled back, then each partition try-locked. Returns the partitions not locked. */
-async function lockCandidatePartitions(trx: Transaction<unknown>, ctx: PassContext, keys: readonly string[]): Promise<Set<string> | undefined> {
+async function lockCandidatePartitions(
+  trx: Transaction<unknown>,
+  ctx: PassContext,
+  keys: readonly string[],
+): Promise<Set<string> | undefined> {
   await sql`select set_config('lock_timeout', ${`${ctx.lockTimeoutMs}ms`}, true)`.execute(trx);
   await sql`savepoint outbox_redrive_wait`.execute(trx);
   let waitedOut = false;
@@ -126,9 +152,12 @@ async function lockCandidatePartitions(trx: Transaction<unknown>, ctx: PassConte
   }
   await sql`select set_config('lock_timeout', '0', true)`.execute(trx);
   if (!waitedOut) return undefined;
-  ctx.logger.info(`redrive: a partition stayed locked longer than ${ctx.lockTimeoutMs} ms (a drainer still delivering, or an open transaction); its candidates are deferred, the others go on`, {
-    table: ctx.spec.table,
-  });
+  ctx.logger.info(
+    `redrive: a partition stayed locked longer than ${ctx.lockTimeoutMs} ms (a drainer still delivering, or an open transaction); its candidates are deferred, the others go on`,
+    {
+      table: ctx.spec.table,
+    },
+  );
   // Without waiting, so in any order: a try-lock cannot deadlock.
   const rows = (await tryLockPartitions(ctx.spec, keys).execute(trx)).rows;
   return new Set(rows.filter((r) => !r.granted).map((r) => r.key));
@@ -139,20 +168,24 @@ async function pass(trx: Transaction<unknown>, ctx: PassContext, options: Redriv
   const start = (await tryLockReconciler(spec).execute(trx)).rows[0];
   if (!start?.granted) return SKIPPED;
   // Checked again once the row locks are granted.
-  if (start.recorded !== null && Number(start.recorded) !== spec.maxAttempts) throw maxAttemptsChangedError(spec, Number(start.recorded), 'reconciler');
+  if (start.recorded !== null && Number(start.recorded) !== spec.maxAttempts)
+    throw maxAttemptsChangedError(spec, Number(start.recorded), 'reconciler');
   if (options.refused) await requestRefusedRevivals(spec).execute(trx);
   const check: SuccessorCheck = { partitionIndex: start.successor_index };
   const step2 = classify((await selectPoisoned(spec, ctx.batchSize, check).execute(trx)).rows, ctx.batchSize);
   const { candidates, superseded, moreSuperseded, waitingFields } = step2;
   let more = step2.more;
-  if (candidates.length === 0) return { revived: [], superseded, deferred: [], skipped: false, more, moreSuperseded, ...waitingFields };
+  if (candidates.length === 0)
+    return { revived: [], superseded, deferred: [], skipped: false, more, moreSuperseded, ...waitingFields };
 
   const keys = distinct(candidates);
   const unlocked = await lockCandidatePartitions(trx, ctx, keys);
   const locked = (await lockPendingRows(spec, keys, { skipLocked: true }).execute(trx)).rows.map((r) => String(r.id));
   // A setMaxAttempts committed while this pass waited changed what is poisoned; a later one waits for these row locks.
   await assertRecordedMaxAttempts(trx, spec, 'reconciler');
-  const decisions = new Map((await decideCandidates(spec, candidates, locked, check).execute(trx)).rows.map((d) => [String(d.id), d]));
+  const decisions = new Map(
+    (await decideCandidates(spec, candidates, locked, check).execute(trx)).rows.map((d) => [String(d.id), d]),
+  );
 
   const revive: PoisonedRow[] = [];
   const deferred: RedrivenIntent[] = [];
@@ -164,13 +197,25 @@ async function pass(trx: Transaction<unknown>, ctx: PassContext, options: Redriv
     else revive.push(row);
   }
   if (revive.length > 0) {
-    await reviveRows(spec, revive.map((r) => String(r.id)), ctx.spacing).execute(trx);
+    await reviveRows(
+      spec,
+      revive.map((r) => String(r.id)),
+      ctx.spacing,
+    ).execute(trx);
     // We hold every pending row and the advisory lock of these partitions: no one else can move their heads.
     await resetHeads(trx, spec, distinct(revive));
   }
   superseded.sort((a, b) => compareIds(a.id, b.id));
   if (unlocked !== undefined && deferred.length > 0) more = true; // they wait for a partition someone holds
-  return { revived: revive.map(toIntent), superseded, deferred, skipped: false, more, moreSuperseded, ...waitingFields };
+  return {
+    revived: revive.map(toIntent),
+    superseded,
+    deferred,
+    skipped: false,
+    more,
+    moreSuperseded,
+    ...waitingFields,
+  };
 }
 
 /** A dry run: step 2 alone, on one snapshot, without locks; `deferred` is always empty. */
@@ -178,17 +223,31 @@ async function dryRun(ctx: PassContext, options: RedriveOptions): Promise<Redriv
   const check = await successorCheck(ctx.db, ctx.spec);
   const rows = (await selectPoisoned(ctx.spec, ctx.batchSize, check, options.refused === true).execute(ctx.db)).rows;
   const { candidates, superseded, more, moreSuperseded, waitingFields } = classify(rows, ctx.batchSize);
-  return { revived: candidates.map(toIntent), superseded, deferred: [], skipped: false, more, moreSuperseded, ...waitingFields, dryRun: true };
+  return {
+    revived: candidates.map(toIntent),
+    superseded,
+    deferred: [],
+    skipped: false,
+    more,
+    moreSuperseded,
+    ...waitingFields,
+    dryRun: true,
+  };
 }
 
 function logPass(ctx: PassContext, options: RedriveOptions, result: RedriveResult): void {
   const { logger, spec } = ctx;
-  const fields = (rows: readonly RedrivenIntent[]) => ({ table: spec.table, ids: rows.map((r) => r.id), partitionKeys: [...new Set(rows.map((r) => r.partitionKey))] });
+  const fields = (rows: readonly RedrivenIntent[]) => ({
+    table: spec.table,
+    ids: rows.map((r) => r.id),
+    partitionKeys: [...new Set(rows.map((r) => r.partitionKey))],
+  });
   if (result.skipped) {
     logger.info('redrive skipped: another pass holds the reconciler lock of this table', { table: spec.table });
     return;
   }
-  if (options.refused) logger.info(`redrive: refused intents asked to retry (${options.reason})`, { table: spec.table });
+  if (options.refused)
+    logger.info(`redrive: refused intents asked to retry (${options.reason})`, { table: spec.table });
   if (result.superseded.length > 0) {
     logger.warn(
       `${result.superseded.length} poisoned intent(s) have a delivered successor and were NOT revived (replaying them ` +
@@ -196,20 +255,31 @@ function logPass(ctx: PassContext, options: RedriveOptions, result: RedriveResul
       { ...fields(result.superseded), lastErrors: result.superseded.map((r) => r.lastError) },
     );
   }
-  if (result.revived.length > 0) logger.info(`revived ${result.revived.length} poisoned intent(s)`, fields(result.revived));
-  if (result.deferred.length > 0) logger.info(`deferred ${result.deferred.length} poisoned intent(s): a drainer held their partition`, fields(result.deferred));
+  if (result.revived.length > 0)
+    logger.info(`revived ${result.revived.length} poisoned intent(s)`, fields(result.revived));
+  if (result.deferred.length > 0)
+    logger.info(
+      `deferred ${result.deferred.length} poisoned intent(s): a drainer held their partition`,
+      fields(result.deferred),
+    );
   if (result.waiting && result.waiting.length > 0) {
-    logger.info(`${result.waiting.length} intent(s) refused by the target wait for a model change or an operator (or for their spacing)`, {
-      ...fields(result.waiting),
-      codes: result.waiting.map((r) => r.poisonCode ?? null),
-    });
+    logger.info(
+      `${result.waiting.length} intent(s) refused by the target wait for a model change or an operator (or for their spacing)`,
+      {
+        ...fields(result.waiting),
+        codes: result.waiting.map((r) => r.poisonCode ?? null),
+      },
+    );
   }
 }
 
 /** Runs one redrive pass (docs/design.md §6) in one READ COMMITTED transaction, or a dry run, and logs what it did. */
 export async function redrivePoisoned(ctx: PassContext, options: RedriveOptions = {}): Promise<RedriveResult> {
   if (options.refused && !options.dryRun && (typeof options.reason !== 'string' || options.reason.trim() === '')) {
-    throw new OutboxConfigError('reason', `redrive on ${ctx.spec.table}: say why refused intents are retried (e.g. 'model-change'): it is logged`);
+    throw new OutboxConfigError(
+      'reason',
+      `redrive on ${ctx.spec.table}: say why refused intents are retried (e.g. 'model-change'): it is logged`,
+    );
   }
   if (options.dryRun) return dryRun(ctx, options);
   const result = await ctx.db

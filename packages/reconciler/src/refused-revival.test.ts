@@ -47,18 +47,33 @@ async function until(what: string, check: () => Promise<boolean>, step: () => Pr
 }
 
 /** Sets the row's spacing as elapsed (the alternative is to wait it out). */
-const spacingPassed = (spec: OutboxSpec, id: string) => sql`update ${sql.raw(tableNames(spec).table)} set revive_after = now() - interval '1 second' where id = ${id}`.execute(t.db);
+const spacingPassed = (spec: OutboxSpec, id: string) =>
+  sql`update ${sql.raw(tableNames(spec).table)} set revive_after = now() - interval '1 second' where id = ${id}`.execute(
+    t.db,
+  );
 const secondsUntil = (date: Date | null) => (date === null ? null : Math.round((date.getTime() - Date.now()) / 1000));
 
 describe('a row OpenFGA refuses for good, with no successor', () => {
   test('the timer never retries it; each model change retries it once; the model that has its type gets it delivered', async () => {
     const spec = await createTestOutbox(t.db, { maxAttempts: 3 });
-    const id = await enqueueIntent(t.db, spec, 'ticket:t1', { writes: [{ user: 'user:alice', relation: 'viewer', object: 'ticket:t1' }] });
+    const id = await enqueueIntent(t.db, spec, 'ticket:t1', {
+      writes: [{ user: 'user:alice', relation: 'viewer', object: 'ticket:t1' }],
+    });
     const client = new OpenFgaClient(openFgaClientConfig(fga.storeId)); // the latest model, as a service that pins none
     let writes = 0;
-    const drainer = createDrainer({ db: t.db, spec, sink: createOpenFgaSink({ client, onRequest: () => (writes += 1) }), listen: false, logger: recordingLogger() });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createOpenFgaSink({ client, onRequest: () => (writes += 1) }),
+      listen: false,
+      logger: recordingLogger(),
+    });
     await drainer.drainOnce();
-    expect(await readRow(t.db, spec, id)).toMatchObject({ attempt_count: 3, poison_cause: 'refused', poison_code: 'validation_error' });
+    expect(await readRow(t.db, spec, id)).toMatchObject({
+      attempt_count: 3,
+      poison_cause: 'refused',
+      poison_code: 'validation_error',
+    });
 
     const logger = recordingLogger();
     const modelId = async () => (await client.readLatestAuthorizationModel()).authorization_model?.id;
@@ -78,7 +93,11 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
       await client.writeAuthorizationModel(modelWith('unrelated'));
       await until('the revival', async () => (await readRow(t.db, spec, id)).revival_count === 1);
       await drainer.drainOnce();
-      expect(await readRow(t.db, spec, id)).toMatchObject({ attempt_count: 3, poison_cause: 'refused', revive_requested: false });
+      expect(await readRow(t.db, spec, id)).toMatchObject({
+        attempt_count: 3,
+        poison_cause: 'refused',
+        revive_requested: false,
+      });
       await morePasses(20);
       await drainer.drainOnce();
       expect(writes).toBe(2);
@@ -86,9 +105,15 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
       // The model that has the type, after the spacing the first revival set.
       await spacingPassed(spec, id);
       await client.writeAuthorizationModel(modelWith('unrelated', 'ticket'));
-      await until('the delivery', async () => (await readRow(t.db, spec, id)).delivered, () => drainer.drainOnce());
+      await until(
+        'the delivery',
+        async () => (await readRow(t.db, spec, id)).delivered,
+        () => drainer.drainOnce(),
+      );
       expect(writes).toBe(3);
-      expect((await client.read({ user: 'user:alice', relation: 'viewer', object: 'ticket:t1' })).tuples).toHaveLength(1);
+      expect((await client.read({ user: 'user:alice', relation: 'viewer', object: 'ticket:t1' })).tuples).toHaveLength(
+        1,
+      );
     } finally {
       await reconciler.stop();
       await drainer.stop();
@@ -99,10 +124,25 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
     const spec = await createTestOutbox(t.db);
     const id = await enqueueIntent(t.db, spec, 'vpc:r', register('r'));
     await refuse(t.db, spec, id);
-    const reconciler = createReconciler({ db: t.db, spec, logger: recordingLogger(), revivalBackoff: { baseMs: 60_000, maxMs: 200_000 } });
+    const reconciler = createReconciler({
+      db: t.db,
+      spec,
+      logger: recordingLogger(),
+      revivalBackoff: { baseMs: 60_000, maxMs: 200_000 },
+    });
     const timer = await reconciler.redrivePoisoned();
     expect(timer.revived).toEqual([]);
-    expect(timer.waiting).toEqual([{ id, partitionKey: 'vpc:r', lastError: 'OpenFGA 400 validation_error: refused', poisonCause: 'refused', poisonCode: 'validation_error', requested: false, reviveAfter: null }]);
+    expect(timer.waiting).toEqual([
+      {
+        id,
+        partitionKey: 'vpc:r',
+        lastError: 'OpenFGA 400 validation_error: refused',
+        poisonCause: 'refused',
+        poisonCode: 'validation_error',
+        requested: false,
+        reviveAfter: null,
+      },
+    ]);
 
     const spacings: (number | null)[] = [];
     for (let revival = 1; revival <= 3; revival += 1) {
@@ -118,7 +158,13 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
         expect(ids((await reconciler.redrivePoisoned({ refused: true, reason: 'operator' })).revived)).toEqual([id]);
       }
       const row = await readRow(t.db, spec, id);
-      expect(row).toMatchObject({ attempt_count: 0, poison_cause: null, poison_code: null, revival_count: revival, revive_requested: false });
+      expect(row).toMatchObject({
+        attempt_count: 0,
+        poison_cause: null,
+        poison_code: null,
+        revival_count: revival,
+        revive_requested: false,
+      });
       spacings.push(secondsUntil(row.revive_after));
     }
     expect(spacings).toEqual([60, 120, 200]);
@@ -131,7 +177,10 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
     const dereg = await enqueueIntent(t.db, spec, 'vpc:s', deregister('s'));
     await refuse(t.db, spec, reg);
     await deliver(t.db, spec, dereg);
-    const result = await createReconciler({ db: t.db, spec, logger: recordingLogger() }).redrivePoisoned({ refused: true, reason: 'model-change' });
+    const result = await createReconciler({ db: t.db, spec, logger: recordingLogger() }).redrivePoisoned({
+      refused: true,
+      reason: 'model-change',
+    });
     expect(ids(result.superseded)).toEqual([reg]);
     expect(result.revived).toEqual([]);
     expect(result.waiting).toBeUndefined();
@@ -139,7 +188,9 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
 
   test('asking for refused rows without saying why is an OutboxConfigError naming reason', async () => {
     const spec = await createTestOutbox(t.db);
-    const error = await createReconciler({ db: t.db, spec, logger: recordingLogger() }).redrivePoisoned({ refused: true }).catch((e: unknown) => e);
+    const error = await createReconciler({ db: t.db, spec, logger: recordingLogger() })
+      .redrivePoisoned({ refused: true })
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OutboxConfigError);
     expect((error as OutboxConfigError).field).toBe('reason');
   });
@@ -151,13 +202,20 @@ describe('a row exhausted by transient failures', () => {
     const exhausted = await enqueueIntent(t.db, spec, 'vpc:e', register('e'));
     const legacy = await enqueueIntent(t.db, spec, 'vpc:l', register('l'));
     await poison(t.db, spec, exhausted);
-    await sql`update ${sql.raw(tableNames(spec).table)} set poison_cause = 'exhausted' where id = ${exhausted}`.execute(t.db);
+    await sql`update ${sql.raw(tableNames(spec).table)} set poison_cause = 'exhausted' where id = ${exhausted}`.execute(
+      t.db,
+    );
     await poison(t.db, spec, legacy);
     const result = await createReconciler({ db: t.db, spec, logger: recordingLogger() }).redrivePoisoned();
     expect(ids(result.revived)).toEqual([exhausted, legacy]);
     expect(result.revived[0]).toMatchObject({ poisonCause: 'exhausted' });
     expect(result.revived[1]).not.toHaveProperty('poisonCause');
-    expect(await readRow(t.db, spec, exhausted)).toMatchObject({ attempt_count: 0, poison_cause: null, revival_count: 0, revive_after: null });
+    expect(await readRow(t.db, spec, exhausted)).toMatchObject({
+      attempt_count: 0,
+      poison_cause: null,
+      revival_count: 0,
+      revive_after: null,
+    });
     expect(await headViolations(t.db, spec)).toEqual([]);
   });
 });
@@ -177,11 +235,18 @@ describe('a dry run', () => {
     const before = await readRows(t.db, spec);
     // A drainer holds the partition of the revivable row: a real pass would wait for it.
     const drainer = await openTransaction(t.db);
-    await sql`select id from ${sql.raw(tableNames(spec).table)} where id = ${pendingBehind} for update`.execute(drainer.trx);
+    await sql`select id from ${sql.raw(tableNames(spec).table)} where id = ${pendingBehind} for update`.execute(
+      drainer.trx,
+    );
     try {
       const reconciler = createReconciler({ db: t.db, spec, logger: recordingLogger() });
       const plain = await reconciler.redrivePoisoned({ dryRun: true });
-      expect({ revived: ids(plain.revived), superseded: ids(plain.superseded), waiting: ids(plain.waiting ?? []), dryRun: plain.dryRun }).toEqual({
+      expect({
+        revived: ids(plain.revived),
+        superseded: ids(plain.superseded),
+        waiting: ids(plain.waiting ?? []),
+        dryRun: plain.dryRun,
+      }).toEqual({
         revived: [revivable],
         superseded: [superseded],
         waiting: [refused],

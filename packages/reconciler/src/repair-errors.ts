@@ -16,10 +16,15 @@ export class RepairBudgetError extends Error {
   readonly partitions: number;
   /** Ids of intents committed before the budget was found exceeded (empty when refused at planning). */
   readonly enqueued: readonly string[];
-  constructor(table: string, details: { deletes: number; maxDeletes: number; partitions: number; enqueued: readonly string[] }) {
+  constructor(
+    table: string,
+    details: { deletes: number; maxDeletes: number; partitions: number; enqueued: readonly string[] },
+  ) {
     super(
       `repair of ${table} would delete ${details.deletes} tuples in ${details.partitions} partition(s), more than maxDeletes ${details.maxDeletes}: ` +
-        (details.enqueued.length === 0 ? 'nothing was enqueued. ' : `stopped after enqueuing ${details.enqueued.length} intent(s). `) +
+        (details.enqueued.length === 0
+          ? 'nothing was enqueued. '
+          : `stopped after enqueuing ${details.enqueued.length} intent(s). `) +
         'Deleting revokes access: look at the dry run first (an audit against the wrong store, or an owner database restored from an ' +
         `old backup, reads as mass drift). If the deletions are right, run again with maxDeletes: ${details.deletes} or more.`,
     );

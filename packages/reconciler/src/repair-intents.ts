@@ -9,9 +9,17 @@ export const REPAIR_SOURCE = 'repair';
  * {@link MAX_TUPLES_PER_INTENT} operations each; a key stored with another condition is deleted,
  * then written in a later intent (OpenFGA refuses one key twice in a request).
  */
-export function correctionIntents(partitionKey: string, writes: readonly TupleKey[], deletes: readonly TupleKey[]): EnqueueInput[] {
+export function correctionIntents(
+  partitionKey: string,
+  writes: readonly TupleKey[],
+  deletes: readonly TupleKey[],
+): EnqueueInput[] {
   const intents: EnqueueInput[] = [];
-  let current: { writes: TupleKey[]; deletes: TupleKey[]; keys: Set<string> } = { writes: [], deletes: [], keys: new Set() };
+  let current: { writes: TupleKey[]; deletes: TupleKey[]; keys: Set<string> } = {
+    writes: [],
+    deletes: [],
+    keys: new Set(),
+  };
   const flush = () => {
     if (current.writes.length + current.deletes.length === 0) return;
     const payload: IntentPayload = {
@@ -26,7 +34,9 @@ export function correctionIntents(partitionKey: string, writes: readonly TupleKe
     const key = tupleKeyId(tuple);
     if (current.keys.has(key) || current.writes.length + current.deletes.length >= MAX_TUPLES_PER_INTENT) flush();
     current.keys.add(key);
-    current[kind].push(kind === 'deletes' ? { user: tuple.user, relation: tuple.relation, object: tuple.object } : tuple);
+    current[kind].push(
+      kind === 'deletes' ? { user: tuple.user, relation: tuple.relation, object: tuple.object } : tuple,
+    );
   };
   for (const tuple of deletes) add('deletes', tuple);
   for (const tuple of writes) add('writes', tuple);

@@ -30,7 +30,15 @@ describe('repairOutbox', () => {
     await drift(world);
     const before = await world.intents();
     const plan = await repairOutbox(world.target);
-    expect(plan).toMatchObject({ dryRun: true, partitions: 3, intents: 3, writes: 1, deletes: 3, withinBudget: true, enqueued: [] });
+    expect(plan).toMatchObject({
+      dryRun: true,
+      partitions: 3,
+      intents: 3,
+      writes: 1,
+      deletes: 3,
+      withinBudget: true,
+      enqueued: [],
+    });
     expect(plan.sample).toEqual([
       { partitionKey: 'vpc:a', writes: [], deletes: [mallory] },
       { partitionKey: 'vpc:b', writes: [{ user: 'user:ann', relation: 'owner', object: 'vpc:b' }], deletes: [] },
@@ -52,7 +60,11 @@ describe('repairOutbox', () => {
     const rows = await sql<{ key: string; payload: Record<string, unknown> }>`
       select resource_id as key, payload from ${sql.raw(`"${world.spec.schema}"."${world.spec.tableName}"`)}
       where id = any(${done.enqueued}::bigint[]) order by resource_id`.execute(t.db);
-    expect(rows.rows.map((r) => [r.key, r.payload.source])).toEqual([['vpc:a', 'repair'], ['vpc:b', 'repair'], ['vpc:c', 'repair']]);
+    expect(rows.rows.map((r) => [r.key, r.payload.source])).toEqual([
+      ['vpc:a', 'repair'],
+      ['vpc:b', 'repair'],
+      ['vpc:c', 'repair'],
+    ]);
 
     expect(await world.drain()).toBe(3);
     expect(await world.storedOn('vpc:a')).toEqual(['project:p1 project vpc:a', 'user:ann owner vpc:a']);
@@ -63,14 +75,16 @@ describe('repairOutbox', () => {
     expect(await world.intents()).toBe(before + 3);
   });
 
-  test('a wiped store is rebuilt to the owner\'s state', async () => {
+  test("a wiped store is rebuilt to the owner's state", async () => {
     const ids = Array.from({ length: 60 }, (_, i) => `w${String(i).padStart(2, '0')}`);
     const world = await agreed(ids);
     // Wipe: delete every tuple of the store (a restore from an empty backup, a wrong script).
     for (;;) {
       const { tuples } = await world.client.read({}, { pageSize: 100 });
       if (tuples.length === 0) break;
-      await world.client.write({ deletes: tuples.map((x) => ({ user: x.key.user, relation: x.key.relation, object: x.key.object })) });
+      await world.client.write({
+        deletes: tuples.map((x) => ({ user: x.key.user, relation: x.key.relation, object: x.key.object })),
+      });
     }
     expect(await auditOutbox(world.target)).toMatchObject({ drifted: 60, missing: { partitions: 60, tuples: 120 } });
 
@@ -83,14 +97,27 @@ describe('repairOutbox', () => {
 
   test('the delete budget refuses an over-large prune before enqueuing anything; raised, the prune is split into intents of at most 100', async () => {
     const world = await agreed();
-    const viewers = Array.from({ length: 150 }, (_, i) => ({ user: `user:v${i}`, relation: 'viewer', object: 'vpc:a' }));
-    for (let from = 0; from < viewers.length; from += 100) await world.client.write({ writes: viewers.slice(from, from + 100) });
+    const viewers = Array.from({ length: 150 }, (_, i) => ({
+      user: `user:v${i}`,
+      relation: 'viewer',
+      object: 'vpc:a',
+    }));
+    for (let from = 0; from < viewers.length; from += 100)
+      await world.client.write({ writes: viewers.slice(from, from + 100) });
     const before = await world.intents();
 
     const error = await repairOutbox({ ...world.target, dryRun: false }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RepairBudgetError);
-    expect(error).toMatchObject({ table: world.spec.table, deletes: 150, maxDeletes: 100, partitions: 1, enqueued: [] });
-    expect((error as Error).message).toMatch(/would delete 150 tuples .* more than maxDeletes 100: nothing was enqueued.*maxDeletes: 150/s);
+    expect(error).toMatchObject({
+      table: world.spec.table,
+      deletes: 150,
+      maxDeletes: 100,
+      partitions: 1,
+      enqueued: [],
+    });
+    expect((error as Error).message).toMatch(
+      /would delete 150 tuples .* more than maxDeletes 100: nothing was enqueued.*maxDeletes: 150/s,
+    );
     expect(await world.intents()).toBe(before);
     // The dry run says so instead of throwing.
     expect(await repairOutbox(world.target)).toMatchObject({ withinBudget: false, deletes: 150, intents: 2 });
@@ -108,7 +135,10 @@ describe('repairOutbox', () => {
     // partition's lock held), not yet committed. The audit cannot see it.
     const user = await openTransaction(t.db);
     await sql`delete from ${sql.raw(world.table)} where id = 'a'`.execute(user.trx);
-    await enqueue(user.trx, world.spec, { partitionKey: 'vpc:a', payload: { deletes: resourceTuples('a', 'p1', 'ann') } });
+    await enqueue(user.trx, world.spec, {
+      partitionKey: 'vpc:a',
+      payload: { deletes: resourceTuples('a', 'p1', 'ann') },
+    });
 
     const repair = repairOutbox({ ...world.target, dryRun: false });
     await waitForLockWaiters(t.db, 1, 'advisory'); // planned the re-grant, waits for the partition
@@ -134,7 +164,10 @@ describe('repairOutbox', () => {
 describe('correctionIntents', () => {
   test('deletes first, at most 100 operations an intent, a key stored with another condition deleted before it is written', () => {
     const plain = { user: 'user:bob', relation: 'viewer', object: 'project:p1' };
-    const conditioned = { ...plain, condition: { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } } };
+    const conditioned = {
+      ...plain,
+      condition: { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } },
+    };
     const intents = correctionIntents('user:bob|project:p1', [plain], [conditioned]);
     expect(intents.map((i) => i.payload)).toEqual([
       { deletes: [plain], source: 'repair' },
@@ -142,6 +175,9 @@ describe('correctionIntents', () => {
     ]);
     const many = Array.from({ length: 130 }, (_, i) => ({ user: `user:u${i}`, relation: 'viewer', object: 'vpc:a' }));
     const split = correctionIntents('vpc:a', many.slice(0, 30), many.slice(30));
-    expect(split.map((i) => [i.payload.deletes?.length ?? 0, i.payload.writes?.length ?? 0])).toEqual([[100, 0], [0, 30]]);
+    expect(split.map((i) => [i.payload.deletes?.length ?? 0, i.payload.writes?.length ?? 0])).toEqual([
+      [100, 0],
+      [0, 30],
+    ]);
   });
 });

@@ -1,6 +1,20 @@
-import { enqueueMany, MAX_INTENTS_PER_ENQUEUE, OutboxConfigError, type EnqueueInput, type TupleKey } from '@outbox/outbox';
+import {
+  enqueueMany,
+  MAX_INTENTS_PER_ENQUEUE,
+  OutboxConfigError,
+  type EnqueueInput,
+  type TupleKey,
+} from '@outbox/outbox';
 import { lockPartitions } from '@outbox/outbox/protocol';
-import { auditContext, integerOption, ownedState, readPartitions, type AuditContext, type AuditReads, type AuditTarget } from './audit-context.js';
+import {
+  auditContext,
+  integerOption,
+  ownedState,
+  readPartitions,
+  type AuditContext,
+  type AuditReads,
+  type AuditTarget,
+} from './audit-context.js';
 import { findDrift } from './audit.js';
 import { pendingPartitions } from './audit-pending.js';
 import { diffTuples } from './audit-tuples.js';
@@ -95,7 +109,8 @@ async function repairBatch(
       const corrected: PartitionCorrection[] = [];
       for (const key of free) {
         const diff = diffTuples(owned.get(key)?.tuples ?? [], live.get(key) ?? []);
-        if (diff.missing.length + diff.unexpected.length > 0) corrected.push({ partitionKey: key, writes: diff.missing, deletes: diff.unexpected });
+        if (diff.missing.length + diff.unexpected.length > 0)
+          corrected.push({ partitionKey: key, writes: diff.missing, deletes: diff.unexpected });
       }
       const { intents, totals } = corrections(corrected);
       if (budget.deletes + totals.deletes > budget.maxDeletes) {
@@ -131,7 +146,8 @@ async function repairBatch(
 export async function repairOutbox(options: RepairOptions): Promise<RepairResult> {
   const ctx = auditContext(options);
   const dryRun = options.dryRun ?? true;
-  if (typeof dryRun !== 'boolean') throw new OutboxConfigError('dryRun', `expected a boolean, got ${JSON.stringify(dryRun)}`);
+  if (typeof dryRun !== 'boolean')
+    throw new OutboxConfigError('dryRun', `expected a boolean, got ${JSON.stringify(dryRun)}`);
   const maxDeletes = integerOption('maxDeletes', options.maxDeletes, 100, 0, Number.MAX_SAFE_INTEGER);
   const batchSize = integerOption('batchSize', options.batchSize, 50, 1, 1_000);
   const sampleSize = integerOption('sampleSize', options.sampleSize, 20, 0, 1_000);
@@ -144,10 +160,25 @@ export async function repairOutbox(options: RepairOptions): Promise<RepairResult
   const withinBudget = plan.deletes <= maxDeletes;
   const base = { outbox: ctx.spec.table, maxDeletes, reads: ctx.reads };
   if (dryRun) {
-    return { ...base, dryRun, ...plan, skippedPending: findings.pending, agreed: 0, withinBudget, enqueued: [], sample: planned.slice(0, sampleSize), reads: { ...ctx.reads } };
+    return {
+      ...base,
+      dryRun,
+      ...plan,
+      skippedPending: findings.pending,
+      agreed: 0,
+      withinBudget,
+      enqueued: [],
+      sample: planned.slice(0, sampleSize),
+      reads: { ...ctx.reads },
+    };
   }
   if (!withinBudget) {
-    throw new RepairBudgetError(ctx.spec.table, { deletes: plan.deletes, maxDeletes, partitions: planned.filter((c) => c.deletes.length > 0).length, enqueued: [] });
+    throw new RepairBudgetError(ctx.spec.table, {
+      deletes: plan.deletes,
+      maxDeletes,
+      partitions: planned.filter((c) => c.deletes.length > 0).length,
+      enqueued: [],
+    });
   }
 
   const budget = { maxDeletes, deletes: 0, partitions: 0, enqueued: [] as string[] };
@@ -174,12 +205,15 @@ export async function repairOutbox(options: RepairOptions): Promise<RepairResult
     sample: done.slice(0, sampleSize),
     reads: { ...ctx.reads },
   };
-  options.logger?.info(`repair of ${ctx.spec.table}: enqueued ${result.intents} intent(s) in ${result.partitions} partition(s)`, {
-    outbox: result.outbox,
-    writes: result.writes,
-    deletes: result.deletes,
-    skippedPending: result.skippedPending,
-    agreed: result.agreed,
-  });
+  options.logger?.info(
+    `repair of ${ctx.spec.table}: enqueued ${result.intents} intent(s) in ${result.partitions} partition(s)`,
+    {
+      outbox: result.outbox,
+      writes: result.writes,
+      deletes: result.deletes,
+      skippedPending: result.skippedPending,
+      agreed: result.agreed,
+    },
+  );
   return result;
 }

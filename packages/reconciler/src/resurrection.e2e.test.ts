@@ -84,7 +84,10 @@ describe('a poisoned register behind a delivered deregister', () => {
     const result = await createReconciler({ db: t.db, spec, logger }).redrivePoisoned();
     expect(result.revived).toEqual([]);
     expect(result.superseded.map((s) => s.id)).toEqual([ids.x!.reg, ids.y!.reg]);
-    expect(result.superseded[0]).toMatchObject({ partitionKey: 'vpc:x', lastError: expect.stringMatching(/unreachable|ECONNREFUSED/i) });
+    expect(result.superseded[0]).toMatchObject({
+      partitionKey: 'vpc:x',
+      lastError: expect.stringMatching(/unreachable|ECONNREFUSED/i),
+    });
     expect(logger.entries.some((e) => e.level === 'warn')).toBe(true);
 
     // A drainer pass afterwards has nothing to deliver for vpc:x, and OpenFGA holds nothing on it.
@@ -95,7 +98,9 @@ describe('a poisoned register behind a delivered deregister', () => {
     // Control: what a naive redrive ("reset every poisoned row") does to vpc:y — the access the
     // deregister revoked comes back, and nothing later will remove it.
     await t.db.transaction().execute(async (trx) => {
-      await sql`update ${sql.raw(tableNames(spec).table)} set attempt_count = 0, last_error = null where id = ${ids.y!.reg}`.execute(trx);
+      await sql`update ${sql.raw(tableNames(spec).table)} set attempt_count = 0, last_error = null where id = ${ids.y!.reg}`.execute(
+        trx,
+      );
       await resetHeads(trx, spec, ['vpc:y']);
     });
     await up.drainOnce();

@@ -26,7 +26,10 @@ export async function verifyCoverageSql(db: AnyKysely, spec: OutboxSpec): Promis
   const fragment = spec.supersededCoverageSql;
   if (fragment === undefined) return;
   if (!balanced(fragment)) {
-    throw new OutboxConfigError('supersededCoverageSql', `has unbalanced parentheses or quotes: ${JSON.stringify(fragment)}`);
+    throw new OutboxConfigError(
+      'supersededCoverageSql',
+      `has unbalanced parentheses or quotes: ${JSON.stringify(fragment)}`,
+    );
   }
   const table = sql.raw(tableNames(spec).table);
   try {

@@ -12,7 +12,10 @@ export const computeService = createRegisterService({
   path: 'instances',
   fields: {
     machine_type: Type.Enum(['small', 'medium', 'large'], { description: 'a machine type', default: 'small' }),
-    image: Type.String({ description: 'an image like debian-12 or ubuntu:24.04', pattern: '^[a-z0-9][a-z0-9._-]{0,63}(:[a-z0-9._-]{1,64})?$' }),
+    image: Type.String({
+      description: 'an image like debian-12 or ubuntu:24.04',
+      pattern: '^[a-z0-9][a-z0-9._-]{0,63}(:[a-z0-9._-]{1,64})?$',
+    }),
   },
 });
 

@@ -20,10 +20,13 @@ describe('grantIntent', () => {
 
   test('an unchanged set (empty included) gives the same whole-state intent, marked unchanged', () => {
     const same = grantIntent('user:bob', 'project:p1', ['editor'], ['editor']);
-    expect([same.changed, names(same.payload.writes), names(same.payload.deletes)]).toEqual([false, ['editor'], ['owner', 'viewer']]);
+    expect([same.changed, names(same.payload.writes), names(same.payload.deletes)]).toEqual([
+      false,
+      ['editor'],
+      ['owner', 'viewer'],
+    ]);
     const none = grantIntent('user:bob', 'project:p1', [], []);
     expect([names(none.payload.writes), names(none.payload.deletes)]).toEqual([[], ['owner', 'editor', 'viewer']]);
     expect(() => validatePayload(none.payload)).not.toThrow();
   });
-
 });

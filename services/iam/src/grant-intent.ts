@@ -35,7 +35,12 @@ const ordered = (set: ReadonlySet<string>) => GRANTABLE_RELATIONS.filter((r) => 
  * grantIntent('user:bob', 'project:p1', ['viewer'], ['editor']).payload
  * // { writes: [editor], deletes: [owner, viewer], relations: ['editor'] } (as tuple keys)
  */
-export function grantIntent(user: string, object: string, previous: readonly string[], next: readonly GrantableRelation[]): GrantIntent {
+export function grantIntent(
+  user: string,
+  object: string,
+  previous: readonly string[],
+  next: readonly GrantableRelation[],
+): GrantIntent {
   const before = new Set(previous);
   const after = new Set<string>(next);
   const changed = before.size !== after.size || [...after].some((r) => !before.has(r));

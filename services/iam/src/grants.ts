@@ -1,6 +1,15 @@
 import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
-import { ERROR_RESPONSES, findById, ID_FIELD, TIMESTAMP, writeAnswer, writeResponses, type ServiceApp, type ServiceContext } from '@outbox/service-kit';
+import {
+  ERROR_RESPONSES,
+  findById,
+  ID_FIELD,
+  TIMESTAMP,
+  writeAnswer,
+  writeResponses,
+  type ServiceApp,
+  type ServiceContext,
+} from '@outbox/service-kit';
 import { sql, type Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { GRANTABLE_RELATIONS, grantIntent } from './grant-intent.js';
@@ -24,7 +33,9 @@ const GRANT = {
   previous: RELATIONS,
   written: RELATIONS,
   deleted: RELATIONS,
-  changed: Type.Boolean({ description: 'whether the set differs from the previous one (the intent is the same either way)' }),
+  changed: Type.Boolean({
+    description: 'whether the set differs from the previous one (the intent is the same either way)',
+  }),
 };
 const tags = ['grant'];
 
@@ -68,12 +79,18 @@ export function grantRoutes(app: ServiceApp, ctx: ServiceContext): void {
         const current = await trx
           .insertInto('iam.project_grants')
           .values({ project_id: projectId, user_id: userId, relations: [] })
-          .onConflict((c) => c.columns(['project_id', 'user_id']).doUpdateSet({ relations: sql`iam.project_grants.relations` }))
+          .onConflict((c) =>
+            c.columns(['project_id', 'user_id']).doUpdateSet({ relations: sql`iam.project_grants.relations` }),
+          )
           .returning('relations')
           .executeTakeFirstOrThrow();
         const intent = grantIntent(user, object, current.relations, next);
         if (next.length === 0) {
-          await trx.deleteFrom('iam.project_grants').where('project_id', '=', projectId).where('user_id', '=', userId).execute();
+          await trx
+            .deleteFrom('iam.project_grants')
+            .where('project_id', '=', projectId)
+            .where('user_id', '=', userId)
+            .execute();
         } else {
           await trx
             .updateTable('iam.project_grants')
@@ -104,7 +121,12 @@ export function grantRoutes(app: ServiceApp, ctx: ServiceContext): void {
         summary: 'List the direct grants on a project (needs can_view)',
         tags,
         params: Type.Object({ id: Type.String({ description: 'the project' }) }),
-        response: { 200: Type.Object({ items: Type.Array(Type.Object({ user_id: Type.String(), relations: RELATIONS, updated_at: TIMESTAMP })) }), ...ERROR_RESPONSES },
+        response: {
+          200: Type.Object({
+            items: Type.Array(Type.Object({ user_id: Type.String(), relations: RELATIONS, updated_at: TIMESTAMP })),
+          }),
+          ...ERROR_RESPONSES,
+        },
       },
     },
     async (request) => {

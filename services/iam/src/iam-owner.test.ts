@@ -11,7 +11,12 @@ import { iamOwner, iamService } from './index.js';
 
 const t = useTestDatabase();
 const fga = useOpenFgaStore();
-const target = () => ({ db: t.db, spec: iamOutbox, owner: iamOwner, reader: createOpenFgaTupleReader({ client: fga.client }) });
+const target = () => ({
+  db: t.db,
+  spec: iamOutbox,
+  owner: iamOwner,
+  reader: createOpenFgaTupleReader({ client: fga.client }),
+});
 
 let service: RunningService;
 let alice: ServiceClient;
@@ -30,7 +35,9 @@ afterAll(async () => {
 /** Every tuple stored on `object`, as `user relation object[ ?condition]` lines. */
 async function storedOn(object: string): Promise<string[]> {
   const { tuples } = await fga.client.read({ object });
-  return tuples.map((x) => `${x.key.user} ${x.key.relation} ${x.key.object}${x.key.condition ? ` ?${x.key.condition.name}` : ''}`).sort();
+  return tuples
+    .map((x) => `${x.key.user} ${x.key.relation} ${x.key.object}${x.key.condition ? ` ?${x.key.condition.name}` : ''}`)
+    .sort();
 }
 
 describe('iamOwner', () => {
@@ -38,12 +45,22 @@ describe('iamOwner', () => {
     organization = (await alice.post<{ id: string }>('/organizations', { name: 'acme' })).body.id;
     project = (await alice.post<{ id: string }>('/projects', { organization_id: organization, name: 'web' })).body.id;
     doomed = (await alice.post<{ id: string }>('/projects', { organization_id: organization, name: 'old' })).body.id;
-    for (const [user, relations, on] of [['bob', ['viewer'], project], ['carol', ['editor', 'viewer'], project], ['dave', ['owner'], doomed], ['erin', [], project]] as const) {
+    for (const [user, relations, on] of [
+      ['bob', ['viewer'], project],
+      ['carol', ['editor', 'viewer'], project],
+      ['dave', ['owner'], doomed],
+      ['erin', [], project],
+    ] as const) {
       expect((await alice.put(`/projects/${on}/grants/${user}`, { relations })).status).toBe(200);
     }
     const report = await auditOutbox(target());
     // 1 organization owner, 2 project organizations, 3 grants (erin's empty set holds nothing).
-    expect(report).toMatchObject({ objectTypes: ['organization', 'project'], partitionsCompared: 6, liveTuplesRead: 7, drifted: 0 });
+    expect(report).toMatchObject({
+      objectTypes: ['organization', 'project'],
+      partitionsCompared: 6,
+      liveTuplesRead: 7,
+      drifted: 0,
+    });
   });
 
   test('out-of-band edits are found, each in its kind, and repaired through the outbox; then the audit is clean', async () => {
@@ -60,7 +77,14 @@ describe('iamOwner', () => {
     });
     // carol's editor comes back with a condition iam never writes: unexpected as stored, missing as granted.
     await fga.client.write({
-      writes: [{ user: 'user:carol', relation: 'editor', object: P, condition: { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } } }],
+      writes: [
+        {
+          user: 'user:carol',
+          relation: 'editor',
+          object: P,
+          condition: { name: 'non_expired_grant', context: { grant_expires_at: '2030-01-01T00:00:00Z' } },
+        },
+      ],
     });
     await sql`delete from iam.projects where id = ${doomed}`.execute(t.db); // by hand (its grants cascade): its tuples stay
 
@@ -72,16 +96,29 @@ describe('iamOwner', () => {
       orphans: { objects: 1, partitions: 2, tuples: 2 },
     });
     expect(report.missing.sample.map((s) => s.partitionKey).sort()).toEqual([`user:bob|${P}`, `user:carol|${P}`]);
-    expect(report.unexpected.sample.map((s) => s.partitionKey).sort()).toEqual([`user:carol|${P}`, `user:mallory|organization:${organization}`, `user:mallory|${P}`]);
+    expect(report.unexpected.sample.map((s) => s.partitionKey).sort()).toEqual([
+      `user:carol|${P}`,
+      `user:mallory|organization:${organization}`,
+      `user:mallory|${P}`,
+    ]);
     expect(report.orphans.sample).toEqual([
-      expect.objectContaining({ object: `project:${doomed}`, partitionKeys: [`organization:${organization}|project:${doomed}`, `user:dave|project:${doomed}`].sort(), tupleCount: 2 }),
+      expect.objectContaining({
+        object: `project:${doomed}`,
+        partitionKeys: [`organization:${organization}|project:${doomed}`, `user:dave|project:${doomed}`].sort(),
+        tupleCount: 2,
+      }),
     ]);
 
     const repaired = await repairOutbox({ ...target(), dryRun: false });
     // carol's key is deleted, then written again without the condition: two intents of her grant.
     expect(repaired).toMatchObject({ partitions: 6, intents: 7, writes: 2, deletes: 5 });
     await waitFor('the corrections to be delivered', async () => (await outboxStats(t.db, iamOutbox)).pending === 0);
-    expect(await storedOn(P)).toEqual([`organization:${organization} organization ${P}`, `user:bob viewer ${P}`, `user:carol editor ${P}`, `user:carol viewer ${P}`]);
+    expect(await storedOn(P)).toEqual([
+      `organization:${organization} organization ${P}`,
+      `user:bob viewer ${P}`,
+      `user:carol editor ${P}`,
+      `user:carol viewer ${P}`,
+    ]);
     expect(await storedOn(`organization:${organization}`)).toEqual([`user:alice owner organization:${organization}`]);
     expect(await storedOn(`project:${doomed}`)).toEqual([]);
     expect((await auditOutbox(target())).drifted).toBe(0);
@@ -90,8 +127,14 @@ describe('iamOwner', () => {
 
   test('partitionFilter splits a grant key back into its subject and object', () => {
     expect(iamOwner.partitionFilter('user:bob|project:p1')).toEqual({ user: 'user:bob', object: 'project:p1' });
-    expect(iamOwner.partitionFilter('organization:o1|project:p1')).toEqual({ user: 'organization:o1', object: 'project:p1' });
-    expect(iamOwner.partitionFilter('user:a|b|organization:o1')).toEqual({ user: 'user:a|b', object: 'organization:o1' });
+    expect(iamOwner.partitionFilter('organization:o1|project:p1')).toEqual({
+      user: 'organization:o1',
+      object: 'project:p1',
+    });
+    expect(iamOwner.partitionFilter('user:a|b|organization:o1')).toEqual({
+      user: 'user:a|b',
+      object: 'organization:o1',
+    });
     expect(() => iamOwner.partitionFilter('vpc:v1')).toThrow(/not a grant key/);
   });
 });

@@ -19,7 +19,8 @@ let organizationId: string;
 let projectId: string;
 
 const stored = async (key: TupleKey) => (await client.read(key)).tuples.length;
-const allowed = async (user: string, relation: string, object: string) => (await client.check({ user, relation, object })).allowed === true;
+const allowed = async (user: string, relation: string, object: string) =>
+  (await client.check({ user, relation, object })).allowed === true;
 /** The relations `user` holds on the project as stored tuples (exact reads, not checks). */
 async function storedRelations(user: string): Promise<string[]> {
   const { tuples } = await client.read({ user: `user:${user}`, object: `project:${projectId}` });
@@ -42,7 +43,10 @@ describe('organizations and projects', () => {
     expect(created.status).toBe(201);
     organizationId = created.body.id;
     expect(await stored({ user: 'user:alice', relation: 'owner', object: `organization:${organizationId}` })).toBe(1);
-    expect(await alice.get(`/organizations/${organizationId}`)).toMatchObject({ status: 200, body: { name: 'acme', created_by: 'alice' } });
+    expect(await alice.get(`/organizations/${organizationId}`)).toMatchObject({
+      status: 200,
+      body: { name: 'acme', created_by: 'alice' },
+    });
     expect((await bob.get(`/organizations/${organizationId}`)).status).toBe(403);
     expect((await alice.get('/organizations/nope')).status).toBe(404);
     expect((await alice.post('/organizations', { name: 'Bad Name' })).status).toBe(400);
@@ -51,10 +55,19 @@ describe('organizations and projects', () => {
   test('only an admin of the organization creates projects in it; its admins own them through the model', async () => {
     expect((await bob.post('/projects', { organization_id: organizationId, name: 'web' })).status).toBe(403);
     expect((await alice.post('/projects', { organization_id: 'missing', name: 'web' })).status).toBe(404);
-    const created = await alice.post<{ id: string; organization_id: string }>('/projects', { organization_id: organizationId, name: 'web' });
+    const created = await alice.post<{ id: string; organization_id: string }>('/projects', {
+      organization_id: organizationId,
+      name: 'web',
+    });
     expect(created.status).toBe(201);
     projectId = created.body.id;
-    expect(await stored({ user: `organization:${organizationId}`, relation: 'organization', object: `project:${projectId}` })).toBe(1);
+    expect(
+      await stored({
+        user: `organization:${organizationId}`,
+        relation: 'organization',
+        object: `project:${projectId}`,
+      }),
+    ).toBe(1);
     expect(await allowed('user:alice', 'owner', `project:${projectId}`)).toBe(true);
     expect((await alice.get(`/projects/${projectId}`)).status).toBe(200);
     expect((await bob.get(`/projects/${projectId}`)).status).toBe(403);
@@ -62,24 +75,38 @@ describe('organizations and projects', () => {
   });
 });
 
-describe('grants: PUT sets a user\'s relation set on a project', () => {
-  const grant = (as: ServiceClient, user: string, relations: unknown) => as.put<Record<string, unknown>>(`/projects/${projectId}/grants/${user}`, { relations });
+describe("grants: PUT sets a user's relation set on a project", () => {
+  const grant = (as: ServiceClient, user: string, relations: unknown) =>
+    as.put<Record<string, unknown>>(`/projects/${projectId}/grants/${user}`, { relations });
 
   test('grant, change and revoke: checks and stored tuples follow the set', async () => {
     const viewer = await grant(alice, 'bob', ['viewer']);
-    expect(viewer).toMatchObject({ status: 200, body: { relations: ['viewer'], previous: [], written: ['viewer'], deleted: ['owner', 'editor'], changed: true } });
+    expect(viewer).toMatchObject({
+      status: 200,
+      body: { relations: ['viewer'], previous: [], written: ['viewer'], deleted: ['owner', 'editor'], changed: true },
+    });
     expect(await storedRelations('bob')).toEqual(['viewer']);
     expect(await allowed('user:bob', 'can_view', `project:${projectId}`)).toBe(true);
     expect(await allowed('user:bob', 'can_edit', `project:${projectId}`)).toBe(false);
     expect((await bob.get(`/projects/${projectId}`)).status).toBe(200);
 
     const editor = await grant(alice, 'bob', ['editor']);
-    expect(editor.body).toMatchObject({ relations: ['editor'], previous: ['viewer'], written: ['editor'], deleted: ['owner', 'viewer'] });
+    expect(editor.body).toMatchObject({
+      relations: ['editor'],
+      previous: ['viewer'],
+      written: ['editor'],
+      deleted: ['owner', 'viewer'],
+    });
     expect(await storedRelations('bob')).toEqual(['editor']);
     expect(await allowed('user:bob', 'can_edit', `project:${projectId}`)).toBe(true);
 
     const revoked = await grant(alice, 'bob', []);
-    expect(revoked.body).toMatchObject({ relations: [], previous: ['editor'], written: [], deleted: ['owner', 'editor', 'viewer'] });
+    expect(revoked.body).toMatchObject({
+      relations: [],
+      previous: ['editor'],
+      written: [],
+      deleted: ['owner', 'editor', 'viewer'],
+    });
     expect(await storedRelations('bob')).toEqual([]);
     expect(await allowed('user:bob', 'can_view', `project:${projectId}`)).toBe(false);
     expect((await alice.get<{ items: unknown[] }>(`/projects/${projectId}/grants`)).body.items).toEqual([]);
@@ -90,13 +117,19 @@ describe('grants: PUT sets a user\'s relation set on a project', () => {
     expect((await grant(alice, 'bob', ['owner', 'viewer'])).status).toBe(200);
     expect((await grant(bob, 'carol', ['viewer'])).status).toBe(200);
     expect(await allowed('user:carol', 'can_view', `project:${projectId}`)).toBe(true);
-    const listed = await bob.get<{ items: { user_id: string; relations: string[] }[] }>(`/projects/${projectId}/grants`);
-    expect(listed.body.items.map((i) => [i.user_id, i.relations])).toEqual([['bob', ['owner', 'viewer']], ['carol', ['viewer']]]);
+    const listed = await bob.get<{ items: { user_id: string; relations: string[] }[] }>(
+      `/projects/${projectId}/grants`,
+    );
+    expect(listed.body.items.map((i) => [i.user_id, i.relations])).toEqual([
+      ['bob', ['owner', 'viewer']],
+      ['carol', ['viewer']],
+    ]);
   });
 
   test('a bad set is a 400 and writes nothing', async () => {
     const before = await outboxStats(t.db, iamOutbox);
-    const intents = async () => Number((await sql<{ n: string }>`select count(*) as n from iam.fga_outbox`.execute(t.db)).rows[0]?.n);
+    const intents = async () =>
+      Number((await sql<{ n: string }>`select count(*) as n from iam.fga_outbox`.execute(t.db)).rows[0]?.n);
     const count = await intents();
     for (const relations of [['admin'], ['viewer', 'viewer'], 'viewer', undefined]) {
       const reply = await grant(alice, 'carol', relations);
@@ -124,7 +157,10 @@ describe('redrive with the coverage rule, on real rows', () => {
   const logger = recordingLogger();
   beforeAll(async () => {
     await service.stop();
-    quiet = await startService(iamService, serviceOptionsFor(t, fga, { flushOnWrite: false, runDrainer: false, runReconciler: false, logger }));
+    quiet = await startService(
+      iamService,
+      serviceOptionsFor(t, fga, { flushOnWrite: false, runDrainer: false, runReconciler: false, logger }),
+    );
     api = serviceClient(quiet.url, 'alice');
   });
   afterAll(async () => {
@@ -137,10 +173,20 @@ describe('redrive with the coverage rule, on real rows', () => {
   };
   /** The id of the latest intent of `user`'s grant. */
   const latest = async (user: string) =>
-    String((await sql<{ id: string }>`select max(id) as id from iam.fga_outbox where tuple_key = ${grantTupleKey(`user:${user}`, `project:${projectId}`)}`.execute(t.db)).rows[0]?.id);
+    String(
+      (
+        await sql<{
+          id: string;
+        }>`select max(id) as id from iam.fga_outbox where tuple_key = ${grantTupleKey(`user:${user}`, `project:${projectId}`)}`.execute(
+          t.db,
+        )
+      ).rows[0]?.id,
+    );
   /** What the drainer does when OpenFGA refuses a row for good: spend its attempts, drop its head flag. */
   const poison = async (id: string) => {
-    await sql`update iam.fga_outbox set attempt_count = ${iamOutbox.maxAttempts}, last_error = 'simulated: refused', is_head = false where id = ${id}`.execute(t.db);
+    await sql`update iam.fga_outbox set attempt_count = ${iamOutbox.maxAttempts}, last_error = 'simulated: refused', is_head = false where id = ${id}`.execute(
+      t.db,
+    );
   };
 
   test('a delivered successor that re-determines the same relation parks the poisoned row (revoked stays revoked)', async () => {
@@ -173,7 +219,7 @@ describe('redrive with the coverage rule, on real rows', () => {
     expect(await allowed('user:erin', 'can_view', `project:${projectId}`)).toBe(true);
   });
 
-  test('a parked row\'s delete is not lost: revoking everything after a poisoned change leaves no access', async () => {
+  test("a parked row's delete is not lost: revoking everything after a poisoned change leaves no access", async () => {
     await put('hank', ['viewer']);
     await quiet.outbox.drainOnce();
     expect(await storedRelations('hank')).toEqual(['viewer']);
@@ -213,12 +259,18 @@ describe('redrive with the coverage rule, on real rows', () => {
   test('concurrent PUTs on one grant, revokes among them, all answer; the table and OpenFGA agree after', async () => {
     const statuses: number[] = [];
     for (let round = 0; round < 15; round += 1) {
-      const replies = await Promise.all([['viewer'], [], ['editor'], []].map((relations) => api.put(`/projects/${projectId}/grants/ivan`, { relations })));
+      const replies = await Promise.all(
+        [['viewer'], [], ['editor'], []].map((relations) =>
+          api.put(`/projects/${projectId}/grants/ivan`, { relations }),
+        ),
+      );
       statuses.push(...replies.map((r) => r.status));
     }
     expect(new Set(statuses)).toEqual(new Set([202]));
     await quiet.outbox.drainOnce();
-    const row = await sql<{ relations: string[] }>`select relations from iam.project_grants where project_id = ${projectId} and user_id = 'ivan'`.execute(t.db);
+    const row = await sql<{
+      relations: string[];
+    }>`select relations from iam.project_grants where project_id = ${projectId} and user_id = 'ivan'`.execute(t.db);
     expect(await storedRelations('ivan')).toEqual([...(row.rows[0]?.relations ?? [])].sort());
   });
 
@@ -229,7 +281,10 @@ describe('redrive with the coverage rule, on real rows', () => {
     const result = await quiet.onModelChanged();
     expect(result.revived.map((r) => r.id)).toEqual([refused]);
     // The sink writes to OpenFGA before the drainer commits sent_at: wait for the commit.
-    await waitFor('the revived grant to be delivered', async () => (await outboxStats(t.db, iamOutbox)).deliverable === 0);
+    await waitFor(
+      'the revived grant to be delivered',
+      async () => (await outboxStats(t.db, iamOutbox)).deliverable === 0,
+    );
     expect(await storedRelations('gina')).toEqual(['viewer']);
   });
 });

@@ -16,9 +16,24 @@ export const iamService: ServiceDefinition<'iam'> = {
   outbox: iamOutbox,
   owner: iamOwner,
   tables: [
-    { table: 'iam.organizations', columns: { id: 'text', name: 'text', created_by: 'text', created_at: 'timestamp with time zone' } },
-    { table: 'iam.projects', columns: { id: 'text', organization_id: 'text', name: 'text', created_by: 'text', created_at: 'timestamp with time zone' } },
-    { table: 'iam.project_grants', columns: { project_id: 'text', user_id: 'text', relations: 'text[]', updated_at: 'timestamp with time zone' } },
+    {
+      table: 'iam.organizations',
+      columns: { id: 'text', name: 'text', created_by: 'text', created_at: 'timestamp with time zone' },
+    },
+    {
+      table: 'iam.projects',
+      columns: {
+        id: 'text',
+        organization_id: 'text',
+        name: 'text',
+        created_by: 'text',
+        created_at: 'timestamp with time zone',
+      },
+    },
+    {
+      table: 'iam.project_grants',
+      columns: { project_id: 'text', user_id: 'text', relations: 'text[]', updated_at: 'timestamp with time zone' },
+    },
   ],
   routes(app, ctx) {
     organizationRoutes(app, ctx);

@@ -1,12 +1,29 @@
 import { randomUUID } from 'node:crypto';
 import { grantTupleKey, iamOutbox, type IamDatabase } from '@outbox/migrations';
 import { enqueue } from '@outbox/outbox';
-import { ERROR_RESPONSES, findById, HttpError, ID_FIELD, NAME_FIELD, TIMESTAMP, writeAnswer, writeResponses, type ServiceApp, type ServiceContext } from '@outbox/service-kit';
+import {
+  ERROR_RESPONSES,
+  findById,
+  HttpError,
+  ID_FIELD,
+  NAME_FIELD,
+  TIMESTAMP,
+  writeAnswer,
+  writeResponses,
+  type ServiceApp,
+  type ServiceContext,
+} from '@outbox/service-kit';
 import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { projectOrganizationTuple } from './iam-owner.js';
 
-const PROJECT = { id: Type.String(), organization_id: Type.String(), name: Type.String(), created_by: Type.String(), created_at: TIMESTAMP };
+const PROJECT = {
+  id: Type.String(),
+  organization_id: Type.String(),
+  name: Type.String(),
+  created_by: Type.String(),
+  created_at: TIMESTAMP,
+};
 const tags = ['project'];
 
 /**
@@ -28,8 +45,13 @@ export function projectRoutes(app: ServiceApp, ctx: ServiceContext): void {
     },
     async (request, reply) => {
       const { caller, body } = request;
-      const organization = await db.selectFrom('iam.organizations').select('id').where('id', '=', body.organization_id).executeTakeFirst();
-      if (!organization) throw new HttpError(404, 'not_found', `no organization ${JSON.stringify(body.organization_id)}`);
+      const organization = await db
+        .selectFrom('iam.organizations')
+        .select('id')
+        .where('id', '=', body.organization_id)
+        .executeTakeFirst();
+      if (!organization)
+        throw new HttpError(404, 'not_found', `no organization ${JSON.stringify(body.organization_id)}`);
       await ctx.authorizer.require(`user:${caller}`, 'admin', `organization:${organization.id}`);
       const id = randomUUID();
       // The audit's owner mapping expects the same tuple of the row (iam-owner.ts).
@@ -41,16 +63,35 @@ export function projectRoutes(app: ServiceApp, ctx: ServiceContext): void {
           .values({ id, organization_id: organization.id, name: body.name, created_by: caller })
           .returningAll()
           .executeTakeFirstOrThrow();
-        return { row: inserted, intent: await enqueue(trx, iamOutbox, { partitionKey, payload: { writes: [tuple], relations: [tuple.relation] } }) };
+        return {
+          row: inserted,
+          intent: await enqueue(trx, iamOutbox, {
+            partitionKey,
+            payload: { writes: [tuple], relations: [tuple.relation] },
+          }),
+        };
       });
       return writeAnswer(reply, row, await ctx.outbox.settle(partitionKey, [intent]), 201);
     },
   );
   app.get(
     '/projects/:id',
-    { schema: { summary: 'Read a project (needs can_view)', tags, params: Type.Object({ id: Type.String() }), response: { 200: Type.Object(PROJECT), ...ERROR_RESPONSES } } },
+    {
+      schema: {
+        summary: 'Read a project (needs can_view)',
+        tags,
+        params: Type.Object({ id: Type.String() }),
+        response: { 200: Type.Object(PROJECT), ...ERROR_RESPONSES },
+      },
+    },
     async (request) => {
-      const row = await findById<{ id: string; organization_id: string; name: string; created_by: string; created_at: Date }>(db, 'iam.projects', request.params.id, 'project');
+      const row = await findById<{
+        id: string;
+        organization_id: string;
+        name: string;
+        created_by: string;
+        created_at: Date;
+      }>(db, 'iam.projects', request.params.id, 'project');
       await ctx.authorizer.require(`user:${request.caller}`, 'can_view', `project:${row.id}`);
       return row;
     },

@@ -1,4 +1,9 @@
-import { ConsistencyPreference, FgaApiValidationError, OpenFgaClient, type UserClientConfigurationParams } from '@openfga/sdk';
+import {
+  ConsistencyPreference,
+  FgaApiValidationError,
+  OpenFgaClient,
+  type UserClientConfigurationParams,
+} from '@openfga/sdk';
 import { HttpError } from './errors.js';
 
 /** Where a service's OpenFGA is, shared by its authorizer (reads) and its sink (the drainer's writes). */
@@ -43,7 +48,17 @@ export const LIST_TIMEOUT_MS = 10_000;
 function withDeadline<T>(ms: number, work: Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new HttpError(503, 'authorization_unavailable', `OpenFGA did not answer the authorization check within ${ms} ms: retry shortly`)), ms);
+    timer = setTimeout(
+      () =>
+        reject(
+          new HttpError(
+            503,
+            'authorization_unavailable',
+            `OpenFGA did not answer the authorization check within ${ms} ms: retry shortly`,
+          ),
+        ),
+      ms,
+    );
   });
   return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
@@ -54,7 +69,12 @@ function unavailable(error: unknown): never {
   if (error instanceof FgaApiValidationError && error.statusCode === 400) {
     throw error;
   }
-  throw new HttpError(503, 'authorization_unavailable', 'OpenFGA did not answer the authorization check: retry shortly', { cause: error });
+  throw new HttpError(
+    503,
+    'authorization_unavailable',
+    'OpenFGA did not answer the authorization check: retry shortly',
+    { cause: error },
+  );
 }
 
 /** An OpenFGA client for a service's connection (store, pinned model, credentials). */
@@ -75,7 +95,10 @@ export function openFgaClient(connection: OpenFgaConnection): OpenFgaClient {
  * const fga = createAuthorizer({ apiUrl, storeId, authorizationModelId });
  * await fga.require('user:alice', 'can_view', 'vpc:42'); // throws HttpError 403 when not allowed
  */
-export function createAuthorizer(connection: OpenFgaConnection, options: { timeoutMs?: number; listTimeoutMs?: number } = {}): Authorizer {
+export function createAuthorizer(
+  connection: OpenFgaConnection,
+  options: { timeoutMs?: number; listTimeoutMs?: number } = {},
+): Authorizer {
   const client = openFgaClient(connection);
   const timeoutMs = options.timeoutMs ?? AUTHORIZATION_TIMEOUT_MS;
   const listTimeoutMs = options.listTimeoutMs ?? LIST_TIMEOUT_MS;

@@ -22,7 +22,11 @@ export const CALLER_HEADER = 'x-user-id';
 export function callerOf(headers: IncomingHttpHeaders): string {
   const value = headers[CALLER_HEADER];
   if (value === undefined || value === '') {
-    throw new HttpError(401, 'unauthenticated', `missing the ${CALLER_HEADER} header: say who is calling (${ID_DESCRIPTION})`);
+    throw new HttpError(
+      401,
+      'unauthenticated',
+      `missing the ${CALLER_HEADER} header: say who is calling (${ID_DESCRIPTION})`,
+    );
   }
   if (Array.isArray(value) || !ID_PATTERN.test(value)) {
     throw new HttpError(401, 'unauthenticated', `the ${CALLER_HEADER} header should be ${ID_DESCRIPTION}, once`);

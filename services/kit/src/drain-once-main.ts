@@ -13,13 +13,21 @@ import type { ServiceDefinition } from './service.js';
  * // services/vpc/src/fga-drain.ts
  * await runDrainOnceMain(vpcService, process.env, process.argv.slice(2));
  */
-export async function runDrainOnceMain(definition: ServiceDefinition, env: NodeJS.ProcessEnv = process.env, argv: readonly string[] = []): Promise<void> {
+export async function runDrainOnceMain(
+  definition: ServiceDefinition,
+  env: NodeJS.ProcessEnv = process.env,
+  argv: readonly string[] = [],
+): Promise<void> {
   const code = await runOutboxCli(argv, {
     name: 'fga:drain',
     command: 'drain',
     configSource: `the ${definition.name} service`,
     io: { ...processIo(), env },
-    config: { databaseUrl: '$DATABASE_URL', openfga: OPENFGA_ENV_CONFIG, outboxes: { [definition.name]: { spec: definition.outbox } } },
+    config: {
+      databaseUrl: '$DATABASE_URL',
+      openfga: OPENFGA_ENV_CONFIG,
+      outboxes: { [definition.name]: { spec: definition.outbox } },
+    },
   });
   if (code !== 0) process.exitCode = code;
 }

@@ -27,7 +27,10 @@ type ColumnValue<T extends ResourceColumnType> = T extends 'text' ? string : T e
  * One TypeBox schema per own column of a resource table. `F[K]` must validate values of the
  * column's type: an integer schema for a `text` column does not compile.
  */
-export type FieldSchemas<C extends Readonly<Record<string, ResourceColumn>>, F extends { readonly [K in keyof C]: TSchema }> = {
+export type FieldSchemas<
+  C extends Readonly<Record<string, ResourceColumn>>,
+  F extends { readonly [K in keyof C]: TSchema },
+> = {
   readonly [K in keyof C]: Static<F[K]> extends ColumnValue<C[K]['type']> ? F[K] : never;
 };
 
@@ -44,7 +47,11 @@ export function shownValue(value: unknown): string {
   try {
     text = JSON.stringify(value) ?? String(value);
   } catch {
-    text = Array.isArray(value) ? 'an array nested too deep' : typeof value === 'object' && value !== null ? 'an object nested too deep' : String(value);
+    text = Array.isArray(value)
+      ? 'an array nested too deep'
+      : typeof value === 'object' && value !== null
+        ? 'an object nested too deep'
+        : String(value);
   }
   return text.length > SHOWN_MAX ? `${text.slice(0, SHOWN_MAX)}… (${text.length} characters)` : text;
 }

@@ -10,7 +10,9 @@ import type { AnyKysely } from '@outbox/outbox';
  * const vpc = await findById<VpcRow>(db, 'vpc.vpcs', request.params.id, 'vpc');
  */
 export async function findById<Row>(db: AnyKysely, table: string, id: string, what: string): Promise<Row> {
-  const row = ID_PATTERN.test(id) ? await db.selectFrom(table).selectAll().where('id', '=', id).executeTakeFirst() : undefined;
+  const row = ID_PATTERN.test(id)
+    ? await db.selectFrom(table).selectAll().where('id', '=', id).executeTakeFirst()
+    : undefined;
   if (!row) throw new HttpError(404, 'not_found', `no ${what} ${JSON.stringify(id)}`);
   return row as Row;
 }

@@ -13,7 +13,11 @@ import { recordingLogger, type RecordingLogger } from './testing/recording-logge
 const fga = useOpenFgaStore();
 
 /** Sends `head` (and `body`) as is over a TCP socket (no client-side checks); the whole answer, and whether the socket errored. */
-async function rawRequest(port: number, head: string, body?: Buffer): Promise<{ answer: string; socketError?: string }> {
+async function rawRequest(
+  port: number,
+  head: string,
+  body?: Buffer,
+): Promise<{ answer: string; socketError?: string }> {
   return new Promise((resolve) => {
     const socket = connect(port, '127.0.0.1', () => {
       socket.write(head);
@@ -36,17 +40,29 @@ afterEach(async () => {
 
 const start = async (routes: (app: ServiceApp) => void) => {
   logger = recordingLogger();
-  return (server = await startHttpServer({ name: 'test', host: '127.0.0.1', port: 0, log: createServiceLogger('test', { sink: logger }), routes }));
+  return (server = await startHttpServer({
+    name: 'test',
+    host: '127.0.0.1',
+    port: 0,
+    log: createServiceLogger('test', { sink: logger }),
+    routes,
+  }));
 };
 const errors = () => logger.entries.filter((e) => e.level === 'error').map((e) => e.message);
 const echo = (app: ServiceApp) => {
-  app.post('/things/:id', { schema: { params: Type.Object({ id: Type.String() }) } }, async (r, reply) => reply.code(201).send({ id: r.params.id, body: r.body, caller: r.caller }));
+  app.post('/things/:id', { schema: { params: Type.Object({ id: Type.String() }) } }, async (r, reply) =>
+    reply.code(201).send({ id: r.params.id, body: r.body, caller: r.caller }),
+  );
 };
 
 describe('routing and errors', () => {
   test('params are decoded; the caller comes from x-user-id; JSON in and out', async () => {
     const { url } = await start(echo);
-    const response = await fetch(`${url}/things/a%20b`, { method: 'POST', headers: { 'x-user-id': 'alice', 'content-type': 'application/json' }, body: '{"x":1}' });
+    const response = await fetch(`${url}/things/a%20b`, {
+      method: 'POST',
+      headers: { 'x-user-id': 'alice', 'content-type': 'application/json' },
+      body: '{"x":1}',
+    });
     expect(response.status).toBe(201);
     expect(response.headers.get('content-type')).toMatch(/^application\/json/);
     expect(await response.json()).toEqual({ id: 'a b', body: { x: 1 }, caller: 'alice' });
@@ -62,7 +78,11 @@ describe('routing and errors', () => {
     expect(wrong.headers.get('allow')).toBe('POST');
     expect(await wrong.json()).toMatchObject({ error: { code: 'method_not_allowed' } });
     expect((await fetch(`${url}/things/1`, { method: 'POST', body: '{}' })).status).toBe(401);
-    const malformed = await fetch(`${url}/things/1`, { method: 'POST', headers: { 'x-user-id': 'al ice' }, body: '{}' });
+    const malformed = await fetch(`${url}/things/1`, {
+      method: 'POST',
+      headers: { 'x-user-id': 'al ice' },
+      body: '{}',
+    });
     expect(malformed.status).toBe(401);
     expect(await malformed.json()).toMatchObject({ error: { code: 'unauthenticated' } });
   });
@@ -73,8 +93,20 @@ describe('routing and errors', () => {
     const invalid = await fetch(`${url}/things/1`, { method: 'POST', headers, body: '{"x":' });
     expect(invalid.status).toBe(400);
     expect(await invalid.json()).toMatchObject({ error: { code: 'invalid_json' } });
-    expect((await fetch(`${url}/things/1`, { method: 'POST', headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' }, body: '{}' })).status).toBe(201);
-    const large = await fetch(`${url}/things/1`, { method: 'POST', headers, body: JSON.stringify({ x: 'y'.repeat(MAX_BODY_BYTES) }) });
+    expect(
+      (
+        await fetch(`${url}/things/1`, {
+          method: 'POST',
+          headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' },
+          body: '{}',
+        })
+      ).status,
+    ).toBe(201);
+    const large = await fetch(`${url}/things/1`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ x: 'y'.repeat(MAX_BODY_BYTES) }),
+    });
     expect(large.status).toBe(413);
     expect(await large.json()).toMatchObject({ error: { code: 'body_too_large' } });
   });
@@ -88,11 +120,15 @@ describe('routing and errors', () => {
         throw new Error('secret detail');
       });
     });
-    expect(await (await fetch(`${url}/teapot`, { headers: { 'x-user-id': 'a' } })).json()).toEqual({ error: { code: 'teapot', message: 'short and stout' } });
+    expect(await (await fetch(`${url}/teapot`, { headers: { 'x-user-id': 'a' } })).json()).toEqual({
+      error: { code: 'teapot', message: 'short and stout' },
+    });
     const bug = await fetch(`${url}/bug`, { headers: { 'x-user-id': 'a' } });
     expect(bug.status).toBe(500);
     expect(await bug.text()).not.toContain('secret detail');
-    expect(logger.entries.some((e) => e.level === 'error' && JSON.stringify(e.fields).includes('secret detail'))).toBe(true);
+    expect(logger.entries.some((e) => e.level === 'error' && JSON.stringify(e.fields).includes('secret detail'))).toBe(
+      true,
+    );
   });
 });
 
@@ -104,8 +140,14 @@ describe('a body over the limit', () => {
   test('the 413 says connection: close, and the connection ends cleanly after it (no reset)', async () => {
     const { port } = await start(echo);
     for (const framing of [`Content-Length: ${big.length}`, 'Transfer-Encoding: chunked']) {
-      const body = framing.startsWith('Transfer') ? Buffer.concat([Buffer.from(`${big.length.toString(16)}\r\n`), big, Buffer.from('\r\n0\r\n\r\n')]) : big;
-      const { answer, socketError } = await rawRequest(port, `POST /things/1 HTTP/1.1\r\nHost: x\r\nx-user-id: alice\r\n${framing}\r\n\r\n`, body);
+      const body = framing.startsWith('Transfer')
+        ? Buffer.concat([Buffer.from(`${big.length.toString(16)}\r\n`), big, Buffer.from('\r\n0\r\n\r\n')])
+        : big;
+      const { answer, socketError } = await rawRequest(
+        port,
+        `POST /things/1 HTTP/1.1\r\nHost: x\r\nx-user-id: alice\r\n${framing}\r\n\r\n`,
+        body,
+      );
       expect(socketError, framing).toBeUndefined();
       expect(answer, framing).toMatch(/^HTTP\/1\.1 413 /);
       expect(answer.toLowerCase(), framing).toContain('connection: close');
@@ -117,10 +159,22 @@ describe('a body over the limit', () => {
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     const send = (body: Buffer | string) =>
       new Promise<{ status: number; connection: string | undefined }>((resolve, reject) => {
-        const call = request({ host: '127.0.0.1', port, path: '/things/1', method: 'POST', agent, headers: { 'x-user-id': 'alice', 'content-length': Buffer.byteLength(body) } }, (response) => {
-          response.resume();
-          response.on('end', () => resolve({ status: response.statusCode ?? 0, connection: response.headers.connection }));
-        });
+        const call = request(
+          {
+            host: '127.0.0.1',
+            port,
+            path: '/things/1',
+            method: 'POST',
+            agent,
+            headers: { 'x-user-id': 'alice', 'content-length': Buffer.byteLength(body) },
+          },
+          (response) => {
+            response.resume();
+            response.on('end', () =>
+              resolve({ status: response.statusCode ?? 0, connection: response.headers.connection }),
+            );
+          },
+        );
         call.on('error', reject);
         call.end(body);
       });
@@ -134,9 +188,14 @@ describe('a body over the limit', () => {
 });
 
 describe('request ids', () => {
-  test('a sane x-request-id is kept and echoed, anything else replaced by a fresh one; the request\'s log lines carry it', async () => {
+  test("a sane x-request-id is kept and echoed, anything else replaced by a fresh one; the request's log lines carry it", async () => {
     const { url } = await start(echo);
-    const post = (id?: string) => fetch(`${url}/things/1`, { method: 'POST', headers: { 'x-user-id': 'alice', ...(id === undefined ? {} : { 'x-request-id': id }) }, body: '{}' });
+    const post = (id?: string) =>
+      fetch(`${url}/things/1`, {
+        method: 'POST',
+        headers: { 'x-user-id': 'alice', ...(id === undefined ? {} : { 'x-request-id': id }) },
+        body: '{}',
+      });
     expect((await post('trace-42')).headers.get('x-request-id')).toBe('trace-42');
     const made = (await post()).headers.get('x-request-id');
     expect(made).toMatch(/^[0-9a-f-]{36}$/);
@@ -159,27 +218,39 @@ describe('probes', () => {
       log: createServiceLogger('test', { sink: logger }),
       routes: () => undefined,
       publicRoutes(app) {
-        app.get('/readyz', { config: { probe: true } }, async (_request, reply) => reply.code(healthy ? 200 : 503).send({ healthy }));
+        app.get('/readyz', { config: { probe: true } }, async (_request, reply) =>
+          reply.code(healthy ? 200 : 503).send({ healthy }),
+        );
       },
     });
     expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
     healthy = false;
     expect((await fetch(`${server.url}/readyz`)).status).toBe(503);
-    const logged = logger.entries.filter((e) => e.message === 'request completed').map((e) => [e.level, e.fields?.statusCode]);
+    const logged = logger.entries
+      .filter((e) => e.message === 'request completed')
+      .map((e) => [e.level, e.fields?.statusCode]);
     expect(logged).toEqual([['info', 503]]);
   });
 });
 
 describe('request targets', () => {
-  test.each(['//[', '//[::1/things/1'])('a target WHATWG URL refuses (GET %s over a raw socket): 400 invalid_url, not 500', async (target) => {
-    const { port } = await start(echo);
-    const { answer } = await rawRequest(port, `GET ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
-    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
-    const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: { code: string; message: string } };
-    expect(body.error.code).toBe('invalid_url');
-    expect(body.error.message).toContain(JSON.stringify(target));
-    expect(errors()).toEqual([]); // the caller's fault: nothing logged as ours
-  });
+  test.each(['//[', '//[::1/things/1'])(
+    'a target WHATWG URL refuses (GET %s over a raw socket): 400 invalid_url, not 500',
+    async (target) => {
+      const { port } = await start(echo);
+      const { answer } = await rawRequest(
+        port,
+        `GET ${target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`,
+      );
+      expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+      const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as {
+        error: { code: string; message: string };
+      };
+      expect(body.error.code).toBe('invalid_url');
+      expect(body.error.message).toContain(JSON.stringify(target));
+      expect(errors()).toEqual([]); // the caller's fault: nothing logged as ours
+    },
+  );
 });
 
 describe('the OpenAPI document', () => {
@@ -187,11 +258,20 @@ describe('the OpenAPI document', () => {
     const { url } = await start((app) => {
       app.post(
         '/things/:id',
-        { schema: { summary: 'make a thing', params: Type.Object({ id: Type.String() }), body: Type.Object({ size: Type.Integer({ minimum: 1 }) }) } },
+        {
+          schema: {
+            summary: 'make a thing',
+            params: Type.Object({ id: Type.String() }),
+            body: Type.Object({ size: Type.Integer({ minimum: 1 }) }),
+          },
+        },
         async () => ({}),
       );
     });
-    const document = (await (await fetch(`${url}/openapi.json`)).json()) as { openapi: string; paths: Record<string, Record<string, { summary?: string; requestBody?: unknown }>> };
+    const document = (await (await fetch(`${url}/openapi.json`)).json()) as {
+      openapi: string;
+      paths: Record<string, Record<string, { summary?: string; requestBody?: unknown }>>;
+    };
     expect(document.openapi).toMatch(/^3\./);
     expect(document.paths['/things/{id}']?.post?.summary).toBe('make a thing');
     expect(JSON.stringify(document.paths['/things/{id}']?.post?.requestBody)).toContain('"minimum":1');
@@ -214,7 +294,11 @@ describe('authorizer failures as the caller sees them', () => {
     const throttling = createHttpServer((req, res) => {
       req.resume();
       if (req.url?.endsWith('/check')) checks += 1;
-      res.writeHead(422, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'throttled_timeout_error', message: 'timeout due to throttling on complex request' }));
+      res
+        .writeHead(422, { 'content-type': 'application/json' })
+        .end(
+          JSON.stringify({ code: 'throttled_timeout_error', message: 'timeout due to throttling on complex request' }),
+        );
     });
     await new Promise<void>((resolve) => throttling.listen(0, '127.0.0.1', resolve));
     try {
@@ -232,7 +316,9 @@ describe('authorizer failures as the caller sees them', () => {
   });
 
   test('a check the real OpenFGA refuses as malformed (400 validation_error, a relation the model lacks) stays a 500: our bug', async () => {
-    const { url } = await start(guarded({ apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId }));
+    const { url } = await start(
+      guarded({ apiUrl: fga.apiUrl, storeId: fga.storeId, authorizationModelId: fga.authorizationModelId }),
+    );
     const answer = await fetch(`${url}/guarded/no_such_relation`, { headers: { 'x-user-id': 'alice' } });
     expect(answer.status).toBe(500);
     expect(await answer.json()).toMatchObject({ error: { code: 'internal' } });
@@ -253,7 +339,10 @@ describe('graceful close', () => {
         return { done: true };
       });
     });
-    const answer = fetch(`${url}/slow`, { headers: { 'x-user-id': 'a' } }).then(async (r) => ({ status: r.status, body: await r.json() }));
+    const answer = fetch(`${url}/slow`, { headers: { 'x-user-id': 'a' } }).then(async (r) => ({
+      status: r.status,
+      body: await r.json(),
+    }));
     await inside;
     let closed = false;
     const closing = server!.close(5_000).then(() => (closed = true));
@@ -264,7 +353,9 @@ describe('graceful close', () => {
     await closing;
     server = undefined;
     const refused = await new Promise<string>((resolve) => {
-      request({ host: '127.0.0.1', port, path: '/slow' }).on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? 'error')).end();
+      request({ host: '127.0.0.1', port, path: '/slow' })
+        .on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? 'error'))
+        .end();
     });
     expect(refused).toBe('ECONNREFUSED');
   });
@@ -273,7 +364,10 @@ describe('graceful close', () => {
     const { url } = await start((app) => {
       app.get('/stuck', () => new Promise(() => undefined));
     });
-    const answer = fetch(`${url}/stuck`, { headers: { 'x-user-id': 'a' } }).then(() => 'answered', () => 'cut');
+    const answer = fetch(`${url}/stuck`, { headers: { 'x-user-id': 'a' } }).then(
+      () => 'answered',
+      () => 'cut',
+    );
     await new Promise((resolve) => setTimeout(resolve, 50));
     const started = Date.now();
     await server!.close(200);

@@ -3,7 +3,14 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest, type RawServerDefault } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  type RawServerDefault,
+} from 'fastify';
 import type pino from 'pino';
 import { authenticate, CALLER_HEADER } from './caller.js';
 import { errorAnswer } from './error-answer.js';
@@ -12,7 +19,13 @@ import type { FormatCheck } from './field-schemas.js';
 import { discardBody, readJsonBody } from './json-body.js';
 
 /** The fastify instance a service's routes are declared on: bodies, params and queries typed by their TypeBox schemas. */
-export type ServiceApp = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, TypeBoxTypeProvider>;
+export type ServiceApp = FastifyInstance<
+  RawServerDefault,
+  IncomingMessage,
+  ServerResponse,
+  FastifyBaseLogger,
+  TypeBoxTypeProvider
+>;
 
 /** The request header that carries a request's id: taken from the client when it sends a sane one, else made; always echoed. */
 export const REQUEST_ID_HEADER = 'x-request-id';
@@ -86,14 +99,26 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
         removeAdditional: false,
         coerceTypes: false,
         useDefaults: true,
-        formats: Object.fromEntries(Object.entries(formats).map(([name, check]) => [name, { type: 'string', validate: (value: string) => check(value) === undefined }])),
+        formats: Object.fromEntries(
+          Object.entries(formats).map(([name, check]) => [
+            name,
+            { type: 'string', validate: (value: string) => check(value) === undefined },
+          ]),
+        ),
       },
     },
     // A path whose %-escapes do not decode names no resource: 404, as an unknown id.
     frameworkErrors: (error, request, reply: FastifyReply) => {
       const notFound = error.code === 'FST_ERR_BAD_URL';
-      const { status, body, headers } = errorAnswer(notFound ? new HttpError(404, 'not_found', `no route for ${request.method} ${request.url}`) : error, `${request.method} ${request.url}`, formats);
-      void reply.code(status).headers({ ...headers, [REQUEST_ID_HEADER]: request.id }).send(body);
+      const { status, body, headers } = errorAnswer(
+        notFound ? new HttpError(404, 'not_found', `no route for ${request.method} ${request.url}`) : error,
+        `${request.method} ${request.url}`,
+        formats,
+      );
+      void reply
+        .code(status)
+        .headers({ ...headers, [REQUEST_ID_HEADER]: request.id })
+        .send(body);
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
@@ -106,7 +131,11 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     if (closing) throw new HttpError(503, 'shutting_down', 'the service is shutting down: retry on another instance');
     // Node's parser lets through targets WHATWG URL refuses (`//[`, a protocol-relative URL with a bad host).
     if (!URL.canParse(request.url, 'http://service.invalid')) {
-      throw new HttpError(400, 'invalid_url', `the request target ${JSON.stringify(request.url.slice(0, 200))} is not a valid path and query`);
+      throw new HttpError(
+        400,
+        'invalid_url',
+        `the request target ${JSON.stringify(request.url.slice(0, 200))} is not a valid path and query`,
+      );
     }
   });
   app.addHook('onSend', async (_request, reply) => {
@@ -115,7 +144,10 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
   app.addHook('onResponse', async (request, reply) => {
     // A probe a load balancer sends every few seconds is logged only when it fails (or at debug).
     const quiet = (request.routeOptions.config as { probe?: boolean }).probe === true && reply.statusCode < 400;
-    request.log[quiet ? 'debug' : 'info']({ method: request.method, url: request.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request completed');
+    request.log[quiet ? 'debug' : 'info'](
+      { method: request.method, url: request.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime) },
+      'request completed',
+    );
   });
 
   app.setErrorHandler(async (error, request, reply: FastifyReply) => {
@@ -135,7 +167,11 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
 
   await app.register(swagger, {
     openapi: {
-      info: { title: `${options.name} service`, version: '1.0.0', description: `Every route but the health checks names its caller in the ${CALLER_HEADER} header.` },
+      info: {
+        title: `${options.name} service`,
+        version: '1.0.0',
+        description: `Every route but the health checks names its caller in the ${CALLER_HEADER} header.`,
+      },
     },
   });
   // Which methods each path declares, for the 405s below.
@@ -161,12 +197,21 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
       schema: { hide: true },
       config: { methodNotAllowed: true },
       handler: async (request) => {
-        throw new HttpError(405, 'method_not_allowed', `${request.method} is not allowed on ${request.url.split('?')[0]} (allowed: ${allow})`, { headers: { allow } });
+        throw new HttpError(
+          405,
+          'method_not_allowed',
+          `${request.method} is not allowed on ${request.url.split('?')[0]} (allowed: ${allow})`,
+          { headers: { allow } },
+        );
       },
     });
   }
 
-  await app.listen({ host: options.host, port: options.port, listenTextResolver: (address) => `listening on ${address}` });
+  await app.listen({
+    host: options.host,
+    port: options.port,
+    listenTextResolver: (address) => `listening on ${address}`,
+  });
   const { port } = app.server.address() as AddressInfo;
   const host = options.host.includes(':') ? `[${options.host}]` : options.host;
 
@@ -178,7 +223,10 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
       closing = true;
       const closed = app.close();
       let timer: NodeJS.Timeout | undefined;
-      const inTime = await Promise.race([closed.then(() => true), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)))]);
+      const inTime = await Promise.race([
+        closed.then(() => true),
+        new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
+      ]);
       clearTimeout(timer);
       if (!inTime) {
         app.log.warn(`shutdown: requests still running after ${timeoutMs} ms; closing their connections`);

@@ -23,7 +23,8 @@ const DISCARD_TIMEOUT_MS = 5_000;
  * app.addContentTypeParser('*', (request, payload) => readJsonBody(payload));
  */
 export async function readJsonBody(payload: IncomingMessage): Promise<unknown> {
-  const tooLarge = () => new HttpError(413, 'body_too_large', `the request body is larger than ${MAX_BODY_BYTES} bytes`);
+  const tooLarge = () =>
+    new HttpError(413, 'body_too_large', `the request body is larger than ${MAX_BODY_BYTES} bytes`);
   if (Number(payload.headers['content-length']) > MAX_BODY_BYTES) throw tooLarge();
   const chunks: Buffer[] = [];
   let size = 0;
@@ -42,7 +43,9 @@ export async function readJsonBody(payload: IncomingMessage): Promise<unknown> {
     payload.once('end', resolve);
     // The client went away mid-body (node: 'aborted', code ECONNRESET). Its fault, not ours, and not
     // the database's: that code was once read as "the database is unavailable" and logged so.
-    payload.once('error', (error) => reject(new HttpError(400, 'body_incomplete', `the request body ended before it was complete (${error.message})`)));
+    payload.once('error', (error) =>
+      reject(new HttpError(400, 'body_incomplete', `the request body ended before it was complete (${error.message})`)),
+    );
   });
   if (size === 0) return undefined;
   try {

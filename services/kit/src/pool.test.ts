@@ -15,7 +15,9 @@ test('a connection lost while checked out or while idle is logged, not thrown; t
   const heldPid = (await held.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
   const idlePid = await pool.query<{ pid: number }>('select pg_backend_pid() as pid');
   const killer = t.pool();
-  await killer.query('select pg_terminate_backend(pid) from unnest($1::int[]) as pid', [[heldPid, idlePid.rows[0]!.pid]]);
+  await killer.query('select pg_terminate_backend(pid) from unnest($1::int[]) as pid', [
+    [heldPid, idlePid.rows[0]!.pid],
+  ]);
   const warnings = () => logger.entries.filter((e) => e.level === 'warn').map((e) => e.message);
   const idleLost = () => warnings().some((w) => w.startsWith('postgres connection lost while idle in the pool'));
   const heldLost = () => warnings().some((w) => w.startsWith('postgres connection lost: '));

@@ -25,7 +25,11 @@ export interface OutboxReadinessCheck extends ReadinessCheck {
 /** What `/readyz` answers: 200 when every check is ok, else 503 with `error` naming the first that failed. */
 export interface ReadinessReport {
   readonly ready: boolean;
-  readonly checks: { readonly database: ReadinessCheck; readonly openfga: ReadinessCheck; readonly outbox: OutboxReadinessCheck };
+  readonly checks: {
+    readonly database: ReadinessCheck;
+    readonly openfga: ReadinessCheck;
+    readonly outbox: OutboxReadinessCheck;
+  };
   /** The first failed check as the API's error: `database_unavailable`, `authorization_unavailable` or `outbox_stalled`. */
   readonly error?: { readonly code: string; readonly message: string };
 }
@@ -85,9 +89,16 @@ export function createReadiness(config: ReadinessConfig): { check(): Promise<Rea
   const max = config.maxDeliverableAgeMs;
   const checkOutbox = async (): Promise<OutboxReadinessCheck> => {
     let age: number | null = null;
-    const read = max === 0 ? { ok: true, ms: 0 } : await timed(timeoutMs, async () => void (age = (await oldestDeliverable.execute(config.db)).rows[0]?.age_ms ?? null));
+    const read =
+      max === 0
+        ? { ok: true, ms: 0 }
+        : await timed(
+            timeoutMs,
+            async () => void (age = (await oldestDeliverable.execute(config.db)).rows[0]?.age_ms ?? null),
+          );
     const oldestDeliverableAgeMs = age === null ? null : Math.round(age);
-    if (!read.ok || oldestDeliverableAgeMs === null || max === 0 || oldestDeliverableAgeMs <= max) return { ...read, oldestDeliverableAgeMs, maxDeliverableAgeMs: max };
+    if (!read.ok || oldestDeliverableAgeMs === null || max === 0 || oldestDeliverableAgeMs <= max)
+      return { ...read, oldestDeliverableAgeMs, maxDeliverableAgeMs: max };
     const error = `the oldest deliverable intent of ${config.spec.table} was committed ${Math.round(oldestDeliverableAgeMs / 1000)} s ago (more than ${max} ms)`;
     return { ...read, ok: false, error, oldestDeliverableAgeMs, maxDeliverableAgeMs: max };
   };

@@ -6,7 +6,15 @@ import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { Type } from 'typebox';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { createRegisterService, registerServiceOwner, registrationTuples, serviceClient, startService, type RunningService, type ServiceClient } from './index.js';
+import {
+  createRegisterService,
+  registerServiceOwner,
+  registrationTuples,
+  serviceClient,
+  startService,
+  type RunningService,
+  type ServiceClient,
+} from './index.js';
 import { serviceOptionsFor, waitFor } from './testing/index.js';
 
 const t = useTestDatabase();
@@ -21,7 +29,12 @@ const vpcs = createRegisterService({
   path: 'vpcs',
   fields: { cidr_block: Type.String({ description: 'a CIDR block' }) },
 });
-const target = () => ({ db: t.db, spec: vpcOutbox, owner: registerServiceOwner(vpcs), reader: createOpenFgaTupleReader({ client: fga.client }) });
+const target = () => ({
+  db: t.db,
+  spec: vpcOutbox,
+  owner: registerServiceOwner(vpcs),
+  reader: createOpenFgaTupleReader({ client: fga.client }),
+});
 
 let service: RunningService;
 let alice: ServiceClient;
@@ -50,7 +63,13 @@ describe('registerServiceOwner', () => {
     }
     expect((await alice.delete(`/vpcs/${ids.pop()}`)).status).toBe(204);
     const report = await auditOutbox(target());
-    expect(report).toMatchObject({ objectTypes: ['vpc'], partitionsCompared: 3, liveTuplesRead: 6, drifted: 0, skippedPending: 0 });
+    expect(report).toMatchObject({
+      objectTypes: ['vpc'],
+      partitionsCompared: 3,
+      liveTuplesRead: 6,
+      drifted: 0,
+      skippedPending: 0,
+    });
   });
 
   test('out-of-band edits are found, each in its kind, and repaired through the outbox; then the audit is clean', async () => {
@@ -62,11 +81,24 @@ describe('registerServiceOwner', () => {
     await sql`delete from vpc.vpcs where id = ${ids[2]}`.execute(t.db); // by hand: no intent, its tuples stay
 
     const report = await auditOutbox(target());
-    expect(report).toMatchObject({ drifted: 3, missing: { partitions: 1, tuples: 1 }, unexpected: { partitions: 1, tuples: 1 }, orphans: { objects: 1, tuples: 2 } });
-    expect(report.missing.sample[0]).toMatchObject({ partitionKey: deleted, tuples: [{ user: 'user:alice', relation: 'owner', object: deleted }] });
-    expect(report.unexpected.sample[0]).toMatchObject({ partitionKey: added, tuples: [{ user: 'user:mallory', relation: 'viewer', object: added }] });
+    expect(report).toMatchObject({
+      drifted: 3,
+      missing: { partitions: 1, tuples: 1 },
+      unexpected: { partitions: 1, tuples: 1 },
+      orphans: { objects: 1, tuples: 2 },
+    });
+    expect(report.missing.sample[0]).toMatchObject({
+      partitionKey: deleted,
+      tuples: [{ user: 'user:alice', relation: 'owner', object: deleted }],
+    });
+    expect(report.unexpected.sample[0]).toMatchObject({
+      partitionKey: added,
+      tuples: [{ user: 'user:mallory', relation: 'viewer', object: added }],
+    });
     expect(report.orphans.sample[0]?.object).toBe(orphaned);
-    expect(report.orphans.sample[0]?.tuples).toEqual(expect.arrayContaining(registrationTuples(orphaned, 'p1', 'alice')));
+    expect(report.orphans.sample[0]?.tuples).toEqual(
+      expect.arrayContaining(registrationTuples(orphaned, 'p1', 'alice')),
+    );
 
     const repaired = await repairOutbox({ ...target(), dryRun: false });
     expect(repaired).toMatchObject({ partitions: 3, writes: 1, deletes: 3 });

@@ -33,14 +33,22 @@ interface RegisteredRow {
  * const owner = registerServiceOwner(vpcService);
  * const report = await auditOutbox({ db, spec: vpcService.outbox, owner, reader });
  */
-export function registerServiceOwner(definition: { readonly fgaType: string; readonly resourceTable: ResourceTable }): OutboxOwner {
+export function registerServiceOwner(definition: {
+  readonly fgaType: string;
+  readonly resourceTable: ResourceTable;
+}): OutboxOwner {
   const { fgaType, resourceTable } = definition;
   const prefix = resourceObject(fgaType, '');
   const partition = (row: RegisteredRow): OwnedPartition => {
     const object = resourceObject(fgaType, row.id);
-    return { partitionKey: object, objectKnown: true, tuples: registrationTuples(object, row.project_id, row.created_by) };
+    return {
+      partitionKey: object,
+      objectKnown: true,
+      tuples: registrationTuples(object, row.project_id, row.created_by),
+    };
   };
-  const rows = (trx: Parameters<OutboxOwner['partitions']>[0]) => trx.selectFrom(resourceTable.qualifiedName).select(['id', 'project_id', 'created_by']);
+  const rows = (trx: Parameters<OutboxOwner['partitions']>[0]) =>
+    trx.selectFrom(resourceTable.qualifiedName).select(['id', 'project_id', 'created_by']);
 
   return {
     objectTypes: [fgaType],
@@ -55,7 +63,12 @@ export function registerServiceOwner(definition: { readonly fgaType: string; rea
     },
     async partitions(trx, keys) {
       const ids = keys.filter((key) => key.startsWith(prefix)).map((key) => key.slice(prefix.length));
-      const found = ids.length === 0 ? [] : ((await rows(trx).where(sql<boolean>`id = any(${ids}::text[])`).execute()) as RegisteredRow[]);
+      const found =
+        ids.length === 0
+          ? []
+          : ((await rows(trx)
+              .where(sql<boolean>`id = any(${ids}::text[])`)
+              .execute()) as RegisteredRow[]);
       const owned = new Map(found.map((row) => [resourceObject(fgaType, row.id), partition(row)]));
       return keys.map((key) => owned.get(key) ?? { partitionKey: key, objectKnown: false, tuples: [] });
     },

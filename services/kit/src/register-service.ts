@@ -14,7 +14,11 @@ import { resourceTableColumns } from './verify-tables.js';
 import { writeAnswer } from './write-answer.js';
 
 /** What makes a register service that service: its table, its OpenFGA type, its outbox and its fields. */
-export interface RegisterServiceConfig<N extends string, C extends Readonly<Record<string, ResourceColumn>>, F extends { readonly [K in keyof C]: TSchema }> {
+export interface RegisterServiceConfig<
+  N extends string,
+  C extends Readonly<Record<string, ResourceColumn>>,
+  F extends { readonly [K in keyof C]: TSchema },
+> {
   /** E.g. `vpc`. */
   readonly name: N;
   /** The port its process listens on by default. */
@@ -47,7 +51,13 @@ export interface RegisterServiceDefinition<N extends string = string> extends Se
 }
 
 /** A row of any resource table: the common columns, then the service's own. */
-type ResourceRow = Record<string, unknown> & { id: string; project_id: string; name: string; created_by: string; created_at: Date | string };
+type ResourceRow = Record<string, unknown> & {
+  id: string;
+  project_id: string;
+  name: string;
+  created_by: string;
+  created_at: Date | string;
+};
 
 const ID_PARAMS = Type.Object({ id: Type.String({ description: 'the resource id' }) });
 
@@ -70,17 +80,29 @@ const ID_PARAMS = Type.Object({ id: Type.String({ description: 'the resource id'
  *   formats: { 'ipv4-cidr-block': cidrProblem },
  * });
  */
-export function createRegisterService<const N extends string, C extends Readonly<Record<string, ResourceColumn>>, F extends { readonly [K in keyof C]: TSchema }>(
-  config: RegisterServiceConfig<N, C, F>,
-): RegisterServiceDefinition<N> {
+export function createRegisterService<
+  const N extends string,
+  C extends Readonly<Record<string, ResourceColumn>>,
+  F extends { readonly [K in keyof C]: TSchema },
+>(config: RegisterServiceConfig<N, C, F>): RegisterServiceDefinition<N> {
   const { resourceTable: table, fgaType, outboxSpec: spec } = config;
   if (spec.partitionColumn !== REGISTER_OUTBOX_PARTITION) {
-    throw new ServiceConfigError('outboxSpec', `${config.name} needs a register-outbox (partition ${REGISTER_OUTBOX_PARTITION}); ${spec.table} is keyed on ${spec.partitionColumn}`);
+    throw new ServiceConfigError(
+      'outboxSpec',
+      `${config.name} needs a register-outbox (partition ${REGISTER_OUTBOX_PARTITION}); ${spec.table} is keyed on ${spec.partitionColumn}`,
+    );
   }
   const path = `/${config.path ?? table.table}`;
   const fields = config.fields as Readonly<Record<string, TSchema>>;
   const body = Type.Object({ project_id: ID_FIELD, name: NAME_FIELD, ...fields }, { additionalProperties: false });
-  const row = Type.Object({ id: Type.String(), project_id: Type.String(), name: Type.String(), created_by: Type.String(), created_at: TIMESTAMP, ...fields });
+  const row = Type.Object({
+    id: Type.String(),
+    project_id: Type.String(),
+    name: Type.String(),
+    created_by: Type.String(),
+    created_at: TIMESTAMP,
+    ...fields,
+  });
   const tags = [fgaType];
   const objectOf = (id: string) => resourceObject(fgaType, id);
 
@@ -100,7 +122,14 @@ export function createRegisterService<const N extends string, C extends Readonly
 
       app.post(
         path,
-        { schema: { summary: `Create a ${fgaType} (needs can_edit on the project)`, tags, body, response: writeResponses(201, row.properties, `the ${fgaType}`) } },
+        {
+          schema: {
+            summary: `Create a ${fgaType} (needs can_edit on the project)`,
+            tags,
+            body,
+            response: writeResponses(201, row.properties, `the ${fgaType}`),
+          },
+        },
         async (request, reply) => {
           const { caller } = request;
           const values = request.body as Record<string, unknown> & { project_id: string };
@@ -114,7 +143,10 @@ export function createRegisterService<const N extends string, C extends Readonly
               .values({ ...values, id, created_by: caller })
               .returningAll()
               .executeTakeFirstOrThrow();
-            return { inserted: created as ResourceRow, intent: await enqueue(trx, spec, { partitionKey: object, payload }) };
+            return {
+              inserted: created as ResourceRow,
+              intent: await enqueue(trx, spec, { partitionKey: object, payload }),
+            };
           });
           return writeAnswer(reply, inserted, await outbox.settle(object, [intent]), 201);
         },
@@ -122,7 +154,14 @@ export function createRegisterService<const N extends string, C extends Readonly
 
       app.get(
         `${path}/:id`,
-        { schema: { summary: `Read a ${fgaType} (needs can_view)`, tags, params: ID_PARAMS, response: { 200: row, ...ERROR_RESPONSES } } },
+        {
+          schema: {
+            summary: `Read a ${fgaType} (needs can_view)`,
+            tags,
+            params: ID_PARAMS,
+            response: { 200: row, ...ERROR_RESPONSES },
+          },
+        },
         async (request) => {
           const found = await find(request.params.id);
           await authorizer.require(`user:${request.caller}`, 'can_view', objectOf(found.id));
@@ -145,7 +184,10 @@ export function createRegisterService<const N extends string, C extends Readonly
           const ids = await authorizer.listObjectIds(`user:${request.caller}`, 'can_view', fgaType);
           if (ids.length === 0) return { items: [] };
           // One array parameter, not one per id: a long list stays one small statement.
-          let query = db.selectFrom(table.qualifiedName).selectAll().where(sql<boolean>`id = any(${ids}::text[])`);
+          let query = db
+            .selectFrom(table.qualifiedName)
+            .selectAll()
+            .where(sql<boolean>`id = any(${ids}::text[])`);
           if (projectId !== undefined) query = query.where('project_id', '=', projectId);
           return { items: (await query.orderBy('created_at').orderBy('id').execute()) as ResourceRow[] };
         },
@@ -160,7 +202,10 @@ export function createRegisterService<const N extends string, C extends Readonly
             params: ID_PARAMS,
             response: {
               204: Type.Null({ description: 'deleted, and its tuples gone from OpenFGA' }),
-              202: Type.Object({ id: Type.String(), deleted: Type.Boolean(), note: Type.String() }, { description: 'deleted; its tuples not yet gone from OpenFGA' }),
+              202: Type.Object(
+                { id: Type.String(), deleted: Type.Boolean(), note: Type.String() },
+                { description: 'deleted; its tuples not yet gone from OpenFGA' },
+              ),
               ...ERROR_RESPONSES,
             },
           },
@@ -172,14 +217,23 @@ export function createRegisterService<const N extends string, C extends Readonly
           // poisoned): the project on the row is the durable fact, and the model lets a project
           // owner delete its resources, so that path is checked on the project itself.
           const user = `user:${request.caller}`;
-          const allowed = (await authorizer.check(user, 'can_delete', object)) || (await authorizer.check(user, 'can_delete', `project:${found.project_id}`));
+          const allowed =
+            (await authorizer.check(user, 'can_delete', object)) ||
+            (await authorizer.check(user, 'can_delete', `project:${found.project_id}`));
           if (!allowed) throw new HttpError(403, 'forbidden', `${user} is not allowed can_delete on ${object}`);
           const deregistration = await db.transaction().execute(async (trx) => {
-            const gone = await trx.deleteFrom(table.qualifiedName).where('id', '=', found.id).returningAll().executeTakeFirst();
+            const gone = await trx
+              .deleteFrom(table.qualifiedName)
+              .where('id', '=', found.id)
+              .returningAll()
+              .executeTakeFirst();
             // Deleted meanwhile by someone else, whose transaction enqueued the deregistration.
             if (!gone) return undefined;
             // The tuples the registration wrote: the owner is the creator, not necessarily the caller.
-            return enqueue(trx, spec, { partitionKey: object, payload: { deletes: registrationTuples(object, gone.project_id, gone.created_by) } });
+            return enqueue(trx, spec, {
+              partitionKey: object,
+              payload: { deletes: registrationTuples(object, gone.project_id, gone.created_by) },
+            });
           });
           if (!deregistration) throw new HttpError(404, 'not_found', `no ${fgaType} ${JSON.stringify(found.id)}`);
           const delivery = await outbox.settle(object, [deregistration]);

@@ -2,7 +2,12 @@ import { Type, type TObject, type TProperties, type TString } from 'typebox';
 
 /** `{ error: { code, message } }`: every error answer (see `errorAnswer`). */
 export const ERROR_BODY = Type.Object(
-  { error: Type.Object({ code: Type.String({ description: 'stable, machine-readable, e.g. `forbidden`' }), message: Type.String({ description: 'what to fix' }) }) },
+  {
+    error: Type.Object({
+      code: Type.String({ description: 'stable, machine-readable, e.g. `forbidden`' }),
+      message: Type.String({ description: 'what to fix' }),
+    }),
+  },
   { description: 'An error: nothing was written unless the code says otherwise' },
 );
 
@@ -21,8 +26,11 @@ export function writeResponses<S extends 200 | 201, P extends TProperties>(
   properties: P,
   description: string,
 ): { readonly [K in S]: TObject<P> } & { readonly 202: TObject<P & { note: TString }> } & typeof ERROR_RESPONSES {
-  const pending = Type.Object({ ...properties, note: Type.String({ description: 'why access is not there yet; do not retry the write' }) }, {
-    description: `${description}; committed, its access not yet in OpenFGA (the drainer delivers it)`,
-  });
+  const pending = Type.Object(
+    { ...properties, note: Type.String({ description: 'why access is not there yet; do not retry the write' }) },
+    {
+      description: `${description}; committed, its access not yet in OpenFGA (the drainer delivers it)`,
+    },
+  );
   return { [status]: Type.Object(properties, { description }), 202: pending, ...ERROR_RESPONSES } as never;
 }

@@ -18,7 +18,10 @@ import { startServices } from './start-services.js';
  * @example
  * await runServiceMain(vpcService); // src/main.ts
  */
-export async function runServiceMain(definition: ServiceDefinition, overrides: Partial<ServiceOptions> = {}): Promise<void> {
+export async function runServiceMain(
+  definition: ServiceDefinition,
+  overrides: Partial<ServiceOptions> = {},
+): Promise<void> {
   await runServicesMain([definition], overrides);
 }
 
@@ -26,7 +29,10 @@ export async function runServiceMain(definition: ServiceDefinition, overrides: P
  * {@link runServiceMain} for several services in one process (the platform runner): each listens on
  * its `defaultPort` (PORT is ignored), and the signals reach them all.
  */
-export async function runServicesMain(definitions: readonly ServiceDefinition[], overrides: Partial<ServiceOptions> = {}): Promise<void> {
+export async function runServicesMain(
+  definitions: readonly ServiceDefinition[],
+  overrides: Partial<ServiceOptions> = {},
+): Promise<void> {
   const [only] = definitions.length === 1 ? definitions : [];
   const log = createServiceLogger(only?.name ?? 'platform');
   let running: readonly RunningService[];
@@ -36,11 +42,16 @@ export async function runServicesMain(definitions: readonly ServiceDefinition[],
     } else {
       const { port: _ignored, ...options } = serviceOptionsFromEnv(0);
       const ports = Object.fromEntries(definitions.map((d) => [d.name, { port: d.defaultPort }]));
-      running = Object.values((await startServices(definitions, { ...options, ...overrides, overrides: ports })).services);
+      running = Object.values(
+        (await startServices(definitions, { ...options, ...overrides, overrides: ports })).services,
+      );
     }
   } catch (error) {
     const reason = inEnvironmentTerms(error);
-    log.error(reason instanceof ServiceConfigError ? { field: reason.field } : {}, `could not start: ${reason instanceof Error ? reason.message : String(reason)}`);
+    log.error(
+      reason instanceof ServiceConfigError ? { field: reason.field } : {},
+      `could not start: ${reason instanceof Error ? reason.message : String(reason)}`,
+    );
     process.exit(1);
   }
   let stopping = false;
@@ -61,7 +72,10 @@ export async function runServicesMain(definitions: readonly ServiceDefinition[],
   process.on('SIGHUP', () => {
     for (const service of running) {
       service.onModelChanged().then(
-        (r) => service.logger.info(`model changed: revived ${r.revived.length}, superseded ${r.superseded.length}${r.skipped ? ' (skipped: another pass was running)' : ''}`),
+        (r) =>
+          service.logger.info(
+            `model changed: revived ${r.revived.length}, superseded ${r.superseded.length}${r.skipped ? ' (skipped: another pass was running)' : ''}`,
+          ),
         (error: unknown) => service.logger.error('model changed: redrive failed', { error: String(error) }),
       );
     }

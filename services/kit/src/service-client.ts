@@ -28,7 +28,11 @@ export function serviceClient(baseUrl: string, user?: string): ServiceClient {
     const headers: Record<string, string> = {};
     if (user !== undefined) headers[CALLER_HEADER] = user;
     if (body !== undefined) headers['content-type'] = 'application/json';
-    const response = await fetch(new URL(path, baseUrl), { method, headers, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+    const response = await fetch(new URL(path, baseUrl), {
+      method,
+      headers,
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
     const text = await response.text();
     return { status: response.status, body: (text ? JSON.parse(text) : undefined) as T };
   };

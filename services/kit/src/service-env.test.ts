@@ -19,18 +19,30 @@ describe('environment variables an operator gets wrong', () => {
     expect(refusal(() => serviceOptionsFromEnv(1, { ...env, DB_POOL_SIZE: '0' }))).toMatch(/^DB_POOL_SIZE: /);
     expect(refusal(() => serviceOptionsFromEnv(1, { ...env, PORT: '70000' }))).toMatch(/^PORT: .*0 to 65535/);
     expect(refusal(() => serviceOptionsFromEnv(1, { ...env, DRAIN_INTERVAL_MS: '0' }))).toMatch(/^DRAIN_INTERVAL_MS: /);
-    expect(refusal(() => serviceOptionsFromEnv(1, { ...env, FLUSH_TIMEOUT_MS: '6000000' }))).toMatch(/^FLUSH_TIMEOUT_MS: /);
-    expect(refusal(() => serviceOptionsFromEnv(1, { ...env, REDRIVE_INTERVAL_MS: '0' }))).toMatch(/^REDRIVE_INTERVAL_MS: /);
+    expect(refusal(() => serviceOptionsFromEnv(1, { ...env, FLUSH_TIMEOUT_MS: '6000000' }))).toMatch(
+      /^FLUSH_TIMEOUT_MS: /,
+    );
+    expect(refusal(() => serviceOptionsFromEnv(1, { ...env, REDRIVE_INTERVAL_MS: '0' }))).toMatch(
+      /^REDRIVE_INTERVAL_MS: /,
+    );
   });
 
   test('hex, exponent and padded numbers are refused, not read as something else (PORT=0x1F90 listened on 8080)', () => {
     for (const raw of ['0x1F90', '1e3', ' 80', '80 ', '8_0', '-1', '1.0']) {
-      expect(refusal(() => serviceOptionsFromEnv(1, { ...env, PORT: raw })), raw).toMatch(/^PORT: /);
+      expect(
+        refusal(() => serviceOptionsFromEnv(1, { ...env, PORT: raw })),
+        raw,
+      ).toMatch(/^PORT: /);
     }
-    expect(serviceOptionsFromEnv(1, { ...env, PORT: '8080', DB_POOL_SIZE: '10' })).toMatchObject({ port: 8080, poolSize: 10 });
+    expect(serviceOptionsFromEnv(1, { ...env, PORT: '8080', DB_POOL_SIZE: '10' })).toMatchObject({
+      port: 8080,
+      poolSize: 10,
+    });
   });
 
   test('OPENFGA_API_URL with trailing slashes is the same server', () => {
-    expect(serviceOptionsFromEnv(1, { ...env, OPENFGA_API_URL: 'http://fga:8080//' }).openfga.apiUrl).toBe('http://fga:8080');
+    expect(serviceOptionsFromEnv(1, { ...env, OPENFGA_API_URL: 'http://fga:8080//' }).openfga.apiUrl).toBe(
+      'http://fga:8080',
+    );
   });
 });

@@ -40,7 +40,15 @@ export function createServiceLogger(name: string, options: ServiceLoggerOptions 
 function sinkStream(sink: Logger): { write(line: string): void } {
   return {
     write(line) {
-      const { level, msg, time: _time, service: _service, pid: _pid, hostname: _host, ...fields } = JSON.parse(line) as Record<string, unknown>;
+      const {
+        level,
+        msg,
+        time: _time,
+        service: _service,
+        pid: _pid,
+        hostname: _host,
+        ...fields
+      } = JSON.parse(line) as Record<string, unknown>;
       const message = typeof msg === 'string' ? msg : '';
       if (level === 'trace' || level === 'debug') sink.debug?.(message, fields);
       else if (level === 'info') sink.info(message, fields);

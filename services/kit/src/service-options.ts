@@ -77,7 +77,9 @@ export interface ServiceOptions {
 }
 
 /** {@link ServiceOptions} with every default applied (the logger apart: it stays optional; `auditIntervalMs` 0 when off). */
-export type ResolvedServiceOptions = Required<Omit<ServiceOptions, 'logger' | 'auditIntervalMs'>> & { readonly auditIntervalMs: number };
+export type ResolvedServiceOptions = Required<Omit<ServiceOptions, 'logger' | 'auditIntervalMs'>> & {
+  readonly auditIntervalMs: number;
+};
 
 /** OpenFGA's store and model ids: ULIDs. */
 const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
@@ -103,7 +105,8 @@ function databaseUrlProblem(url: string): string | undefined {
   } catch {
     return `expected a URL like postgres://user:password@host:5432/database, got ${JSON.stringify(redacted(url).slice(0, 80))}`;
   }
-  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') return `expected a postgres:// URL, got one with ${parsed.protocol}`;
+  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:')
+    return `expected a postgres:// URL, got one with ${parsed.protocol}`;
   return undefined;
 }
 
@@ -137,9 +140,15 @@ function withoutTrailingSlash(apiUrl: string): string {
  * neither the option nor the variable.
  */
 export function assertOpenFgaIds(connection: OpenFgaConnection): void {
-  for (const [field, id] of [['openfga.storeId', connection.storeId], ['openfga.authorizationModelId', connection.authorizationModelId]] as const) {
+  for (const [field, id] of [
+    ['openfga.storeId', connection.storeId],
+    ['openfga.authorizationModelId', connection.authorizationModelId],
+  ] as const) {
     if (id !== undefined && !ULID.test(id)) {
-      throw new ServiceConfigError(field, `expected an OpenFGA id like 01HVMMBCMGZNT3SED4Z17ECXCA (pnpm migrate prints it), got ${JSON.stringify(id.slice(0, 40))}`);
+      throw new ServiceConfigError(
+        field,
+        `expected an OpenFGA id like 01HVMMBCMGZNT3SED4Z17ECXCA (pnpm migrate prints it), got ${JSON.stringify(id.slice(0, 40))}`,
+      );
     }
   }
 }
@@ -150,9 +159,14 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
   const urlProblem = databaseUrlProblem(options.databaseUrl);
   if (urlProblem) throw new ServiceConfigError('databaseUrl', urlProblem);
   const logLevel = options.logLevel ?? 'info';
-  if (!LOG_LEVELS.includes(logLevel)) throw new ServiceConfigError('logLevel', `expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
+  if (!LOG_LEVELS.includes(logLevel))
+    throw new ServiceConfigError(
+      'logLevel',
+      `expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`,
+    );
   if (!options.openfga?.apiUrl) throw new ServiceConfigError('openfga.apiUrl', "OpenFGA's HTTP API URL is required");
-  if (!options.openfga.storeId) throw new ServiceConfigError('openfga.storeId', 'the OpenFGA store id is required (pnpm migrate prints it)');
+  if (!options.openfga.storeId)
+    throw new ServiceConfigError('openfga.storeId', 'the OpenFGA store id is required (pnpm migrate prints it)');
   return {
     databaseUrl: options.databaseUrl,
     openfga: { ...options.openfga, apiUrl: withoutTrailingSlash(options.openfga.apiUrl) },
@@ -163,14 +177,23 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
     flushOnWrite: options.flushOnWrite ?? true,
     flushTimeoutMs: integer('flushTimeoutMs', options.flushTimeoutMs, 5_000, 1, 600_000),
     runDrainer: options.runDrainer ?? true,
-    auditIntervalMs: options.auditIntervalMs === false ? 0 : integer('auditIntervalMs', options.auditIntervalMs, 300_000, 0, 86_400_000),
+    auditIntervalMs:
+      options.auditIntervalMs === false
+        ? 0
+        : integer('auditIntervalMs', options.auditIntervalMs, 300_000, 0, 86_400_000),
     runReconciler: options.runReconciler ?? true,
     compactIntervalMs: integer('compactIntervalMs', options.compactIntervalMs, 3_600_000, 0, 86_400_000),
     retentionMs: integer('retentionMs', options.retentionMs, 30 * 86_400_000, 0, 36_500 * 86_400_000),
     shutdownTimeoutMs: integer('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 600_000),
     poolSize: integer('poolSize', options.poolSize, 5, 1, 100),
     retryBackoff: options.retryBackoff ?? {},
-    readyMaxDeliverableAgeMs: integer('readyMaxDeliverableAgeMs', options.readyMaxDeliverableAgeMs, 60_000, 0, 86_400_000),
+    readyMaxDeliverableAgeMs: integer(
+      'readyMaxDeliverableAgeMs',
+      options.readyMaxDeliverableAgeMs,
+      60_000,
+      0,
+      86_400_000,
+    ),
     logLevel,
   };
 }
@@ -180,9 +203,9 @@ export const SERVICE_ENV = Object.freeze({
   DATABASE_URL: 'databaseUrl (required)',
   OPENFGA_API_URL: 'openfga.apiUrl (required)',
   OPENFGA_STORE_ID: 'openfga.storeId (required; `pnpm migrate` prints it)',
-  OPENFGA_MODEL_ID: 'openfga.authorizationModelId (default: the store\'s latest model)',
+  OPENFGA_MODEL_ID: "openfga.authorizationModelId (default: the store's latest model)",
   OPENFGA_API_TOKEN: 'preshared key of the OpenFGA server (default none)',
-  PORT: 'port (default: the service\'s own port)',
+  PORT: "port (default: the service's own port)",
   HOST: 'host (default 127.0.0.1)',
   DRAIN_INTERVAL_MS: 'drainIntervalMs (default 1000)',
   REDRIVE_INTERVAL_MS: 'redriveIntervalMs (default 60000)',
@@ -201,13 +224,16 @@ export const SERVICE_ENV = Object.freeze({
 export function openFgaConnectionFromEnv(env: NodeJS.ProcessEnv = process.env): OpenFgaConnection {
   const apiUrl = env.OPENFGA_API_URL;
   const storeId = env.OPENFGA_STORE_ID;
-  if (!apiUrl) throw new ServiceConfigError('OPENFGA_API_URL', "set it to OpenFGA's HTTP API, e.g. http://127.0.0.1:8080");
+  if (!apiUrl)
+    throw new ServiceConfigError('OPENFGA_API_URL', "set it to OpenFGA's HTTP API, e.g. http://127.0.0.1:8080");
   if (!storeId) throw new ServiceConfigError('OPENFGA_STORE_ID', 'set it to the store `pnpm migrate` printed');
   return {
     apiUrl: withoutTrailingSlash(apiUrl),
     storeId,
     ...(env.OPENFGA_MODEL_ID ? { authorizationModelId: env.OPENFGA_MODEL_ID } : {}),
-    ...(env.OPENFGA_API_TOKEN ? { credentials: { method: CredentialsMethod.ApiToken, config: { token: env.OPENFGA_API_TOKEN } } } : {}),
+    ...(env.OPENFGA_API_TOKEN
+      ? { credentials: { method: CredentialsMethod.ApiToken, config: { token: env.OPENFGA_API_TOKEN } } }
+      : {}),
   };
 }
 
@@ -222,7 +248,8 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     const raw = env[name];
     if (raw === undefined || raw === '') return undefined;
     // Decimal digits only: Number() also takes '0x1F90', '1e3' and ' 80 ', none of which an operator means.
-    if (!/^[0-9]{1,15}$/.test(raw)) throw new ServiceConfigError(name, `expected a whole number in decimal digits, got ${JSON.stringify(raw)}`);
+    if (!/^[0-9]{1,15}$/.test(raw))
+      throw new ServiceConfigError(name, `expected a whole number in decimal digits, got ${JSON.stringify(raw)}`);
     return Number(raw);
   };
   const flag = (name: string): boolean | undefined => {
@@ -285,5 +312,7 @@ const ENV_OF_OPTION: Readonly<Record<string, string>> = {
  */
 export function inEnvironmentTerms(error: unknown): unknown {
   if (!(error instanceof ServiceConfigError) || !ENV_OF_OPTION[error.field]) return error;
-  return new ServiceConfigError(ENV_OF_OPTION[error.field] as string, error.message.slice(error.field.length + 2), { cause: error });
+  return new ServiceConfigError(ENV_OF_OPTION[error.field] as string, error.message.slice(error.field.length + 2), {
+    cause: error,
+  });
 }

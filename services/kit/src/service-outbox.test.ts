@@ -42,23 +42,27 @@ test('redrive after a model change revives every poisoned intent, not just one b
   expect(result.superseded).toEqual([]);
   expect(await outbox.stats()).toMatchObject({ poisoned: 0, deliverable: 1_200 });
   // Each revived intent is its partition's head again: the drainer will claim every one.
-  const heads = await sql<{ n: number }>`select count(*)::int as n from vpc.fga_register_outbox where is_head`.execute(t.db);
+  const heads = await sql<{ n: number }>`select count(*)::int as n from vpc.fga_register_outbox where is_head`.execute(
+    t.db,
+  );
   expect(heads.rows[0]?.n).toBe(1_200);
 });
 
-describe('the incremental audit on the reconciler\'s timer', () => {
+describe("the incremental audit on the reconciler's timer", () => {
   const outboxWith = (config: Partial<ServiceOutboxConfig>) =>
     quietOutbox(vpcOutbox, { owner: registerServiceOwner({ fgaType: 'vpc', resourceTable: vpcTable }), ...config });
 
   test('reports drift at WARN, a full audit first and then each change made around the outbox, and repairs nothing', async () => {
     const ghost = (object: string) => [{ user: 'user:eve', relation: 'owner', object }];
     const logger = recordingLogger();
-    const drift = () => logger.entries.filter((e) => e.level === 'warn' && e.message.includes('differs from the owner'));
+    const drift = () =>
+      logger.entries.filter((e) => e.level === 'warn' && e.message.includes('differs from the owner'));
     const until = async (count: number) => {
       const deadline = Date.now() + 10_000;
       while (drift().length < count && Date.now() < deadline) await sleep(50);
     };
-    const count = async () => (await sql<{ n: number }>`select count(*)::int as n from vpc.fga_register_outbox`.execute(t.db)).rows[0]?.n;
+    const count = async () =>
+      (await sql<{ n: number }>`select count(*)::int as n from vpc.fga_register_outbox`.execute(t.db)).rows[0]?.n;
     const before = await count();
     // A grant on a vpc no row of the service names, made around the outbox.
     await fga.client.write({ writes: ghost('vpc:ghost1') });
@@ -93,7 +97,7 @@ describe('the incremental audit on the reconciler\'s timer', () => {
   });
 });
 
-test('redrive retries intents OpenFGA refused for good (it is what a model change asks); compaction runs on the reconciler\'s timer', async () => {
+test("redrive retries intents OpenFGA refused for good (it is what a model change asks); compaction runs on the reconciler's timer", async () => {
   await sql`
     insert into nlb.fga_register_outbox (resource_id, payload, attempt_count, last_error, poison_cause, poison_code, is_head, sent_at)
     select 'load_balancer:lb' || g, jsonb_build_object('writes', jsonb_build_array(jsonb_build_object(
@@ -103,7 +107,9 @@ test('redrive retries intents OpenFGA refused for good (it is what a model chang
            case when g < 3 then now() end
     from generate_series(1, 3) g`.execute(t.db);
   // Two deliveries of one object: the earlier is compacted, its last word stays.
-  await sql`update nlb.fga_register_outbox set resource_id = 'load_balancer:lb2' where resource_id = 'load_balancer:lb1'`.execute(t.db);
+  await sql`update nlb.fga_register_outbox set resource_id = 'load_balancer:lb2' where resource_id = 'load_balancer:lb1'`.execute(
+    t.db,
+  );
   const outbox = quietOutbox(nlbOutbox, { compaction: { intervalMs: 20, retentionMs: 0 } });
   await outbox.drainer.stop();
   const result = await outbox.redrive();
@@ -111,7 +117,9 @@ test('redrive retries intents OpenFGA refused for good (it is what a model chang
   await outbox.reconciler.start();
   try {
     for (const deadline = Date.now() + 10_000; ; await new Promise((r) => setTimeout(r, 20))) {
-      const rows = await sql<{ n: number }>`select count(*)::int as n from nlb.fga_register_outbox where resource_id = 'load_balancer:lb2'`.execute(t.db);
+      const rows = await sql<{
+        n: number;
+      }>`select count(*)::int as n from nlb.fga_register_outbox where resource_id = 'load_balancer:lb2'`.execute(t.db);
       if (rows.rows[0]?.n === 1) break;
       if (Date.now() > deadline) throw new Error('not compacted');
     }

@@ -1,8 +1,25 @@
 import type { MeterProvider } from '@opentelemetry/api';
-import { createDrainer, DrainerStoppedError, type BackoffOptions, FlushPoisonedError, FlushTimeoutError, type Drainer, type DrainResult, type Logger } from '@outbox/drainer';
+import {
+  createDrainer,
+  DrainerStoppedError,
+  type BackoffOptions,
+  FlushPoisonedError,
+  FlushTimeoutError,
+  type Drainer,
+  type DrainResult,
+  type Logger,
+} from '@outbox/drainer';
 import { createOpenFgaSink, createOpenFgaTupleReader } from '@outbox/openfga';
 import { outboxStats, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
-import { auditOutboxIncremental, createReconciler, type AuditReport, type OutboxOwner, type Reconciler, type ReconcilerMetrics, type RedriveResult } from '@outbox/reconciler';
+import {
+  auditOutboxIncremental,
+  createReconciler,
+  type AuditReport,
+  type OutboxOwner,
+  type Reconciler,
+  type ReconcilerMetrics,
+  type RedriveResult,
+} from '@outbox/reconciler';
 import { openFgaClient, type OpenFgaConnection } from './authorizer.js';
 
 /** What became of a write's intent by the time the service answers. */
@@ -74,7 +91,11 @@ function auditTimer(run: () => Promise<unknown>, intervalMs: number, logger: Log
   const tick = () => {
     timer = setTimeout(() => {
       running = run()
-        .catch((error: unknown) => logger.warn(`audit failed; the next runs in ${intervalMs} ms`, { error: error instanceof Error ? error.message : String(error) }))
+        .catch((error: unknown) =>
+          logger.warn(`audit failed; the next runs in ${intervalMs} ms`, {
+            error: error instanceof Error ? error.message : String(error),
+          }),
+        )
         .finally(() => {
           running = undefined;
           if (started) tick();
@@ -96,11 +117,13 @@ function auditTimer(run: () => Promise<unknown>, intervalMs: number, logger: Log
 }
 
 function pendingNote(error: unknown): string {
-  if (error instanceof FlushTimeoutError) return `not delivered to OpenFGA within the flush timeout; the drainer keeps trying (${error.message})`;
+  if (error instanceof FlushTimeoutError)
+    return `not delivered to OpenFGA within the flush timeout; the drainer keeps trying (${error.message})`;
   if (error instanceof FlushPoisonedError) {
     return `OpenFGA refused the intent (${error.lastError ?? 'no error recorded'}); it is poisoned and waits for the reconciler`;
   }
-  if (error instanceof DrainerStoppedError) return 'the service is stopping; the intent is committed and will be delivered by the next drainer';
+  if (error instanceof DrainerStoppedError)
+    return 'the service is stopping; the intent is committed and will be delivered by the next drainer';
   return `delivery failed for now (${error instanceof Error ? error.message : String(error)}); the drainer retries`;
 }
 
@@ -176,7 +199,9 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
         await drainer.flush({ partitionKey, ...(ids ? { ids } : {}), timeoutMs: config.flushTimeoutMs });
         return { status: 'delivered' };
       } catch (error) {
-        logger.warn(`write committed, delivery pending for ${partitionKey}`, { error: error instanceof Error ? error.message : String(error) });
+        logger.warn(`write committed, delivery pending for ${partitionKey}`, {
+          error: error instanceof Error ? error.message : String(error),
+        });
         return { status: 'pending', note: pendingNote(error) };
       }
     },

@@ -12,7 +12,13 @@ import { serviceMetrics } from './prometheus-metrics.js';
 import { createReadiness } from './readiness.js';
 import { createServiceLogger, outboxLogger } from './service-logger.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
-import { assertOpenFgaIds, databaseTarget, resolveServiceOptions, type ResolvedServiceOptions, type ServiceOptions } from './service-options.js';
+import {
+  assertOpenFgaIds,
+  databaseTarget,
+  resolveServiceOptions,
+  type ResolvedServiceOptions,
+  type ServiceOptions,
+} from './service-options.js';
 import { verifyOpenFgaTarget } from './verify-openfga.js';
 import { verifyServiceTables, type ExpectedTable } from './verify-tables.js';
 
@@ -102,7 +108,11 @@ async function connect(db: AnyKysely, databaseUrl: string): Promise<void> {
     const state = sqlState(error);
     if (isDatabaseUnavailable(error) || (state !== undefined && CONNECTION_REFUSED_STATES.has(state))) {
       const reason = error instanceof Error ? error.message : String(error);
-      throw new ServiceConfigError('databaseUrl', `could not connect to the database at ${databaseTarget(databaseUrl)}: ${reason}`, { cause: error });
+      throw new ServiceConfigError(
+        'databaseUrl',
+        `could not connect to the database at ${databaseTarget(databaseUrl)}: ${reason}`,
+        { cause: error },
+      );
     }
     throw error;
   }
@@ -121,11 +131,17 @@ async function connect(db: AnyKysely, databaseUrl: string): Promise<void> {
  * await fetch(`${vpc.url}/vpcs`, { headers: { 'x-user-id': 'alice' } });
  * await vpc.stop();
  */
-export async function startService<N extends string>(definition: ServiceDefinition<N>, options: ServiceOptions): Promise<RunningService<N>> {
+export async function startService<N extends string>(
+  definition: ServiceDefinition<N>,
+  options: ServiceOptions,
+): Promise<RunningService<N>> {
   const resolved = resolveServiceOptions(definition.name, options);
   assertOpenFgaIds(resolved.openfga);
   const metrics = serviceMetrics();
-  const log = createServiceLogger(definition.name, { level: resolved.logLevel, ...(options.logger ? { sink: options.logger } : {}) });
+  const log = createServiceLogger(definition.name, {
+    level: resolved.logLevel,
+    ...(options.logger ? { sink: options.logger } : {}),
+  });
   const logger = outboxLogger(log);
   const db = new Kysely({
     dialect: new PostgresDialect({ pool: createServicePool(resolved.databaseUrl, resolved.poolSize, logger) }),
@@ -148,8 +164,20 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     reconcilerMetrics: metrics.agreement,
   });
   const gauges = observeOutbox({ db, spec: definition.outbox, meterProvider: metrics.meterProvider, logger });
-  const context: ServiceContext = { name: definition.name, db, authorizer: createAuthorizer(resolved.openfga), outbox, options: resolved, logger };
-  const readiness = createReadiness({ db, openfga: resolved.openfga, spec: definition.outbox, maxDeliverableAgeMs: resolved.readyMaxDeliverableAgeMs });
+  const context: ServiceContext = {
+    name: definition.name,
+    db,
+    authorizer: createAuthorizer(resolved.openfga),
+    outbox,
+    options: resolved,
+    logger,
+  };
+  const readiness = createReadiness({
+    db,
+    openfga: resolved.openfga,
+    spec: definition.outbox,
+    maxDeliverableAgeMs: resolved.readyMaxDeliverableAgeMs,
+  });
 
   const stopOutbox = async () => {
     gauges.stop();
@@ -174,13 +202,27 @@ export async function startService<N extends string>(definition: ServiceDefiniti
       routes: (app) => definition.routes(app, context),
       publicRoutes(app) {
         // Liveness: the process answers (a restart would not help otherwise).
-        app.get('/healthz', { config: { probe: true }, schema: { summary: 'Liveness: the process answers', tags: ['operations'] } }, async () => ({ status: 'ok', service: definition.name }));
+        app.get(
+          '/healthz',
+          { config: { probe: true }, schema: { summary: 'Liveness: the process answers', tags: ['operations'] } },
+          async () => ({ status: 'ok', service: definition.name }),
+        );
         // Readiness: the database, OpenFGA and delivery (see createReadiness): what a deployment gates on.
-        const summary = 'Readiness: 200 when the database and OpenFGA answer and delivery is not stalled, else 503 naming the check';
-        app.get('/readyz', { config: { probe: true }, schema: { summary, tags: ['operations'] } }, async (_request, reply) => {
-          const { ready, checks, error } = await readiness.check();
-          return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready', service: definition.name, ...(error ? { error } : {}), checks });
-        });
+        const summary =
+          'Readiness: 200 when the database and OpenFGA answer and delivery is not stalled, else 503 naming the check';
+        app.get(
+          '/readyz',
+          { config: { probe: true }, schema: { summary, tags: ['operations'] } },
+          async (_request, reply) => {
+            const { ready, checks, error } = await readiness.check();
+            return reply.code(ready ? 200 : 503).send({
+              status: ready ? 'ready' : 'not ready',
+              service: definition.name,
+              ...(error ? { error } : {}),
+              checks,
+            });
+          },
+        );
         // Prometheus text, not the JSON API (kept out of /openapi.json): every instrument of the process (docs/metrics.md).
         app.get('/metrics', { config: { probe: true }, schema: { hide: true } }, (request, reply) => {
           reply.hijack();
@@ -194,7 +236,12 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     throw error;
   }
   const http = server;
-  logger.info(`ready at ${http.url} (pid ${process.pid})`, { url: http.url, outbox: definition.outbox.table, drainer: resolved.runDrainer, reconciler: resolved.runReconciler });
+  logger.info(`ready at ${http.url} (pid ${process.pid})`, {
+    url: http.url,
+    outbox: definition.outbox.table,
+    drainer: resolved.runDrainer,
+    reconciler: resolved.runReconciler,
+  });
 
   let stopped: Promise<void> | undefined;
   return {
@@ -208,7 +255,8 @@ export async function startService<N extends string>(definition: ServiceDefiniti
     stop() {
       stopped ??= (async () => {
         await http.close(resolved.shutdownTimeoutMs);
-        const gaveUp = (what: string) => () => new Error(`${what} did not finish within ${resolved.shutdownTimeoutMs} ms (is Postgres answering?)`);
+        const gaveUp = (what: string) => () =>
+          new Error(`${what} did not finish within ${resolved.shutdownTimeoutMs} ms (is Postgres answering?)`);
         for (const [step, what] of [
           [stopOutbox, 'stopping the drainer and the reconciler'],
           [() => db.destroy(), 'closing the pool'],

@@ -33,7 +33,9 @@ export async function startServices<const D extends readonly ServiceDefinition[]
 ): Promise<RunningServices<D[number]['name']>> {
   type N = D[number]['name'];
   const { overrides, ...shared } = options;
-  const results = await Promise.allSettled(definitions.map((d) => startService(d, { ...shared, port: 0, ...overrides?.[d.name] })));
+  const results = await Promise.allSettled(
+    definitions.map((d) => startService(d, { ...shared, port: 0, ...overrides?.[d.name] })),
+  );
   const started = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed) {

@@ -15,7 +15,20 @@ export interface SchemaError {
 export type SchemaErrorPart = 'body' | 'params' | 'querystring' | 'headers';
 
 /** The first of these that fails is the one a field's problem names (a wrong type says more than a wrong pattern). */
-const KEYWORD_ORDER = ['type', 'required', 'additionalProperties', 'maxLength', 'minLength', 'enum', 'pattern', 'format', 'minimum', 'maximum', 'uniqueItems', 'maxItems'];
+const KEYWORD_ORDER = [
+  'type',
+  'required',
+  'additionalProperties',
+  'maxLength',
+  'minLength',
+  'enum',
+  'pattern',
+  'format',
+  'minimum',
+  'maximum',
+  'uniqueItems',
+  'maxItems',
+];
 
 /** At most this many problems are listed in one message: a body of 10,000 unknown keys is a 400, not a 1 MB one. */
 const PROBLEMS_MAX = 10;
@@ -23,7 +36,9 @@ const PROBLEMS_MAX = 10;
 const description = (schema: Readonly<Record<string, unknown>> | undefined): string | undefined =>
   typeof schema?.description === 'string' ? schema.description : undefined;
 
-const propertiesOf = (schema: Readonly<Record<string, unknown>> | undefined): Readonly<Record<string, Record<string, unknown>>> =>
+const propertiesOf = (
+  schema: Readonly<Record<string, unknown>> | undefined,
+): Readonly<Record<string, Record<string, unknown>>> =>
   (schema?.properties ?? {}) as Readonly<Record<string, Record<string, unknown>>>;
 
 /** `/relations/0` → `relations[0]`; a key too long to repeat is quoted short. */
@@ -65,7 +80,10 @@ function problemOf(error: SchemaError, formats: Readonly<Record<string, FormatCh
       return `expected ${about ?? `a value matching ${String(error.params.pattern)}`}, got ${got}`;
     case 'format': {
       const check = formats[String(error.params.format)];
-      return (typeof error.data === 'string' ? check?.(error.data) : undefined) ?? `expected ${about ?? String(error.params.format)}, got ${got}`;
+      return (
+        (typeof error.data === 'string' ? check?.(error.data) : undefined) ??
+        `expected ${about ?? String(error.params.format)}, got ${got}`
+      );
     }
     case 'minimum':
     case 'maximum': {
@@ -87,8 +105,13 @@ function problemOf(error: SchemaError, formats: Readonly<Record<string, FormatCh
  * @example
  * throw validationHttpError(error.validation, error.validationContext, formats);
  */
-export function validationHttpError(errors: readonly SchemaError[], part: SchemaErrorPart, formats: Readonly<Record<string, FormatCheck>> = {}): HttpError {
-  const rank = (e: SchemaError) => (KEYWORD_ORDER.includes(e.keyword) ? KEYWORD_ORDER.indexOf(e.keyword) : KEYWORD_ORDER.length);
+export function validationHttpError(
+  errors: readonly SchemaError[],
+  part: SchemaErrorPart,
+  formats: Readonly<Record<string, FormatCheck>> = {},
+): HttpError {
+  const rank = (e: SchemaError) =>
+    KEYWORD_ORDER.includes(e.keyword) ? KEYWORD_ORDER.indexOf(e.keyword) : KEYWORD_ORDER.length;
   const byField = new Map<string, SchemaError>();
   for (const error of errors) {
     const field = fieldName(error.instancePath, error.params.missingProperty ?? error.params.additionalProperty);
@@ -96,18 +119,25 @@ export function validationHttpError(errors: readonly SchemaError[], part: Schema
     if (!kept || rank(error) < rank(kept)) byField.set(field, error);
   }
   const entries = [...byField.entries()];
-  const listed = entries.slice(0, PROBLEMS_MAX).map(([field, error]) => ({ field, problem: problemOf(error, formats) }));
+  const listed = entries
+    .slice(0, PROBLEMS_MAX)
+    .map(([field, error]) => ({ field, problem: problemOf(error, formats) }));
   const more = entries.length > PROBLEMS_MAX ? `; and ${entries.length - PROBLEMS_MAX} more` : '';
   const problems = listed.map(({ field, problem }) => (field ? `${field}: ${problem}` : problem)).join('; ') + more;
 
   if (part === 'params') {
     const [first] = listed;
     const about = description(byField.get(first?.field ?? '')?.parentSchema);
-    return new HttpError(400, `invalid_${first?.field || 'path'}`, `the ${first?.field || 'path'} in the path should be ${about ?? problems}`);
+    return new HttpError(
+      400,
+      `invalid_${first?.field || 'path'}`,
+      `the ${first?.field || 'path'} in the path should be ${about ?? problems}`,
+    );
   }
   if (part === 'querystring') return new HttpError(400, 'invalid_query', problems);
   // The whole body of the wrong shape says only that (the old validator's wording).
-  if (listed.length === 1 && listed[0]?.field === '' && byField.get('')?.keyword === 'type') return new HttpError(400, 'invalid_body', problems);
+  if (listed.length === 1 && listed[0]?.field === '' && byField.get('')?.keyword === 'type')
+    return new HttpError(400, 'invalid_body', problems);
   if (part === 'body') return new HttpError(400, 'invalid_body', `invalid request body: ${problems}`);
   return new HttpError(400, 'invalid_request', `invalid request ${part}: ${problems}`);
 }

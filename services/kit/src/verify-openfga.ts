@@ -30,14 +30,21 @@ export async function verifyOpenFgaTarget(connection: OpenFgaConnection, logger:
     if (connection.authorizationModelId) {
       await client.readAuthorizationModel({ ...noRetry, authorizationModelId: connection.authorizationModelId });
     } else if (!(await client.readLatestAuthorizationModel(noRetry)).authorization_model) {
-      throw new ServiceConfigError('openfga.storeId', `store ${connection.storeId} (OPENFGA_STORE_ID) has no authorization model yet (pnpm migrate writes it)`);
+      throw new ServiceConfigError(
+        'openfga.storeId',
+        `store ${connection.storeId} (OPENFGA_STORE_ID) has no authorization model yet (pnpm migrate writes it)`,
+      );
     }
   } catch (error) {
     if (error instanceof ServiceConfigError) throw error;
     if (error instanceof FgaApiNotFoundError) {
-      throw new ServiceConfigError('openfga.storeId', `OpenFGA at ${connection.apiUrl} has no store ${connection.storeId} (OPENFGA_STORE_ID; pnpm migrate prints it)`, {
-        cause: error,
-      });
+      throw new ServiceConfigError(
+        'openfga.storeId',
+        `OpenFGA at ${connection.apiUrl} has no store ${connection.storeId} (OPENFGA_STORE_ID; pnpm migrate prints it)`,
+        {
+          cause: error,
+        },
+      );
     }
     if (error instanceof FgaApiValidationError && error.apiErrorCode === 'authorization_model_not_found') {
       throw new ServiceConfigError(
@@ -46,9 +53,12 @@ export async function verifyOpenFgaTarget(connection: OpenFgaConnection, logger:
         { cause: error },
       );
     }
-    logger.warn(`could not check the OpenFGA store and model at start; going on (the drainer retries): ${error instanceof Error ? error.message : String(error)}`, {
-      apiUrl: connection.apiUrl,
-      storeId: connection.storeId,
-    });
+    logger.warn(
+      `could not check the OpenFGA store and model at start; going on (the drainer retries): ${error instanceof Error ? error.message : String(error)}`,
+      {
+        apiUrl: connection.apiUrl,
+        storeId: connection.storeId,
+      },
+    );
   }
 }

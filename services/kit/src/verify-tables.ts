@@ -36,7 +36,9 @@ export async function verifyServiceTables(db: AnyKysely, tables: readonly Expect
   const problems: string[] = [];
   for (const expected of tables) {
     const [schema, name] = expected.table.split('.') as [string, string];
-    const found = await sql<{ oid: number | null }>`select to_regclass(${`"${schema}"."${name}"`})::oid as oid`.execute(db);
+    const found = await sql<{ oid: number | null }>`select to_regclass(${`"${schema}"."${name}"`})::oid as oid`.execute(
+      db,
+    );
     const oid = found.rows[0]?.oid;
     if (oid === null || oid === undefined) {
       problems.push(`the table ${expected.table} does not exist`);
@@ -53,6 +55,9 @@ export async function verifyServiceTables(db: AnyKysely, tables: readonly Expect
     }
   }
   if (problems.length > 0) {
-    throw new ServiceConfigError('databaseUrl', `the database is not migrated for this service (run pnpm migrate): ${problems.join('; ')}`);
+    throw new ServiceConfigError(
+      'databaseUrl',
+      `the database is not migrated for this service (run pnpm migrate): ${problems.join('; ')}`,
+    );
   }
 }

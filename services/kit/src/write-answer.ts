@@ -10,7 +10,12 @@ import type { Delivery } from './service-outbox.js';
  * @example
  * return writeAnswer(reply, row, await ctx.outbox.settle(partitionKey), 201);
  */
-export function writeAnswer<T extends object>(reply: FastifyReply, body: T, delivery: Delivery, status: number): T | (T & { note: string }) {
+export function writeAnswer<T extends object>(
+  reply: FastifyReply,
+  body: T,
+  delivery: Delivery,
+  status: number,
+): T | (T & { note: string }) {
   if (delivery.status === 'delivered') {
     void reply.code(status);
     return body;

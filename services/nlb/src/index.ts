@@ -11,7 +11,10 @@ export const nlbService = createRegisterService({
   outboxSpec: nlbOutbox,
   path: 'load-balancers',
   fields: {
-    scheme: Type.Enum(['internal', 'internet-facing'], { description: 'where it is reachable from', default: 'internal' }),
+    scheme: Type.Enum(['internal', 'internet-facing'], {
+      description: 'where it is reachable from',
+      default: 'internal',
+    }),
     port: Type.Integer({ description: 'the listener port', minimum: 1, maximum: 65_535 }),
   },
 });

@@ -1,6 +1,13 @@
 import { OpenFgaClient, type TupleKey } from '@openfga/sdk';
 import { outboxStats } from '@outbox/outbox';
-import { serviceClient, startService, startServices, type RunningService, type RunningServices, type ServiceClient } from '@outbox/service-kit';
+import {
+  serviceClient,
+  startService,
+  startServices,
+  type RunningService,
+  type RunningServices,
+  type ServiceClient,
+} from '@outbox/service-kit';
 import { serviceOptionsFor, waitFor } from '@outbox/service-kit/testing';
 import { openFgaClientConfig, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { vpcOutbox, iamOutbox } from '@outbox/migrations';
@@ -21,9 +28,12 @@ const iamAs = (user: string) => serviceClient(platform.urls.iam, user);
 const vpcAs = (user: string) => serviceClient(platform.urls.vpc, user);
 const stored = async (key: TupleKey) => (await client.read(key)).tuples.length;
 /** Every tuple stored on `object` (exact reads, not checks). */
-const tuplesOn = async (object: string) => (await client.read({ object })).tuples.map((x) => `${x.key.user} ${x.key.relation}`).sort();
-const grant = (as: ServiceClient, user: string, relations: string[], project = projectId) => as.put<Record<string, unknown>>(`/projects/${project}/grants/${user}`, { relations });
-const listIds = async (as: ServiceClient) => (await as.get<{ items: { id: string }[] }>('/vpcs')).body.items.map((i) => i.id).sort();
+const tuplesOn = async (object: string) =>
+  (await client.read({ object })).tuples.map((x) => `${x.key.user} ${x.key.relation}`).sort();
+const grant = (as: ServiceClient, user: string, relations: string[], project = projectId) =>
+  as.put<Record<string, unknown>>(`/projects/${project}/grants/${user}`, { relations });
+const listIds = async (as: ServiceClient) =>
+  (await as.get<{ items: { id: string }[] }>('/vpcs')).body.items.map((i) => i.id).sort();
 let n = 0;
 const vpcBody = (project = projectId) => ({ project_id: project, name: `net-${(n += 1)}`, cidr_block: '10.0.0.0/16' });
 
@@ -32,8 +42,14 @@ beforeAll(async () => {
   platform = await startServices([iamService, vpcService], serviceOptionsFor(t, fga));
   const org = await iamAs('alice').post<{ id: string }>('/organizations', { name: 'acme' });
   organizationId = org.body.id;
-  const project = await iamAs('alice').post<{ id: string }>('/projects', { organization_id: organizationId, name: 'shop' });
-  const other = await iamAs('alice').post<{ id: string }>('/projects', { organization_id: organizationId, name: 'other' });
+  const project = await iamAs('alice').post<{ id: string }>('/projects', {
+    organization_id: organizationId,
+    name: 'shop',
+  });
+  const other = await iamAs('alice').post<{ id: string }>('/projects', {
+    organization_id: organizationId,
+    name: 'other',
+  });
   expect([org.status, project.status, other.status]).toEqual([201, 201, 201]);
   projectId = project.body.id;
   otherProjectId = other.body.id;
@@ -84,7 +100,9 @@ describe('losing access through a revoke', () => {
 
 describe('read-your-writes', () => {
   test('20 creates in parallel: each 201 is at once readable and listed by its creator; each 204 at once unreadable and unlisted, its tuples gone', async () => {
-    const created = await Promise.all(Array.from({ length: 20 }, () => vpcAs('alice').post<{ id: string }>('/vpcs', vpcBody())));
+    const created = await Promise.all(
+      Array.from({ length: 20 }, () => vpcAs('alice').post<{ id: string }>('/vpcs', vpcBody())),
+    );
     expect(created.map((c) => c.status)).toEqual(Array(20).fill(201));
     const gets = await Promise.all(created.map((c) => vpcAs('alice').get(`/vpcs/${c.body.id}`)));
     expect(gets.map((g) => g.status)).toEqual(Array(20).fill(200));
@@ -144,7 +162,10 @@ describe('races', () => {
           return created.body.id;
         }),
       );
-      await waitFor('both intents of every resource to be delivered', async () => (await outboxStats(t.db, vpcOutbox)).pending === 0);
+      await waitFor(
+        'both intents of every resource to be delivered',
+        async () => (await outboxStats(t.db, vpcOutbox)).pending === 0,
+      );
       for (const id of ids) expect(await tuplesOn(`vpc:${id}`)).toEqual([]);
     } finally {
       await quick.stop();
@@ -156,11 +177,20 @@ describe('races', () => {
     try {
       const sets = [['viewer'], [], ['editor'], ['owner', 'viewer'], []];
       for (let round = 0; round < 6; round += 1) {
-        const replies = await Promise.all(sets.map((relations, i) => grant(i % 2 === 0 ? iamAs('alice') : serviceClient(second.url, 'alice'), 'ivan', relations)));
+        const replies = await Promise.all(
+          sets.map((relations, i) =>
+            grant(i % 2 === 0 ? iamAs('alice') : serviceClient(second.url, 'alice'), 'ivan', relations),
+          ),
+        );
         for (const r of replies) expect([200, 202]).toContain(r.status);
       }
-      await waitFor('the grant intents to be delivered', async () => (await outboxStats(t.db, iamOutbox)).pending === 0);
-      const row = await sql<{ relations: string[] }>`select relations from iam.project_grants where project_id = ${projectId} and user_id = 'ivan'`.execute(t.db);
+      await waitFor(
+        'the grant intents to be delivered',
+        async () => (await outboxStats(t.db, iamOutbox)).pending === 0,
+      );
+      const row = await sql<{
+        relations: string[];
+      }>`select relations from iam.project_grants where project_id = ${projectId} and user_id = 'ivan'`.execute(t.db);
       const table = [...(row.rows[0]?.relations ?? [])].sort();
       const { tuples } = await client.read({ user: 'user:ivan', object: `project:${projectId}` });
       expect(tuples.map((x) => x.key.relation).sort()).toEqual(table);
@@ -176,14 +206,19 @@ describe('a register intent OpenFGA refused (poisoned)', () => {
   let quiet: RunningService;
   beforeAll(async () => {
     await platform.services.vpc.stop();
-    quiet = await startService(vpcService, serviceOptionsFor(t, fga, { flushOnWrite: false, runDrainer: false, runReconciler: false }));
+    quiet = await startService(
+      vpcService,
+      serviceOptionsFor(t, fga, { flushOnWrite: false, runDrainer: false, runReconciler: false }),
+    );
   });
   afterAll(async () => {
     await quiet?.stop();
   });
   const poisonLatest = async (id: string) => {
     await sql`update vpc.fga_register_outbox set attempt_count = ${vpcOutbox.maxAttempts}, last_error = 'simulated: refused', is_head = false
-              where id = (select max(id) from vpc.fga_register_outbox where resource_id = ${`vpc:${id}`})`.execute(t.db);
+              where id = (select max(id) from vpc.fga_register_outbox where resource_id = ${`vpc:${id}`})`.execute(
+      t.db,
+    );
   };
 
   test('deleting it (the project owner may): 204, the poisoned registration stays parked, no tuple ever appears', async () => {

@@ -1,7 +1,14 @@
 import { migrateToLatest } from '@outbox/migrations';
 import { serviceClient, startService, type RegisterServiceDefinition } from '@outbox/service-kit';
 import { serviceOptionsFor } from '@outbox/service-kit/testing';
-import { createDatabase, processes, startEmbeddedPostgres, useOpenFgaStore, useTestDatabase, type NativePostgresServer } from '@outbox/test-stack';
+import {
+  createDatabase,
+  processes,
+  startEmbeddedPostgres,
+  useOpenFgaStore,
+  useTestDatabase,
+  type NativePostgresServer,
+} from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, test } from 'vitest';
@@ -17,7 +24,9 @@ const vpc = registerServices.find((d) => d.name === 'vpc') as RegisterServiceDef
 beforeAll(async () => {
   server = await startEmbeddedPostgres();
   databaseUrl = await createDatabase(server.url, 'outage');
-  const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl, max: 1 }) }) });
+  const db = new Kysely({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: databaseUrl, max: 1 }) }),
+  });
   await migrateToLatest(db);
   // The test server commits asynchronously (fast settings): make the schema durable before crashing it.
   await sql`checkpoint`.execute(db);
@@ -55,10 +64,20 @@ test('Postgres down: requests answer 503 database_unavailable, /readyz 503, /hea
 }, 60_000);
 
 test('Postgres frozen: stop() still resolves within its deadlines (and says what it gave up on)', async () => {
-  const logger = { entries: [] as string[], info: () => undefined, warn: () => undefined, error: (m: string) => void logger.entries.push(m) };
+  const logger = {
+    entries: [] as string[],
+    info: () => undefined,
+    warn: () => undefined,
+    error: (m: string) => void logger.entries.push(m),
+  };
   const service = await startService(vpc, options({ shutdownTimeoutMs: 500, logger, drainIntervalMs: 50 }));
   const postmaster = server.pid as number;
-  const cluster = [postmaster, ...processes().filter((p) => p.parent === postmaster).map((p) => p.pid)];
+  const cluster = [
+    postmaster,
+    ...processes()
+      .filter((p) => p.parent === postmaster)
+      .map((p) => p.pid),
+  ];
   for (const pid of cluster) process.kill(pid, 'SIGSTOP');
   try {
     await new Promise((resolve) => setTimeout(resolve, 200)); // a drain pass is now stuck on the frozen server

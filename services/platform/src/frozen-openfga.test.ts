@@ -1,7 +1,13 @@
 import { OpenFgaClient } from '@openfga/sdk';
 import { serviceClient, startService, type RunningService } from '@outbox/service-kit';
 import { recordingLogger, serviceOptionsFor } from '@outbox/service-kit/testing';
-import { createOpenFgaStore, startNativeOpenFga, useOpenFgaStore, useTestDatabase, type OpenFgaServer } from '@outbox/test-stack';
+import {
+  createOpenFgaStore,
+  startNativeOpenFga,
+  useOpenFgaStore,
+  useTestDatabase,
+  type OpenFgaServer,
+} from '@outbox/test-stack';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { vpcService } from './index.js';
 
@@ -22,8 +28,15 @@ beforeAll(async () => {
     writes: [{ user: 'user:alice', relation: 'owner', object: 'project:frozen' }],
   });
   const options = serviceOptionsFor(t, shared, { logger: recordingLogger(), shutdownTimeoutMs: 2_000 });
-  service = await startService(vpcService, { ...options, openfga: { apiUrl: server.apiUrl, storeId, authorizationModelId } });
-  const created = await serviceClient(service.url, 'alice').post<{ id: string }>('/vpcs', { project_id: 'frozen', name: 'net', cidr_block: '10.0.0.0/16' });
+  service = await startService(vpcService, {
+    ...options,
+    openfga: { apiUrl: server.apiUrl, storeId, authorizationModelId },
+  });
+  const created = await serviceClient(service.url, 'alice').post<{ id: string }>('/vpcs', {
+    project_id: 'frozen',
+    name: 'net',
+    cidr_block: '10.0.0.0/16',
+  });
   expect(created.status).toBe(201);
   vpcId = created.body.id;
 }, 60_000);
@@ -41,7 +54,12 @@ test('OpenFGA frozen: GET, create and delete answer 503 authorization_unavailabl
     const timed = async (what: string, call: () => Promise<{ status: number; body: unknown }>) => {
       const started = Date.now();
       const reply = await call();
-      return { what, status: reply.status, code: (reply.body as { error?: { code?: string } } | undefined)?.error?.code, ms: Date.now() - started };
+      return {
+        what,
+        status: reply.status,
+        code: (reply.body as { error?: { code?: string } } | undefined)?.error?.code,
+        ms: Date.now() - started,
+      };
     };
     const replies = await Promise.all([
       timed('get', () => api.get(`/vpcs/${vpcId}`)),

@@ -15,7 +15,11 @@ let vpc: RunningService;
 let iam: RunningService;
 const errors: string[] = [];
 const warnings: string[] = [];
-const logger = { info: () => undefined, warn: (message: string) => void warnings.push(message), error: (message: string) => void errors.push(message) };
+const logger = {
+  info: () => undefined,
+  warn: (message: string) => void warnings.push(message),
+  error: (message: string) => void errors.push(message),
+};
 let projectId: string;
 
 /** Sends `head` (and `body`) over a raw socket; resolves with the whole answer, or the socket error. */
@@ -33,14 +37,23 @@ async function raw(port: number, head: string, body?: Buffer): Promise<string> {
   });
 }
 
-const count = async (table: string) => Number((await sql<{ n: string }>`select count(*) as n from ${sql.raw(table)}`.execute(t.db)).rows[0]?.n);
-const writes = async () => [await count('vpc.vpcs'), await count('vpc.fga_register_outbox'), await count('iam.organizations'), await count('iam.fga_outbox')];
+const count = async (table: string) =>
+  Number((await sql<{ n: string }>`select count(*) as n from ${sql.raw(table)}`.execute(t.db)).rows[0]?.n);
+const writes = async () => [
+  await count('vpc.vpcs'),
+  await count('vpc.fga_register_outbox'),
+  await count('iam.organizations'),
+  await count('iam.fga_outbox'),
+];
 
 beforeAll(async () => {
   vpc = await startService(vpcService, serviceOptionsFor(t, fga, { logger }));
   iam = await startService(iamService, serviceOptionsFor(t, fga, { logger }));
   const org = await serviceClient(iam.url, 'alice').post<{ id: string }>('/organizations', { name: 'acme' });
-  const project = await serviceClient(iam.url, 'alice').post<{ id: string }>('/projects', { organization_id: org.body.id, name: 'shop' });
+  const project = await serviceClient(iam.url, 'alice').post<{ id: string }>('/projects', {
+    organization_id: org.body.id,
+    name: 'shop',
+  });
   expect([org.status, project.status]).toEqual([201, 201]);
   projectId = project.body.id;
 });
@@ -59,7 +72,11 @@ describe('bodies nested too deep to describe', () => {
   test('a deeply nested value in a register service field is a 400 naming the field, not a 500', async () => {
     const before = await writes();
     errors.length = 0;
-    const reply = await post(vpc.url, '/vpcs', `{"project_id":"${projectId}","name":${deep},"cidr_block":"10.0.0.0/16"}`);
+    const reply = await post(
+      vpc.url,
+      '/vpcs',
+      `{"project_id":"${projectId}","name":${deep},"cidr_block":"10.0.0.0/16"}`,
+    );
     expect(reply.status).toBe(400);
     const body = (await reply.json()) as { error: { code: string; message: string } };
     expect(body.error.code).toBe('invalid_body');
@@ -98,14 +115,23 @@ describe('other malformed requests: each a clear 4xx', () => {
 
   test('bodies: 5 MB at once and 1 MB chunked are 413; an array, a __proto__ key, a BOM, an empty body are 400', async () => {
     const before = await writes();
-    expect((await fetch(`${vpc.url}/vpcs`, { method: 'POST', headers: alice, body: 'x'.repeat(5_000_000) })).status).toBe(413);
+    expect(
+      (await fetch(`${vpc.url}/vpcs`, { method: 'POST', headers: alice, body: 'x'.repeat(5_000_000) })).status,
+    ).toBe(413);
     const chunked = await raw(
       vpc.port,
       'POST /vpcs HTTP/1.1\r\nHost: x\r\nx-user-id: alice\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n',
       Buffer.from(`100000\r\n${'x'.repeat(0x100000)}\r\n0\r\n\r\n`),
     );
     expect(chunked).toMatch(/^HTTP\/1\.1 413 /);
-    for (const body of ['[]', 'null', '"vpc"', '\uFEFF{}', '', `{"__proto__":{"x":1},"project_id":"${projectId}","name":"a","cidr_block":"10.0.0.0/16"}`]) {
+    for (const body of [
+      '[]',
+      'null',
+      '"vpc"',
+      '\uFEFF{}',
+      '',
+      `{"__proto__":{"x":1},"project_id":"${projectId}","name":"a","cidr_block":"10.0.0.0/16"}`,
+    ]) {
       const reply = await fetch(`${vpc.url}/vpcs`, { method: 'POST', headers: alice, body });
       expect(reply.status, JSON.stringify(body)).toBe(400);
     }
@@ -119,11 +145,17 @@ describe('other malformed requests: each a clear 4xx', () => {
       expect((await api.post('/vpcs', { project_id: projectId, name, cidr_block: '10.0.0.0/16' })).status).toBe(400);
     }
     expect((await api.post('/vpcs', { project_id: 'p\u0000', name: 'a', cidr_block: '10.0.0.0/16' })).status).toBe(400);
-    for (const id of ['%00', '%ZZ', '%F0%9F%98%80', 'a%2Fb', 'x'.repeat(200)]) expect((await api.get(`/vpcs/${id}`)).status, id).toBe(404);
+    for (const id of ['%00', '%ZZ', '%F0%9F%98%80', 'a%2Fb', 'x'.repeat(200)])
+      expect((await api.get(`/vpcs/${id}`)).status, id).toBe(404);
     expect((await api.get('/vpcs?project_id=%00')).status).toBe(400);
     expect((await api.get('/vpcs?project_id=')).status).toBe(400);
-    expect((await serviceClient(iam.url, 'alice').put(`/projects/${projectId}/grants/b%00b`, { relations: [] })).status).toBe(400);
-    const latin1Caller = await raw(vpc.port, 'GET /vpcs HTTP/1.1\r\nHost: x\r\nx-user-id: al\xefce\r\nConnection: close\r\n\r\n');
+    expect(
+      (await serviceClient(iam.url, 'alice').put(`/projects/${projectId}/grants/b%00b`, { relations: [] })).status,
+    ).toBe(400);
+    const latin1Caller = await raw(
+      vpc.port,
+      'GET /vpcs HTTP/1.1\r\nHost: x\r\nx-user-id: al\xefce\r\nConnection: close\r\n\r\n',
+    );
     expect(latin1Caller).toMatch(/^HTTP\/1\.1 401 /);
     expect(errors).toEqual([]);
   });
@@ -134,16 +166,21 @@ describe('other malformed requests: each a clear 4xx', () => {
       expect(reply.status, method).toBe(405);
       expect(reply.headers.get('allow')).toBe('POST, GET');
     }
-    expect(await raw(vpc.port, 'get /vpcs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')).toMatch(/^HTTP\/1\.1 400 /);
+    expect(await raw(vpc.port, 'get /vpcs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')).toMatch(
+      /^HTTP\/1\.1 400 /,
+    );
   });
 });
 
 describe('a client that goes away mid-body', () => {
-  test('nothing is written, and nothing is logged as a database outage or as the service\'s failure', async () => {
+  test("nothing is written, and nothing is logged as a database outage or as the service's failure", async () => {
     const before = await writes();
     warnings.length = 0;
     errors.length = 0;
-    for (const [port, path] of [[vpc.port, '/vpcs'], [iam.port, '/organizations']] as const) {
+    for (const [port, path] of [
+      [vpc.port, '/vpcs'],
+      [iam.port, '/organizations'],
+    ] as const) {
       await new Promise<void>((resolve) => {
         const socket = connect(port, '127.0.0.1', () => {
           socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nx-user-id: alice\r\nContent-Length: 1000\r\n\r\n{"name":`);

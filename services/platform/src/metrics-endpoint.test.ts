@@ -1,7 +1,12 @@
 import { enqueue } from '@outbox/outbox';
 import { serviceClient, startService, type RunningService } from '@outbox/service-kit';
 import { serviceOptionsFor } from '@outbox/service-kit/testing';
-import { dashboardAndAlertQueries, parsePrometheusText, scrapeGaps, type PrometheusScrape } from '@outbox/test-observability';
+import {
+  dashboardAndAlertQueries,
+  parsePrometheusText,
+  scrapeGaps,
+  type PrometheusScrape,
+} from '@outbox/test-observability';
 import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -29,11 +34,21 @@ beforeAll(async () => {
   }
   // An intent OpenFGA refuses (a relation the model lacks), poisoned at once; a redrive pass leaves a refused row alone; an operator discards it.
   const refused = await t.db.transaction().execute((trx) =>
-    enqueue(trx, spec, { partitionKey: 'vpc:refused', payload: { writes: [{ user: 'user:alice', relation: 'no_such_relation', object: 'vpc:refused' }] } }),
+    enqueue(trx, spec, {
+      partitionKey: 'vpc:refused',
+      payload: { writes: [{ user: 'user:alice', relation: 'no_such_relation', object: 'vpc:refused' }] },
+    }),
   );
-  await expect(service.outbox.drainer.flush({ partitionKey: 'vpc:refused', timeoutMs: 10_000 })).rejects.toMatchObject({ name: 'FlushPoisonedError' });
+  await expect(service.outbox.drainer.flush({ partitionKey: 'vpc:refused', timeoutMs: 10_000 })).rejects.toMatchObject({
+    name: 'FlushPoisonedError',
+  });
   expect(await service.outbox.reconciler.redrivePoisoned()).toMatchObject({ revived: [], skipped: false });
-  expect(await service.outbox.reconciler.discardPoisoned({ ids: [refused], reason: 'never meant to be granted (metrics test)' })).toHaveLength(1);
+  expect(
+    await service.outbox.reconciler.discardPoisoned({
+      ids: [refused],
+      reason: 'never meant to be granted (metrics test)',
+    }),
+  ).toHaveLength(1);
   // A pass against a table that went away fails (and counts); the table comes back.
   await sql.raw(`alter table ${spec.table} rename to gone_for_a_moment`).execute(t.db);
   try {
@@ -69,7 +84,9 @@ describe('/metrics', () => {
     ];
     expect(expected.map(([name, labels]) => [name, labels, scrape.value(name, labels)])).toEqual(expected);
     // The timer's passes may have failed during the rename too: at least the one the script ran.
-    expect(scrape.value('outbox_drainer_pass_failures_total', { ...table, outbox_pass_halted: 'false' })).toBeGreaterThanOrEqual(1);
+    expect(
+      scrape.value('outbox_drainer_pass_failures_total', { ...table, outbox_pass_halted: 'false' }),
+    ).toBeGreaterThanOrEqual(1);
     expect(scrape.value('outbox_drainer_delivery_lag_sum', table)).toBeGreaterThan(0);
     expect(text).toMatch(/^# TYPE outbox_drainer_delivery_lag histogram$/m);
     expect(text).toMatch(/^# UNIT outbox_drainer_delivery_lag s$/m);
@@ -78,6 +95,8 @@ describe('/metrics', () => {
   test('has every metric and label the Grafana dashboard and the alert rules read, but the repair counter', () => {
     // Repairs are counted by the process that repairs and records them (createReconcilerMetrics): a
     // service never repairs; an operator does, with `outbox repair`, which serves no /metrics.
-    expect(scrapeGaps(dashboardAndAlertQueries(), scrape)).toEqual(['panel "Drift found and repaired": no outbox_repair_drift_repaired_total in the scrape']);
+    expect(scrapeGaps(dashboardAndAlertQueries(), scrape)).toEqual([
+      'panel "Drift found and repaired": no outbox_repair_drift_repaired_total in the scrape',
+    ]);
   });
 });

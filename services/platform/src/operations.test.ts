@@ -1,6 +1,12 @@
 import { fileURLToPath } from 'node:url';
 import { OpenFgaClient } from '@openfga/sdk';
-import { runDrainOnceMain, serviceClient, serviceOptionsFromEnv, startService, type RegisterServiceDefinition } from '@outbox/service-kit';
+import {
+  runDrainOnceMain,
+  serviceClient,
+  serviceOptionsFromEnv,
+  startService,
+  type RegisterServiceDefinition,
+} from '@outbox/service-kit';
 import { serviceEnv, serviceOptionsFor, startServiceProcess, waitFor } from '@outbox/service-kit/testing';
 import { openFgaClientConfig, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
@@ -38,9 +44,14 @@ describe('a database missing a table the routes use', () => {
           },
           (error: Error) => error,
         );
-        expect(outcome).toMatchObject({ name: 'ServiceConfigError', message: expect.stringContaining(`the table ${table} does not exist`) });
+        expect(outcome).toMatchObject({
+          name: 'ServiceConfigError',
+          message: expect.stringContaining(`the table ${table} does not exist`),
+        });
       } finally {
-        await sql`alter table ${sql.raw(`${definition.resourceTable.schema}.gone`)} rename to ${sql.raw(definition.resourceTable.table)}`.execute(t.db);
+        await sql`alter table ${sql.raw(`${definition.resourceTable.schema}.gone`)} rename to ${sql.raw(definition.resourceTable.table)}`.execute(
+          t.db,
+        );
       }
     },
   );
@@ -79,11 +90,20 @@ describe('OPENFGA_API_URL with a trailing slash', () => {
     // The cause: OpenFGA answers 404 to a path starting with `//`.
     expect((await fetch(`${fga.apiUrl}//stores/${fga.storeId}`, { headers: openFgaHeaders() })).status).toBe(404);
     const options = serviceOptionsFor(t, fga);
-    const running = await startService(vpcService, { ...options, openfga: { ...options.openfga, apiUrl: `${fga.apiUrl}/` } });
+    const running = await startService(vpcService, {
+      ...options,
+      openfga: { ...options.openfga, apiUrl: `${fga.apiUrl}/` },
+    });
     try {
-      const created = await serviceClient(running.url, 'alice').post<{ id: string }>('/vpcs', { project_id: 'ops', name: 'slash', cidr_block: '10.0.0.0/16' });
+      const created = await serviceClient(running.url, 'alice').post<{ id: string }>('/vpcs', {
+        project_id: 'ops',
+        name: 'slash',
+        cidr_block: '10.0.0.0/16',
+      });
       expect(created.status).toBe(201);
-      expect((await client.read({ user: 'user:alice', relation: 'owner', object: `vpc:${created.body.id}` })).tuples).toHaveLength(1);
+      expect(
+        (await client.read({ user: 'user:alice', relation: 'owner', object: `vpc:${created.body.id}` })).tuples,
+      ).toHaveLength(1);
     } finally {
       await running.stop();
     }
@@ -103,7 +123,12 @@ function openFgaHeaders(): Record<string, string> {
 describe('graceful stop with requests in flight', () => {
   test('SIGTERM while a create waits on Postgres: new connections are refused, the create still answers 201 and is delivered, exit 0', async () => {
     const packageDir = fileURLToPath(new URL('../../vpc', import.meta.url));
-    const child = await startServiceProcess(packageDir, 'src/main.ts', { ...serviceEnv(t, fga), PORT: '0', DRAIN_INTERVAL_MS: '200', SHUTDOWN_TIMEOUT_MS: '20000' });
+    const child = await startServiceProcess(packageDir, 'src/main.ts', {
+      ...serviceEnv(t, fga),
+      PORT: '0',
+      DRAIN_INTERVAL_MS: '200',
+      SHUTDOWN_TIMEOUT_MS: '20000',
+    });
     // Hold the create inside its transaction: a lock that blocks inserts into the resource table.
     const blocker = new pg.Client({ connectionString: t.url });
     await blocker.connect();
@@ -111,22 +136,38 @@ describe('graceful stop with requests in flight', () => {
       await blocker.query('begin');
       await blocker.query('lock table vpc.vpcs in share mode');
       const api = serviceClient(child.url, 'alice');
-      const creating = api.post<{ id: string }>('/vpcs', { project_id: 'ops', name: 'in-flight', cidr_block: '10.3.0.0/16' });
+      const creating = api.post<{ id: string }>('/vpcs', {
+        project_id: 'ops',
+        name: 'in-flight',
+        cidr_block: '10.3.0.0/16',
+      });
       await waitFor('the create to wait on the lock', async () => {
-        const waiting = await sql<{ n: string }>`select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' and query like 'insert into%'`.execute(t.db);
+        const waiting = await sql<{
+          n: string;
+        }>`select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' and query like 'insert into%'`.execute(
+          t.db,
+        );
         return Number(waiting.rows[0]?.n) > 0;
       });
       const exited = child.terminate(30_000);
-      await waitFor('the service to stop listening', async () => (await fetch(`${child.url}/healthz`).then(() => false, () => true)));
+      await waitFor(
+        'the service to stop listening',
+        async () =>
+          await fetch(`${child.url}/healthz`).then(
+            () => false,
+            () => true,
+          ),
+      );
       await blocker.query('commit');
       const created = await creating;
       expect(created.status, JSON.stringify(created.body)).toBe(201);
       expect(await exited).toBe(0);
-      expect((await client.read({ user: 'user:alice', relation: 'owner', object: `vpc:${created.body.id}` })).tuples).toHaveLength(1);
+      expect(
+        (await client.read({ user: 'user:alice', relation: 'owner', object: `vpc:${created.body.id}` })).tuples,
+      ).toHaveLength(1);
     } finally {
       await blocker.end();
       await child.terminate();
     }
   });
 });
-

@@ -23,8 +23,15 @@ test('all six run side by side; access granted in iam reaches resources of every
   expect([org.status, project.status]).toEqual([201, 201]);
 
   // alice administers the organization, so she owns the project, so she may create in it.
-  const bucket = await serviceClient(platform.urls.storage, 'alice').post<{ id: string }>('/buckets', { project_id: project.body.id, name: 'assets' });
-  const vpc = await serviceClient(platform.urls.vpc, 'alice').post<{ id: string }>('/vpcs', { project_id: project.body.id, name: 'net', cidr_block: '10.0.0.0/16' });
+  const bucket = await serviceClient(platform.urls.storage, 'alice').post<{ id: string }>('/buckets', {
+    project_id: project.body.id,
+    name: 'assets',
+  });
+  const vpc = await serviceClient(platform.urls.vpc, 'alice').post<{ id: string }>('/vpcs', {
+    project_id: project.body.id,
+    name: 'net',
+    cidr_block: '10.0.0.0/16',
+  });
   expect([bucket.status, vpc.status]).toEqual([201, 201]);
 
   const bob = serviceClient(platform.urls.storage, 'bob');

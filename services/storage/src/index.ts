@@ -11,7 +11,10 @@ export const storageService = createRegisterService({
   outboxSpec: storageOutbox,
   path: 'buckets',
   fields: {
-    storage_class: Type.Enum(['standard', 'infrequent', 'archive'], { description: 'a storage class', default: 'standard' }),
+    storage_class: Type.Enum(['standard', 'infrequent', 'archive'], {
+      description: 'a storage class',
+      default: 'standard',
+    }),
     versioning: Type.Boolean({ description: 'keep every version of an object', default: false }),
   },
 });

@@ -11,7 +11,8 @@ export function cidrProblem(value: string): string | undefined {
   if (prefix < 16 || prefix > 28) return `${value}: the prefix must be from /16 to /28`;
   const address = ((a << 24) | (b << 16) | (c << 8) | d) >>> 0;
   const hostBits = 2 ** (32 - prefix) - 1;
-  if ((address & hostBits) !== 0) return `${value}: host bits are set (the network address of /${prefix} ends in zeros)`;
+  if ((address & hostBits) !== 0)
+    return `${value}: host bits are set (the network address of /${prefix} ends in zeros)`;
   return undefined;
 }
 

@@ -16,12 +16,26 @@ beforeAll(async () => {
 });
 
 test('vpc runs as a process: create, read, delete over HTTP, then a graceful SIGTERM', async () => {
-  await smokeTestServiceProcess({ definition: vpcService, packageDir, env: serviceEnv(t, fga), projectId: 'smoke', user: 'alice', body: { cidr_block: '10.1.0.0/16' } });
+  await smokeTestServiceProcess({
+    definition: vpcService,
+    packageDir,
+    env: serviceEnv(t, fga),
+    projectId: 'smoke',
+    user: 'alice',
+    body: { cidr_block: '10.1.0.0/16' },
+  });
 });
 
 test('fga:drain delivers what a stopped service left behind, in one pass, and says what it delivered', async () => {
-  const stopped = await startService(vpcService, serviceOptionsFor(t, fga, { flushOnWrite: false, runDrainer: false, runReconciler: false }));
-  const created = await serviceClient(stopped.url, 'alice').post<{ id: string }>('/vpcs', { project_id: 'smoke', name: 'left-behind', cidr_block: '10.2.0.0/16' });
+  const stopped = await startService(
+    vpcService,
+    serviceOptionsFor(t, fga, { flushOnWrite: false, runDrainer: false, runReconciler: false }),
+  );
+  const created = await serviceClient(stopped.url, 'alice').post<{ id: string }>('/vpcs', {
+    project_id: 'smoke',
+    name: 'left-behind',
+    cidr_block: '10.2.0.0/16',
+  });
   await stopped.stop();
   expect(created.status).toBe(202);
   const object = `vpc:${created.body.id}`;

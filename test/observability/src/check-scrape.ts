@@ -17,7 +17,9 @@ let missing = 0;
 for (const url of urls) {
   const scrape = parsePrometheusText(await (await fetch(url)).text());
   const outbox = [...scrape.families.keys()].filter((name) => name.startsWith('outbox_'));
-  console.log(`${url}: ${outbox.length} outbox families, ${scrape.samples.filter((s) => s.name.startsWith('outbox_')).length} samples`);
+  console.log(
+    `${url}: ${outbox.length} outbox families, ${scrape.samples.filter((s) => s.name.startsWith('outbox_')).length} samples`,
+  );
   const gaps = scrapeGaps(dashboardAndAlertQueries(), scrape);
   for (const gap of gaps) console.log(`  missing: ${gap}`);
   missing += gaps.length;

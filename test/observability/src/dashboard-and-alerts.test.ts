@@ -15,7 +15,11 @@ const ALERT_TESTS = join(import.meta.dirname, 'outbox-alerts.promtool.yml');
 const instruments = documentedInstruments();
 /** Every series name Prometheus has for the documented instruments (a histogram's three), by the instrument. */
 const seriesOf = new Map(
-  instruments.flatMap((i) => (i.kind === 'histogram' ? ['_bucket', '_sum', '_count'].map((s) => [i.prometheus + s, i.name] as const) : [[i.prometheus, i.name] as const])),
+  instruments.flatMap((i) =>
+    i.kind === 'histogram'
+      ? ['_bucket', '_sum', '_count'].map((s) => [i.prometheus + s, i.name] as const)
+      : [[i.prometheus, i.name] as const],
+  ),
 );
 
 const dashboard = readDashboard();
@@ -32,40 +36,71 @@ const runPromtool = (...args: string[]) => spawnSync(promtool as string, args, {
 describe('promqlMetricNames', () => {
   test('finds the metrics an expression reads, not its functions, label names, values or ranges', () => {
     expect(
-      promqlMetricNames('histogram_quantile(0.99, sum by (le, outbox_table) (rate(outbox_drainer_claim_duration_bucket{outbox_table=~"$table"}[$__rate_interval])))'),
+      promqlMetricNames(
+        'histogram_quantile(0.99, sum by (le, outbox_table) (rate(outbox_drainer_claim_duration_bucket{outbox_table=~"$table"}[$__rate_interval])))',
+      ),
     ).toEqual(['outbox_drainer_claim_duration_bucket']);
-    expect(promqlMetricNames('max by (outbox_table) (outbox_intent_poisoned) - on (outbox_table) group_left max by (outbox_table) (outbox_intent_superseded) > bool 0')).toEqual([
-      'outbox_intent_poisoned',
-      'outbox_intent_superseded',
+    expect(
+      promqlMetricNames(
+        'max by (outbox_table) (outbox_intent_poisoned) - on (outbox_table) group_left max by (outbox_table) (outbox_intent_superseded) > bool 0',
+      ),
+    ).toEqual(['outbox_intent_poisoned', 'outbox_intent_superseded']);
+    expect(promqlMetricNames('sum(rate(x_total{a="b or c"}[5m] offset 1h)) / sum without (instance) (y)')).toEqual([
+      'x_total',
+      'y',
     ]);
-    expect(promqlMetricNames('sum(rate(x_total{a="b or c"}[5m] offset 1h)) / sum without (instance) (y)')).toEqual(['x_total', 'y']);
   });
 });
 
 describe('promqlLabelNames', () => {
   test('finds the labels an expression matches on, groups and joins by, not label values or metric names', () => {
-    expect(promqlLabelNames('histogram_quantile(0.5, sum by (le, outbox_table) (rate(x_bucket{outbox_table=~"$table", a!="b=c"}[5m])))')).toEqual(['a', 'le', 'outbox_table']);
-    expect(promqlLabelNames('max by(t) (x) - on (t) group_left (mode) max by (t, mode) (y) > bool 0')).toEqual(['mode', 't']);
+    expect(
+      promqlLabelNames(
+        'histogram_quantile(0.5, sum by (le, outbox_table) (rate(x_bucket{outbox_table=~"$table", a!="b=c"}[5m])))',
+      ),
+    ).toEqual(['a', 'le', 'outbox_table']);
+    expect(promqlLabelNames('max by(t) (x) - on (t) group_left (mode) max by (t, mode) (y) > bool 0')).toEqual([
+      'mode',
+      't',
+    ]);
     expect(promqlLabelNames('sum(rate(x_total[5m]))')).toEqual([]);
   });
 });
 
 describe('scrapeGaps', () => {
   const scrape = parsePrometheusText(
-    ['# TYPE a_total counter', 'a_total{outbox_table="t",kind="x"} 1', '# TYPE h histogram', 'h_bucket{outbox_table="t",le="+Inf"} 1', 'h_count{outbox_table="t"} 1'].join('\n'),
+    [
+      '# TYPE a_total counter',
+      'a_total{outbox_table="t",kind="x"} 1',
+      '# TYPE h histogram',
+      'h_bucket{outbox_table="t",le="+Inf"} 1',
+      'h_count{outbox_table="t"} 1',
+    ].join('\n'),
   );
   test('names each metric a query reads that the scrape lacks, and each label none of its metrics carries', () => {
     expect(
       scrapeGaps(
         [
-          { source: 'panel "A"', expr: 'sum by (outbox_table, kind) (rate(a_total{outbox_table=~"$table"}[5m]))', shownLabels: ['outbox_table'] },
-          { source: 'panel "H"', expr: 'histogram_quantile(0.5, sum by (le, outbox_table) (rate(h_bucket[5m]))) / sum(h_count)', shownLabels: [] },
+          {
+            source: 'panel "A"',
+            expr: 'sum by (outbox_table, kind) (rate(a_total{outbox_table=~"$table"}[5m]))',
+            shownLabels: ['outbox_table'],
+          },
+          {
+            source: 'panel "H"',
+            expr: 'histogram_quantile(0.5, sum by (le, outbox_table) (rate(h_bucket[5m]))) / sum(h_count)',
+            shownLabels: [],
+          },
         ],
         scrape,
       ),
     ).toEqual([]); // `le` is on the buckets only, as it should be
-    expect(scrapeGaps([{ source: 'alert X', expr: 'max by (outbox_table) (g) > 0', shownLabels: ['mode'] }], scrape)).toEqual(['alert X: no g in the scrape']);
-    expect(scrapeGaps([{ source: 'alert Y', expr: 'a_total / h_count > 0', shownLabels: ['mode'] }], scrape)).toEqual(['alert Y: no sample of a_total, h_count has the label mode']);
+    expect(
+      scrapeGaps([{ source: 'alert X', expr: 'max by (outbox_table) (g) > 0', shownLabels: ['mode'] }], scrape),
+    ).toEqual(['alert X: no g in the scrape']);
+    expect(scrapeGaps([{ source: 'alert Y', expr: 'a_total / h_count > 0', shownLabels: ['mode'] }], scrape)).toEqual([
+      'alert Y: no sample of a_total, h_count has the label mode',
+    ]);
   });
 
   test('reads every panel target, the table variable and every alert rule', () => {
@@ -91,12 +126,18 @@ describe('the instrument table of docs/metrics.md', () => {
 
 describe('the Grafana dashboard (docs/grafana/outbox-dashboard.json)', () => {
   test('reads only metrics the libraries emit, and shows every one of them', () => {
-    const unknown = queries.flatMap(({ panel, expr }) => promqlMetricNames(expr).filter((name) => !seriesOf.has(name)).map((name) => `${panel}: ${name}`));
+    const unknown = queries.flatMap(({ panel, expr }) =>
+      promqlMetricNames(expr)
+        .filter((name) => !seriesOf.has(name))
+        .map((name) => `${panel}: ${name}`),
+    );
     expect(unknown).toEqual([]);
     const shown = new Set(queries.flatMap(({ expr }) => promqlMetricNames(expr).map((name) => seriesOf.get(name))));
     expect(instruments.map((i) => i.name).filter((name) => !shown.has(name))).toEqual([]);
     // The table selector lists the tables that report a gauge.
-    expect(dashboard.templating.list.find((v) => v.name === 'table')?.definition).toBe('label_values(outbox_intent_pending, outbox_table)');
+    expect(dashboard.templating.list.find((v) => v.name === 'table')?.definition).toBe(
+      'label_values(outbox_intent_pending, outbox_table)',
+    );
     expect(seriesOf.has('outbox_intent_pending')).toBe(true);
   });
 
@@ -110,7 +151,17 @@ describe('the Grafana dashboard (docs/grafana/outbox-dashboard.json)', () => {
   });
 
   test.skipIf(!promtool)('has queries that parse as PromQL (promtool, on recording rules made of them)', () => {
-    const asRules = { groups: [{ name: 'dashboard', rules: queries.map((q, i) => ({ record: `dashboard:query_${i}`, expr: q.expr.replaceAll('$__rate_interval', '5m').replaceAll('$table', '.*') })) }] };
+    const asRules = {
+      groups: [
+        {
+          name: 'dashboard',
+          rules: queries.map((q, i) => ({
+            record: `dashboard:query_${i}`,
+            expr: q.expr.replaceAll('$__rate_interval', '5m').replaceAll('$table', '.*'),
+          })),
+        },
+      ],
+    };
     const file = join(scratch, 'dashboard-queries.yml');
     writeFileSync(file, stringify(asRules));
     const checked = runPromtool('check', 'rules', file);
@@ -121,7 +172,13 @@ describe('the Grafana dashboard (docs/grafana/outbox-dashboard.json)', () => {
 
 describe('the alerting rules (docs/prometheus/outbox-alerts.yml)', () => {
   test('each names its severity, says what happened and what to do, and reads only metrics the libraries emit', () => {
-    expect(rules.map((r) => r.alert)).toEqual(['OutboxOldestDeliverableAgeHigh', 'OutboxPoisoned', 'OutboxDrift', 'OutboxDrainPassesFailing', 'OutboxReconcilerPassesFailing']);
+    expect(rules.map((r) => r.alert)).toEqual([
+      'OutboxOldestDeliverableAgeHigh',
+      'OutboxPoisoned',
+      'OutboxDrift',
+      'OutboxDrainPassesFailing',
+      'OutboxReconcilerPassesFailing',
+    ]);
     for (const rule of rules) {
       expect(['warning', 'critical'], rule.alert).toContain(rule.labels?.severity);
       expect(rule.annotations?.summary, rule.alert).toMatch(/\{\{ \$labels\.outbox_table \}\}/);
@@ -129,7 +186,10 @@ describe('the alerting rules (docs/prometheus/outbox-alerts.yml)', () => {
       if (rule.for !== undefined) expect(rule.for, rule.alert).toMatch(/^\d+[smh]$/);
       const names = promqlMetricNames(rule.expr);
       expect(names.length, rule.alert).toBeGreaterThan(0);
-      expect(names.filter((name) => !seriesOf.has(name)), rule.alert).toEqual([]);
+      expect(
+        names.filter((name) => !seriesOf.has(name)),
+        rule.alert,
+      ).toEqual([]);
     }
   });
 
@@ -144,7 +204,11 @@ describe('the alerting rules (docs/prometheus/outbox-alerts.yml)', () => {
     expect(tested.stdout + tested.stderr).toContain('SUCCESS');
     expect(tested.status).toBe(0);
     // Every alert is exercised.
-    const exercised = new Set((parse(readFileSync(ALERT_TESTS, 'utf8')) as { tests: Array<{ alert_rule_test: Array<{ alertname: string }> }> }).tests.flatMap((t) => t.alert_rule_test.map((a) => a.alertname)));
+    const exercised = new Set(
+      (
+        parse(readFileSync(ALERT_TESTS, 'utf8')) as { tests: Array<{ alert_rule_test: Array<{ alertname: string }> }> }
+      ).tests.flatMap((t) => t.alert_rule_test.map((a) => a.alertname)),
+    );
     expect(rules.map((r) => r.alert).filter((name) => !exercised.has(name))).toEqual([]);
   });
 });

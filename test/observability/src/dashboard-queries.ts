@@ -14,14 +14,20 @@ export interface DashboardPanel {
   readonly type: string;
   readonly title: string;
   readonly datasource?: { readonly uid: string };
-  readonly targets?: ReadonlyArray<{ readonly expr: string; readonly legendFormat?: string; readonly datasource?: { readonly uid: string } }>;
+  readonly targets?: ReadonlyArray<{
+    readonly expr: string;
+    readonly legendFormat?: string;
+    readonly datasource?: { readonly uid: string };
+  }>;
   readonly panels?: readonly DashboardPanel[];
 }
 
 /** The parts of the dashboard JSON the checks read. */
 export interface Dashboard {
   readonly panels: readonly DashboardPanel[];
-  readonly templating: { readonly list: ReadonlyArray<{ readonly name: string; readonly type: string; readonly definition?: string }> };
+  readonly templating: {
+    readonly list: ReadonlyArray<{ readonly name: string; readonly type: string; readonly definition?: string }>;
+  };
 }
 
 /** An alerting rule of docs/prometheus/outbox-alerts.yml. */
@@ -43,10 +49,13 @@ export interface DashboardQuery {
 }
 
 export const readDashboard = (): Dashboard => JSON.parse(readFileSync(DASHBOARD, 'utf8')) as Dashboard;
-export const readAlertRules = (): AlertRule[] => (parse(readFileSync(ALERTS, 'utf8')) as { groups: Array<{ rules: AlertRule[] }> }).groups.flatMap((g) => g.rules);
+export const readAlertRules = (): AlertRule[] =>
+  (parse(readFileSync(ALERTS, 'utf8')) as { groups: Array<{ rules: AlertRule[] }> }).groups.flatMap((g) => g.rules);
 
-const legendLabels = (text = '') => [...text.matchAll(/\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}/g)].map((m) => m[1] as string);
-const annotationLabels = (text = '') => [...text.matchAll(/\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)/g)].map((m) => m[1] as string);
+const legendLabels = (text = '') =>
+  [...text.matchAll(/\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}/g)].map((m) => m[1] as string);
+const annotationLabels = (text = '') =>
+  [...text.matchAll(/\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)/g)].map((m) => m[1] as string);
 
 /**
  * Every query of the dashboard (each panel's targets, and the `label_values(metric, label)` of its
@@ -54,11 +63,23 @@ const annotationLabels = (text = '') => [...text.matchAll(/\$labels\.([a-zA-Z_][
  */
 export function dashboardAndAlertQueries(dashboard = readDashboard(), rules = readAlertRules()): DashboardQuery[] {
   const panels = dashboard.panels.flatMap((p) => [p, ...(p.panels ?? [])]);
-  const targets = panels.flatMap((p) => (p.targets ?? []).map((t) => ({ source: `panel "${p.title}"`, expr: t.expr, shownLabels: legendLabels(t.legendFormat) })));
+  const targets = panels.flatMap((p) =>
+    (p.targets ?? []).map((t) => ({
+      source: `panel "${p.title}"`,
+      expr: t.expr,
+      shownLabels: legendLabels(t.legendFormat),
+    })),
+  );
   const variables = dashboard.templating.list.flatMap((v) => {
     const values = /^label_values\(\s*([^,\s]+)\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)$/.exec(v.definition ?? '');
-    return values ? [{ source: `variable $${v.name}`, expr: values[1] as string, shownLabels: [values[2] as string] }] : [];
+    return values
+      ? [{ source: `variable $${v.name}`, expr: values[1] as string, shownLabels: [values[2] as string] }]
+      : [];
   });
-  const alerts = rules.map((r) => ({ source: `alert ${r.alert}`, expr: r.expr, shownLabels: Object.values(r.annotations ?? {}).flatMap(annotationLabels) }));
+  const alerts = rules.map((r) => ({
+    source: `alert ${r.alert}`,
+    expr: r.expr,
+    shownLabels: Object.values(r.annotations ?? {}).flatMap(annotationLabels),
+  }));
   return [...targets, ...variables, ...alerts];
 }

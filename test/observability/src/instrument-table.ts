@@ -29,10 +29,20 @@ export function documentedInstruments(markdown = readFileSync(METRICS_DOC, 'utf8
   const rows: DocumentedInstrument[] = [];
   for (const line of lines.slice(start + 2)) {
     if (!line.startsWith('|')) break;
-    const cells = line.split(/(?<!\\)\|/).slice(1, -1).map((c) => c.trim());
+    const cells = line
+      .split(/(?<!\\)\|/)
+      .slice(1, -1)
+      .map((c) => c.trim());
     const [name, prometheus, kind, unit, attributes] = cells.map(code);
-    if (name?.length !== 1 || prometheus?.length !== 1 || kind?.length !== 1 || unit?.length !== 1) throw new Error(`malformed instrument row: ${line}`);
-    rows.push({ name: name[0] as string, prometheus: prometheus[0] as string, kind: kind[0] as string, unit: unit[0] as string, attributes: attributes ?? [] });
+    if (name?.length !== 1 || prometheus?.length !== 1 || kind?.length !== 1 || unit?.length !== 1)
+      throw new Error(`malformed instrument row: ${line}`);
+    rows.push({
+      name: name[0] as string,
+      prometheus: prometheus[0] as string,
+      kind: kind[0] as string,
+      unit: unit[0] as string,
+      attributes: attributes ?? [],
+    });
   }
   return rows;
 }

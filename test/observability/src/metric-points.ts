@@ -60,15 +60,30 @@ export function testMeterProvider(): TestMeterProvider {
           const base = { scope: scope.name, name: metric.descriptor.name, unit: metric.descriptor.unit };
           switch (metric.dataPointType) {
             case DataPointType.SUM:
-              return metric.dataPoints.map((p) => ({ ...base, kind: metric.isMonotonic ? 'counter' : 'up-down-counter', attributes: p.attributes, value: p.value }));
+              return metric.dataPoints.map((p) => ({
+                ...base,
+                kind: metric.isMonotonic ? 'counter' : 'up-down-counter',
+                attributes: p.attributes,
+                value: p.value,
+              }));
             case DataPointType.GAUGE:
-              return metric.dataPoints.map((p) => ({ ...base, kind: 'gauge', attributes: p.attributes, value: p.value }));
+              return metric.dataPoints.map((p) => ({
+                ...base,
+                kind: 'gauge',
+                attributes: p.attributes,
+                value: p.value,
+              }));
             case DataPointType.HISTOGRAM:
               return metric.dataPoints.map((p) => ({
                 ...base,
                 kind: 'histogram',
                 attributes: p.attributes,
-                value: { count: p.value.count, sum: p.value.sum ?? 0, boundaries: p.value.buckets.boundaries, counts: p.value.buckets.counts },
+                value: {
+                  count: p.value.count,
+                  sum: p.value.sum ?? 0,
+                  boundaries: p.value.buckets.boundaries,
+                  counts: p.value.buckets.counts,
+                },
               }));
             default:
               throw new Error(`${metric.descriptor.name}: an exponential histogram, which no @outbox instrument is`);
@@ -82,13 +97,18 @@ export function testMeterProvider(): TestMeterProvider {
 
 /** The points of instrument `name` whose attributes include `attributes`. */
 export function pointsOf(points: readonly MetricPoint[], name: string, attributes: Attributes = {}): MetricPoint[] {
-  return points.filter((p) => p.name === name && Object.entries(attributes).every(([key, value]) => p.attributes[key] === value));
+  return points.filter(
+    (p) => p.name === name && Object.entries(attributes).every(([key, value]) => p.attributes[key] === value),
+  );
 }
 
 /** The one point of `name` with exactly `attributes`, or undefined; several is an error (the test's attributes are not specific enough). */
 function onePoint(points: readonly MetricPoint[], name: string, attributes: Attributes): MetricPoint | undefined {
-  const exact = pointsOf(points, name, attributes).filter((p) => Object.keys(p.attributes).length === Object.keys(attributes).length);
-  if (exact.length > 1) throw new Error(`${exact.length} points of ${name} have the attributes ${JSON.stringify(attributes)}`);
+  const exact = pointsOf(points, name, attributes).filter(
+    (p) => Object.keys(p.attributes).length === Object.keys(attributes).length,
+  );
+  if (exact.length > 1)
+    throw new Error(`${exact.length} points of ${name} have the attributes ${JSON.stringify(attributes)}`);
   return exact[0];
 }
 
@@ -100,7 +120,11 @@ export function pointValue(points: readonly MetricPoint[], name: string, attribu
 }
 
 /** The point of histogram `name` with exactly `attributes`; undefined when there is none. */
-export function histogramValue(points: readonly MetricPoint[], name: string, attributes: Attributes): HistogramValue | undefined {
+export function histogramValue(
+  points: readonly MetricPoint[],
+  name: string,
+  attributes: Attributes,
+): HistogramValue | undefined {
   const value = onePoint(points, name, attributes)?.value;
   if (typeof value === 'number') throw new Error(`${name} is not a histogram: use pointValue`);
   return value;

@@ -61,8 +61,11 @@ export function parsePrometheusText(text: string): PrometheusScrape {
     families,
     samples,
     value(name, labels = {}) {
-      const found = samples.filter((s) => s.name === name && Object.entries(labels).every(([key, value]) => s.labels[key] === value));
-      if (found.length > 1) throw new Error(`${found.length} samples of ${name} have the labels ${JSON.stringify(labels)}`);
+      const found = samples.filter(
+        (s) => s.name === name && Object.entries(labels).every(([key, value]) => s.labels[key] === value),
+      );
+      if (found.length > 1)
+        throw new Error(`${found.length} samples of ${name} have the labels ${JSON.stringify(labels)}`);
       return found[0]?.value;
     },
   };

@@ -1,5 +1,19 @@
 /** PromQL's words that look like metric names: aggregation modifiers, vector matching, set operators. */
-const KEYWORDS = new Set(['by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'bool', 'and', 'or', 'unless', 'offset', 'inf', 'nan']);
+const KEYWORDS = new Set([
+  'by',
+  'without',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'bool',
+  'and',
+  'or',
+  'unless',
+  'offset',
+  'inf',
+  'nan',
+]);
 
 /** `expr` with every string literal emptied (label values, a label_replace's arguments): nothing in one is a name. */
 const blankStrings = (expr: string) => expr.replace(/"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`/g, '""');
@@ -34,7 +48,8 @@ export function promqlLabelNames(expr: string): string[] {
   const bare = blankStrings(expr);
   const names = new Set<string>();
   for (const [, matchers] of bare.matchAll(/\{([^}]*)\}/g)) {
-    for (const [, label] of (matchers as string).matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)/g)) names.add(label as string);
+    for (const [, label] of (matchers as string).matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)/g))
+      names.add(label as string);
   }
   for (const [, list] of bare.matchAll(/\b(?:by|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
     for (const label of (list as string).split(',').map((l) => l.trim())) if (label !== '') names.add(label);

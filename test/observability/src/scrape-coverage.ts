@@ -25,7 +25,8 @@ export function scrapeGaps(queries: readonly DashboardQuery[], scrape: Prometheu
     for (const name of names.filter((n) => !labelsOf.has(n))) gaps.add(`${query.source}: no ${name} in the scrape`);
     if (found.length === 0) continue;
     for (const label of new Set([...promqlLabelNames(query.expr), ...query.shownLabels])) {
-      if (!found.some((name) => labelsOf.get(name)?.has(label))) gaps.add(`${query.source}: no sample of ${found.join(', ')} has the label ${label}`);
+      if (!found.some((name) => labelsOf.get(name)?.has(label)))
+        gaps.add(`${query.source}: no sample of ${found.join(', ')} has the label ${label}`);
     }
   }
   return [...gaps];

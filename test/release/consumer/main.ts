@@ -23,14 +23,22 @@ const fga = {
   authorizationModelId: env('OPENFGA_MODEL_ID'),
   ...(token ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token } } } : {}),
 };
-const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: env('DATABASE_URL') }) }) });
+const db = new Kysely<unknown>({
+  dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: env('DATABASE_URL') }) }),
+});
 const schema = env('OUTBOX_SCHEMA');
 // One attempt: the outage below poisons its intent at once, so the reconciler has something to revive.
-const spec = defineOutbox({ table: `${schema}.fga_outbox`, partitionColumn: REGISTER_OUTBOX_PARTITION, maxAttempts: 1 });
+const spec = defineOutbox({
+  table: `${schema}.fga_outbox`,
+  partitionColumn: REGISTER_OUTBOX_PARTITION,
+  maxAttempts: 1,
+});
 const client = new OpenFgaClient(fga);
 
 async function grant(tuple: TupleKey): Promise<void> {
-  await db.transaction().execute((trx) => enqueue(trx, spec, { partitionKey: tuple.object, payload: { writes: [tuple] } }));
+  await db
+    .transaction()
+    .execute((trx) => enqueue(trx, spec, { partitionKey: tuple.object, payload: { writes: [tuple] } }));
 }
 
 async function stored(tuple: TupleKey): Promise<string[]> {
@@ -41,7 +49,11 @@ async function stored(tuple: TupleKey): Promise<string[]> {
 try {
   await createOutboxTable(db, spec);
   const drainer = createDrainer({ db, spec, sink: createOpenFgaSink(fga) });
-  const cutOff = createDrainer({ db, spec, sink: createOpenFgaSink({ ...fga, apiUrl: env('UNREACHABLE_OPENFGA_URL') }) });
+  const cutOff = createDrainer({
+    db,
+    spec,
+    sink: createOpenFgaSink({ ...fga, apiUrl: env('UNREACHABLE_OPENFGA_URL') }),
+  });
   const reconciler = createReconciler({ db, spec });
 
   const first: TupleKey = { user: 'user:alice', relation: 'owner', object: `vpc:${schema}-1` };

@@ -20,12 +20,21 @@ export interface CommandOptions {
 export function runCommand(command: string, args: readonly string[], options: CommandOptions): Promise<CommandResult> {
   const timeout = options.timeoutMs ?? 120_000;
   return new Promise((resolve) => {
-    execFile(command, args, { cwd: options.cwd, env: options.env, timeout, maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
-      if (!error) return resolve({ code: 0, stdout, stderr });
-      // A number is the exit code; anything else (ENOENT, a timeout's kill) never got one.
-      if (typeof error.code === 'number') return resolve({ code: error.code, stdout, stderr });
-      resolve({ code: -1, stdout, stderr: `${stderr}\n${error.killed ? `killed after ${timeout} ms` : error.message}` });
-    });
+    execFile(
+      command,
+      args,
+      { cwd: options.cwd, env: options.env, timeout, maxBuffer: 64 * 1024 * 1024 },
+      (error, stdout, stderr) => {
+        if (!error) return resolve({ code: 0, stdout, stderr });
+        // A number is the exit code; anything else (ENOENT, a timeout's kill) never got one.
+        if (typeof error.code === 'number') return resolve({ code: error.code, stdout, stderr });
+        resolve({
+          code: -1,
+          stdout,
+          stderr: `${stderr}\n${error.killed ? `killed after ${timeout} ms` : error.message}`,
+        });
+      },
+    );
   });
 }
 
@@ -33,8 +42,9 @@ export function runCommand(command: string, args: readonly string[], options: Co
 export async function mustRun(command: string, args: readonly string[], options: CommandOptions): Promise<string> {
   const result = await runCommand(command, args, options);
   if (result.code !== 0) {
-    throw new Error(`\`${[command, ...args].join(' ')}\` in ${options.cwd} exited with ${result.code}:\n${result.stdout}\n${result.stderr}`);
+    throw new Error(
+      `\`${[command, ...args].join(' ')}\` in ${options.cwd} exited with ${result.code}:\n${result.stdout}\n${result.stderr}`,
+    );
   }
   return result.stdout;
 }
-

@@ -33,7 +33,10 @@ export async function installConsumer(
   cpSync(FIXTURE, dir, { recursive: true });
   const repoRanges = readManifest(REPO_ROOT).devDependencies as Record<string, string>;
   const dependencies = { ...packages, ...Object.fromEntries(THIRD_PARTY.map((name) => [name, repoRanges[name]])) };
-  writeFileSync(join(dir, 'package.json'), `${JSON.stringify({ name: 'outbox-consumer', private: true, type: 'module', dependencies }, null, 2)}\n`);
+  writeFileSync(
+    join(dir, 'package.json'),
+    `${JSON.stringify({ name: 'outbox-consumer', private: true, type: 'module', dependencies }, null, 2)}\n`,
+  );
   writeFileSync(join(dir, '.npmrc'), `@outbox:registry=${registryUrl}\n`);
   const args = client === 'npm' ? ['install', '--no-audit', '--no-fund'] : ['install', '--no-frozen-lockfile'];
   await mustRun(client, args, { cwd: dir, env, timeoutMs: 180_000 });
@@ -52,5 +55,6 @@ export async function typecheckAndRun(dir: string, env: NodeJS.ProcessEnv): Prom
 
 /** The version of `name` the consumer in `dir` got installed. */
 export function installedVersion(dir: string, name: string): string {
-  return (JSON.parse(readFileSync(join(dir, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
+  return (JSON.parse(readFileSync(join(dir, 'node_modules', name, 'package.json'), 'utf8')) as { version: string })
+    .version;
 }

@@ -4,8 +4,16 @@ import { join } from 'node:path';
 import ts from 'typescript';
 import { beforeAll, expect, test } from 'vitest';
 import { shellEnvironment } from './shell-environment.js';
-import { linksOf, projectLinks, publicPackages, readManifest, REPO_ROOT, SOURCE_CONDITION, workspacePackages, type WorkspacePackage } from './workspace.js';
-
+import {
+  linksOf,
+  projectLinks,
+  publicPackages,
+  readManifest,
+  REPO_ROOT,
+  SOURCE_CONDITION,
+  workspacePackages,
+  type WorkspacePackage,
+} from './workspace.js';
 
 let published: WorkspacePackage[];
 beforeAll(async () => {
@@ -15,17 +23,21 @@ beforeAll(async () => {
 /** `[specifier, source file]` for every export of every public package, e.g. `['@outbox/outbox', './packages/outbox/src/index.ts']`. */
 function sourceEntries(): Array<[string, string]> {
   return published.flatMap((p) =>
-    Object.entries(readManifest(p.dir).exports as Record<string, Record<string, string>>).map(([subpath, conditions]): [string, string] => [
-      join(p.name, subpath),
-      `./${join(p.path, conditions[SOURCE_CONDITION] ?? '(none)')}`,
-    ]),
+    Object.entries(readManifest(p.dir).exports as Record<string, Record<string, string>>).map(
+      ([subpath, conditions]): [string, string] => [
+        join(p.name, subpath),
+        `./${join(p.path, conditions[SOURCE_CONDITION] ?? '(none)')}`,
+      ],
+    ),
   );
 }
 
 test('every export sends the repo to src/<entry>.ts and everyone else to dist/<entry>.js and .d.ts, source condition first', () => {
   expect(published.length).toBeGreaterThan(0);
   for (const p of published) {
-    for (const [subpath, conditions] of Object.entries(readManifest(p.dir).exports as Record<string, Record<string, string>>)) {
+    for (const [subpath, conditions] of Object.entries(
+      readManifest(p.dir).exports as Record<string, Record<string, string>>,
+    )) {
       const entry = /^\.\/src\/(.+)\.ts$/.exec(conditions[SOURCE_CONDITION] ?? '')?.[1];
       expect(entry, `${p.name} exports["${subpath}"]["${SOURCE_CONDITION}"]`).toBeDefined();
       // Order matters: TypeScript and Vite take the first condition they know.
@@ -43,10 +55,14 @@ test('tsconfig paths (what tsx reads) mirror the source condition of every publi
   const { config, error } = ts.readConfigFile(join(REPO_ROOT, 'tsconfig.json'), ts.sys.readFile);
   expect(error).toBeUndefined();
   const paths = (config as { compilerOptions: { paths: Record<string, string[]> } }).compilerOptions.paths;
-  expect(Object.entries(paths).sort()).toEqual(sourceEntries().map(([specifier, file]) => [specifier, [file]]).sort());
+  expect(Object.entries(paths).sort()).toEqual(
+    sourceEntries()
+      .map(([specifier, file]) => [specifier, [file]])
+      .sort(),
+  );
 });
 
-test('the root package.json states the project\'s URL, and every public manifest carries it with its own folder', () => {
+test("the root package.json states the project's URL, and every public manifest carries it with its own folder", () => {
   const root = readManifest(REPO_ROOT);
   expect(root.repository).toEqual({ type: 'git', url: expect.stringMatching(/^git\+https:\/\/[^/]+\/.+\.git$/) });
   expect(root.homepage).toMatch(/^https:\/\/[^/]+\/./);

@@ -1,7 +1,16 @@
 // The release rehearsal (docs/releasing.md): the documented flow run on a copy of the repository at a
 // prerelease version, published to a throwaway Verdaccio, and the packages used from a project
 // outside the workspace — installed with npm and with pnpm, typechecked, run against the test stack.
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, openFgaClientConfig, stackInfo, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
@@ -12,7 +21,15 @@ import { commitAll, copyRepository } from './scratch-repository.js';
 import { shellEnvironment } from './shell-environment.js';
 import { downloadTarball, readTarball, shippedPackage, type TarballContents } from './tarball.js';
 import { startRegistry, type Registry } from './verdaccio.js';
-import { linksOf, projectLinks, publicPackages, REPO_ROOT, SOURCE_CONDITION, workspacePackages, type WorkspacePackage } from './workspace.js';
+import {
+  linksOf,
+  projectLinks,
+  publicPackages,
+  REPO_ROOT,
+  SOURCE_CONDITION,
+  workspacePackages,
+  type WorkspacePackage,
+} from './workspace.js';
 
 const PRERELEASE_TAG = 'next';
 const BIN = join(import.meta.dirname, '..', 'node_modules', '.bin');
@@ -37,14 +54,18 @@ const env = (extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv => ({
   npm_config_userconfig: join(tmp, 'publisher.npmrc'),
   ...extra,
 });
-const pnpm = (args: string[], extra?: NodeJS.ProcessEnv) => mustRun('pnpm', args, { cwd: scratch, env: env(extra), timeoutMs: 240_000 });
+const pnpm = (args: string[], extra?: NodeJS.ProcessEnv) =>
+  mustRun('pnpm', args, { cwd: scratch, env: env(extra), timeoutMs: 240_000 });
 
 beforeAll(async () => {
   tmp = mkdtempSync(join(tmpdir(), 'outbox-release-'));
   mkdirSync(join(tmp, 'registry'));
   registry = await startRegistry(join(tmp, 'registry'));
   const host = registry.url.replace(/^http:/, '');
-  writeFileSync(join(tmp, 'publisher.npmrc'), `@outbox:registry=${registry.url}\n${host}:_authToken=${registry.token}\n`);
+  writeFileSync(
+    join(tmp, 'publisher.npmrc'),
+    `@outbox:registry=${registry.url}\n${host}:_authToken=${registry.token}\n`,
+  );
 
   scratch = join(tmp, 'repo');
   mkdirSync(scratch);
@@ -55,7 +76,10 @@ beforeAll(async () => {
   // The flow of docs/releasing.md, step by step, at a prerelease version.
   await pnpm(['changeset', 'pre', 'enter', PRERELEASE_TAG]);
   const bumps = publicPackages(before).map((p) => `'${p.name}': patch`);
-  writeFileSync(join(scratch, '.changeset', 'release-rehearsal.md'), `---\n${bumps.join('\n')}\n---\n\nThe release rehearsal's change.\n`);
+  writeFileSync(
+    join(scratch, '.changeset', 'release-rehearsal.md'),
+    `---\n${bumps.join('\n')}\n---\n\nThe release rehearsal's change.\n`,
+  );
   await pnpm(['version-packages']);
   await commitAll(scratch, 'Version packages', env());
   // changesets reads the scope's registry from this variable (its `npm info` and `pnpm publish` calls).
@@ -76,13 +100,19 @@ afterAll(async () => {
 
 describe('the release flow', () => {
   test('versions every public package to a prerelease, writes its changelog, tags it, and publishes it under the prerelease tag', async () => {
-    expect(published.map((p) => p.name).sort()).toEqual(publicPackages(before).map((p) => p.name).sort());
+    expect(published.map((p) => p.name).sort()).toEqual(
+      publicPackages(before)
+        .map((p) => p.name)
+        .sort(),
+    );
     for (const p of published) {
       const previous = before.find((b) => b.name === p.name)?.version;
       expect(p.version, p.name).toMatch(new RegExp(`^\\d+\\.\\d+\\.\\d+-${PRERELEASE_TAG}\\.\\d+$`));
       expect(p.version, p.name).not.toBe(previous);
       expect(readFileSync(join(p.dir, 'CHANGELOG.md'), 'utf8'), p.name).toContain(`## ${p.version}`);
-      const packument = (await (await fetch(`${registry.url}${p.name.replace('/', '%2f')}`)).json()) as { 'dist-tags': Record<string, string> };
+      const packument = (await (await fetch(`${registry.url}${p.name.replace('/', '%2f')}`)).json()) as {
+        'dist-tags': Record<string, string>;
+      };
       expect(packument['dist-tags'][PRERELEASE_TAG], p.name).toBe(p.version);
     }
     const tags = (await mustRun('git', ['tag', '--list'], { cwd: scratch, env: env() })).split('\n').filter(Boolean);
@@ -91,36 +121,52 @@ describe('the release flow', () => {
 
   test('never publishes, versions or tags a private package (services, migrations, test helpers, the root)', async () => {
     const privates = after.filter((p) => !published.some((q) => q.name === p.name));
-    expect(privates.map((p) => p.name)).toEqual(expect.arrayContaining(['@outbox/root', '@outbox/migrations', '@outbox/test-stack', '@outbox/service-vpc']));
+    expect(privates.map((p) => p.name)).toEqual(
+      expect.arrayContaining(['@outbox/root', '@outbox/migrations', '@outbox/test-stack', '@outbox/service-vpc']),
+    );
     for (const p of privates) {
       expect(p.private, `${p.name} (${p.path}) must be private`).toBe(true);
       expect((await fetch(`${registry.url}${p.name.replace('/', '%2f')}`)).status, p.name).toBe(404);
       expect(p.version, p.name).toBe(before.find((b) => b.name === p.name)?.version);
     }
-    expect(readdirSync(join(tmp, 'registry', 'storage', '@outbox')).map((d) => `@outbox/${d}`).sort()).toEqual(published.map((p) => p.name).sort());
+    expect(
+      readdirSync(join(tmp, 'registry', 'storage', '@outbox'))
+        .map((d) => `@outbox/${d}`)
+        .sort(),
+    ).toEqual(published.map((p) => p.name).sort());
   });
 });
 
 describe('the published tarballs', () => {
-  test('hold dist, README, CHANGELOG and LICENSE — no sources, no workspace: ranges — carry the project\'s links, and pass publint and attw (ESM only)', async () => {
+  test("hold dist, README, CHANGELOG and LICENSE — no sources, no workspace: ranges — carry the project's links, and pass publint and attw (ESM only)", async () => {
     for (const p of published) {
       const { file, contents } = tarballs.get(p.name)!;
       const paths = Object.keys(contents.files);
       expect(paths, p.name).toEqual(expect.arrayContaining(['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE']));
-      expect(paths.filter((f) => !f.startsWith('dist/') && !['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE'].includes(f)), p.name).toEqual([]);
+      expect(
+        paths.filter(
+          (f) => !f.startsWith('dist/') && !['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE'].includes(f),
+        ),
+        p.name,
+      ).toEqual([]);
       expect(paths, p.name).not.toContain('dist/build-inputs.json');
       expect(linksOf(contents.manifest), p.name).toEqual(projectLinks(scratch, p.path));
       const exportsMap = contents.manifest.exports as Record<string, Record<string, string>>;
       for (const [subpath, conditions] of Object.entries(exportsMap)) {
         for (const [condition, target] of Object.entries(conditions)) {
-          if (condition !== SOURCE_CONDITION) expect(paths, `${p.name} exports["${subpath}"].${condition}`).toContain(target.replace(/^\.\//, ''));
+          if (condition !== SOURCE_CONDITION)
+            expect(paths, `${p.name} exports["${subpath}"].${condition}`).toContain(target.replace(/^\.\//, ''));
         }
       }
       expect(JSON.stringify(contents.manifest), p.name).not.toContain('workspace:');
       const dependencies = (contents.manifest.dependencies ?? {}) as Record<string, string>;
-      for (const dep of published.filter((q) => q.name in dependencies)) expect(dependencies[dep.name], `${p.name} → ${dep.name}`).toBe(`^${dep.version}`);
+      for (const dep of published.filter((q) => q.name in dependencies))
+        expect(dependencies[dep.name], `${p.name} → ${dep.name}`).toBe(`^${dep.version}`);
       await mustRun(join(BIN, 'publint'), ['run', file, '--strict'], { cwd: tmp, env: env() });
-      await mustRun(join(BIN, 'attw'), [file, '--profile', 'esm-only', '--no-color', '--no-emoji'], { cwd: tmp, env: env() });
+      await mustRun(join(BIN, 'attw'), [file, '--profile', 'esm-only', '--no-color', '--no-emoji'], {
+        cwd: tmp,
+        env: env(),
+      });
     }
   }, 120_000);
 
@@ -128,23 +174,43 @@ describe('the published tarballs', () => {
     for (const p of published) {
       const out = join(tmp, 'packed', p.path);
       await mustRun('pnpm', ['pack', '--pack-destination', join(out, 'pnpm')], { cwd: p.dir, env: env() });
-      const pnpmTarball = join(out, 'pnpm', readdirSync(join(out, 'pnpm')).find((f) => f.endsWith('.tgz'))!);
+      const pnpmTarball = join(
+        out,
+        'pnpm',
+        readdirSync(join(out, 'pnpm')).find((f) => f.endsWith('.tgz'))!,
+      );
       const packed = await readTarball(pnpmTarball, join(out, 'pnpm-unpacked'), env());
       expect(shippedPackage(packed), p.name).toEqual(shippedPackage(tarballs.get(p.name)!.contents));
 
       // What npm would do without the guard: the manifest keeps its workspace: ranges.
       mkdirSync(join(out, 'npm'));
-      await mustRun('npm', ['pack', '--ignore-scripts', '--pack-destination', join(out, 'npm')], { cwd: p.dir, env: env() });
-      const npmTarball = join(out, 'npm', readdirSync(join(out, 'npm')).find((f) => f.endsWith('.tgz'))!);
-      expect(JSON.stringify((await readTarball(npmTarball, join(out, 'npm-unpacked'), env())).manifest), p.name).toContain('"workspace:^"');
-      const refused = await runCommand('npm', ['pack', '--pack-destination', join(out, 'npm')], { cwd: p.dir, env: env() });
+      await mustRun('npm', ['pack', '--ignore-scripts', '--pack-destination', join(out, 'npm')], {
+        cwd: p.dir,
+        env: env(),
+      });
+      const npmTarball = join(
+        out,
+        'npm',
+        readdirSync(join(out, 'npm')).find((f) => f.endsWith('.tgz'))!,
+      );
+      expect(
+        JSON.stringify((await readTarball(npmTarball, join(out, 'npm-unpacked'), env())).manifest),
+        p.name,
+      ).toContain('"workspace:^"');
+      const refused = await runCommand('npm', ['pack', '--pack-destination', join(out, 'npm')], {
+        cwd: p.dir,
+        env: env(),
+      });
       expect(refused.code, p.name).not.toBe(0);
       expect(refused.stderr, p.name).toContain('only pnpm turns workspace: ranges into versions');
     }
     // A source changed since the build: no client may pack the stale dist.
     const [first] = published;
     appendFileSync(join(first!.dir, 'src', 'index.ts'), '\n// changed after the build\n');
-    const stale = await runCommand('pnpm', ['pack', '--pack-destination', join(tmp, 'stale')], { cwd: first!.dir, env: env() });
+    const stale = await runCommand('pnpm', ['pack', '--pack-destination', join(tmp, 'stale')], {
+      cwd: first!.dir,
+      env: env(),
+    });
     expect(stale.code).not.toBe(0);
     expect(stale.stderr + stale.stdout).toContain('src/index.ts changed since');
     expect(existsSync(join(tmp, 'stale'))).toBe(false);
@@ -164,8 +230,11 @@ describe('a consumer outside the workspace', () => {
       await installConsumer(dir, client, registry.url, versions, consumerEnv);
       for (const [name, version] of Object.entries(versions)) expect(installedVersion(dir, name), name).toBe(version);
       if (client === 'npm') {
-        const lock = JSON.parse(readFileSync(join(dir, 'package-lock.json'), 'utf8')) as { packages: Record<string, { resolved?: string }> };
-        for (const name of Object.keys(versions)) expect(lock.packages[`node_modules/${name}`]?.resolved, name).toMatch(new RegExp(`^${registry.url}`));
+        const lock = JSON.parse(readFileSync(join(dir, 'package-lock.json'), 'utf8')) as {
+          packages: Record<string, { resolved?: string }>;
+        };
+        for (const name of Object.keys(versions))
+          expect(lock.packages[`node_modules/${name}`]?.resolved, name).toMatch(new RegExp(`^${registry.url}`));
       }
 
       const fgaConfig = openFgaClientConfig(fga.storeId, fga.authorizationModelId);

@@ -9,7 +9,8 @@ import { REPO_ROOT } from './workspace.js';
 export function shellEnvironment(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [key, value] of Object.entries(process.env)) {
-    if (!/^(npm_|pnpm_(config|script|package)|vitest|node_options$|node_env$|test$|init_cwd$|force_tty$)/i.test(key)) env[key] = value;
+    if (!/^(npm_|pnpm_(config|script|package)|vitest|node_options$|node_env$|test$|init_cwd$|force_tty$)/i.test(key))
+      env[key] = value;
   }
   const path = (process.env.PATH ?? '').split(':').filter((dir) => dir && !dir.startsWith(REPO_ROOT));
   // The node running this test first: the commands need Node >= 22.12, and the npm beside it.

@@ -14,7 +14,10 @@ const manifest = {
 };
 
 test('two packs whose dependency maps list the same entries in another order ship the same package', () => {
-  const reordered = { ...manifest, dependencies: { '@outbox/outbox': '^0.1.0', commander: '^15.1.0', '@outbox/drainer': '^0.1.0' } };
+  const reordered = {
+    ...manifest,
+    dependencies: { '@outbox/outbox': '^0.1.0', commander: '^15.1.0', '@outbox/drainer': '^0.1.0' },
+  };
   expect(shippedPackage(tarball(reordered))).toEqual(shippedPackage(tarball(manifest)));
 });
 

@@ -51,7 +51,12 @@ export async function readTarball(tgz: string, dir: string, env: NodeJS.ProcessE
 }
 
 /** Downloads the tarball the registry serves for `name@version` into `dir`; resolves with its path. */
-export async function downloadTarball(registryUrl: string, name: string, version: string, dir: string): Promise<string> {
+export async function downloadTarball(
+  registryUrl: string,
+  name: string,
+  version: string,
+  dir: string,
+): Promise<string> {
   const packument = (await (await fetch(`${registryUrl}${name.replace('/', '%2f')}`)).json()) as {
     versions: Record<string, { dist: { tarball: string } }>;
   };

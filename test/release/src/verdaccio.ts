@@ -56,7 +56,8 @@ export async function startRegistry(dir: string, startTimeoutMs = 30_000): Promi
       if (child.exitCode !== null) throw new Error(`verdaccio exited with ${child.exitCode}:\n${output}`);
       const ping = await fetch(`${url}-/ping`).catch(() => undefined);
       if (ping?.ok) break;
-      if (Date.now() > deadline) throw new Error(`verdaccio did not answer /-/ping within ${startTimeoutMs} ms:\n${output}`);
+      if (Date.now() > deadline)
+        throw new Error(`verdaccio did not answer /-/ping within ${startTimeoutMs} ms:\n${output}`);
       await sleep(100);
     }
     // The registry API `npm adduser` uses; its answer carries the new user's token.
@@ -66,7 +67,8 @@ export async function startRegistry(dir: string, startTimeoutMs = 30_000): Promi
       body: JSON.stringify({ name: 'rehearsal', password: 'rehearsal-only' }),
     });
     const { token } = (await added.json()) as { token?: string };
-    if (!added.ok || !token) throw new Error(`verdaccio refused to create the publishing user (${added.status}):\n${output}`);
+    if (!added.ok || !token)
+      throw new Error(`verdaccio refused to create the publishing user (${added.status}):\n${output}`);
     return { url, token, output: () => output, stop };
   } catch (error) {
     await stop();

@@ -21,13 +21,21 @@ export interface WorkspacePackage {
 
 /** Every project of the workspace at `root`, the root included. `env` must put pnpm on PATH. */
 export async function workspacePackages(root: string, env: NodeJS.ProcessEnv): Promise<WorkspacePackage[]> {
-  const listed = JSON.parse(await mustRun('pnpm', ['ls', '--recursive', '--depth', '-1', '--json'], { cwd: root, env })) as Array<{
+  const listed = JSON.parse(
+    await mustRun('pnpm', ['ls', '--recursive', '--depth', '-1', '--json'], { cwd: root, env }),
+  ) as Array<{
     name: string;
     version?: string;
     path: string;
     private: boolean;
   }>;
-  return listed.map((p) => ({ name: p.name, version: p.version ?? '', dir: p.path, path: relative(root, p.path), private: p.private }));
+  return listed.map((p) => ({
+    name: p.name,
+    version: p.version ?? '',
+    dir: p.path,
+    path: relative(root, p.path),
+    private: p.private,
+  }));
 }
 
 /** The published packages: every `packages/*` that is not private (a new one is picked up by itself). */
@@ -53,8 +61,16 @@ export interface ProjectLinks {
  * package's folder (`path`, e.g. `packages/cli`) as the repository's `directory`.
  */
 export function projectLinks(root: string, path: string): ProjectLinks {
-  const { repository, homepage, bugs } = readManifest(root) as { repository: { type: string; url: string }; homepage: string; bugs: { url: string } };
-  return { repository: { type: repository.type, url: repository.url, directory: path }, homepage, bugs: { url: bugs.url } };
+  const { repository, homepage, bugs } = readManifest(root) as {
+    repository: { type: string; url: string };
+    homepage: string;
+    bugs: { url: string };
+  };
+  return {
+    repository: { type: repository.type, url: repository.url, directory: path },
+    homepage,
+    bugs: { url: bugs.url },
+  };
 }
 
 /** A manifest's own `repository`, `homepage` and `bugs`, to compare with {@link projectLinks}. */

@@ -31,7 +31,10 @@ async function publishing(hostPort: number): Promise<Array<{ id: string; address
 async function accepts(host: string, port: number): Promise<boolean> {
   const socket = connect({ host, port, timeout: 2_000 });
   try {
-    await Promise.race([once(socket, 'connect'), once(socket, 'timeout').then(() => Promise.reject(new Error('timeout')))]);
+    await Promise.race([
+      once(socket, 'connect'),
+      once(socket, 'timeout').then(() => Promise.reject(new Error('timeout'))),
+    ]);
     return true;
   } catch {
     return false;
@@ -62,7 +65,9 @@ describe('the containers mode', () => {
       const client = new pg.Client({ connectionString: stack.postgresUrl });
       await client.connect();
       try {
-        const { rows } = await client.query<{ version: string }>(`select current_setting('server_version_num') as version`);
+        const { rows } = await client.query<{ version: string }>(
+          `select current_setting('server_version_num') as version`,
+        );
         expect(Number(rows[0]?.version)).toBeGreaterThanOrEqual(180_000);
       } finally {
         await client.end();
@@ -80,7 +85,8 @@ describe('the containers mode', () => {
       const outward = Object.values(networkInterfaces()).flatMap((addresses) =>
         (addresses ?? []).filter((a) => !a.internal && a.family === 'IPv4').map((a) => a.address),
       );
-      for (const address of outward) for (const port of ports) expect(await accepts(address, port), `${address}:${port}`).toBe(false);
+      for (const address of outward)
+        for (const port of ports) expect(await accepts(address, port), `${address}:${port}`).toBe(false);
       for (const port of ports) expect(await accepts('127.0.0.1', port)).toBe(true);
     } finally {
       await stack.stop();
@@ -112,13 +118,20 @@ describe('the containers mode', () => {
     const env: NodeJS.ProcessEnv = { ...process.env };
     delete env.DATABASE_URL;
     delete env.OPENFGA_API_URL;
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     let ids: string[] = [];
     try {
-      await waitFor('the child to start its containers', async () => output.includes('{"ports"') || child.exitCode !== null, { timeoutMs: 90_000 });
+      await waitFor(
+        'the child to start its containers',
+        async () => output.includes('{"ports"') || child.exitCode !== null,
+        { timeoutMs: 90_000 },
+      );
       const line = output.split('\n').find((l) => l.startsWith('{"ports"'));
       if (!line) throw new Error(`the child exited without starting its containers:\n${output}`);
       const { ports } = JSON.parse(line) as { ports: number[] };
@@ -131,13 +144,19 @@ describe('the containers mode', () => {
         const listed = await (await getContainerRuntimeClient()).container.list();
         return listed.filter((container) => ids.includes(container.Id));
       };
-      await waitFor('the watchdogs to remove the containers', async () => (await running()).length === 0, { timeoutMs: 20_000 });
+      await waitFor('the watchdogs to remove the containers', async () => (await running()).length === 0, {
+        timeoutMs: 20_000,
+      });
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       // Whatever the outcome, leave nothing behind for the next run.
       const { getContainerRuntimeClient } = await import('testcontainers');
       const client = await getContainerRuntimeClient();
-      for (const id of ids) await client.container.getById(id).remove({ force: true }).catch(() => undefined);
+      for (const id of ids)
+        await client.container
+          .getById(id)
+          .remove({ force: true })
+          .catch(() => undefined);
     }
   }, 120_000);
 });

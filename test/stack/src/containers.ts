@@ -82,7 +82,11 @@ export async function containersReadiness(): Promise<ContainersReadiness> {
     if (!(await client.image.exists(ImageName.fromString(image)))) missing.push(image);
   }
   if (missing.length > 0) {
-    return { ready: false, engineAnswers: true, reason: `the image(s) ${missing.join(', ')} are not present locally: ${BUILD_HINT}` };
+    return {
+      ready: false,
+      engineAnswers: true,
+      reason: `the image(s) ${missing.join(', ')} are not present locally: ${BUILD_HINT}`,
+    };
   }
   return { ready: true };
 }
@@ -96,7 +100,9 @@ export async function startPostgresContainer(): Promise<PostgresServer> {
   );
   const url = `postgres://postgres:outbox@${LOOPBACK}:${started.container.getMappedPort(5432)}/postgres`;
   try {
-    await waitFor(`Postgres in container ${started.container.getId().slice(0, 12)}`, () => postgresAnswers(url), { timeoutMs: 30_000 });
+    await waitFor(`Postgres in container ${started.container.getId().slice(0, 12)}`, () => postgresAnswers(url), {
+      timeoutMs: 30_000,
+    });
   } catch (error) {
     await started.stop();
     throw error;
@@ -107,17 +113,25 @@ export async function startPostgresContainer(): Promise<PostgresServer> {
 /** OpenFGA in a container (memory datastore), waited on until /healthz reports SERVING. */
 export async function startOpenFgaContainer(options: OpenFgaServerOptions = {}): Promise<OpenFgaServer> {
   if (options.datastore === 'postgres') {
-    throw new StackError('the postgres datastore is only wired for the native OpenFGA; use the memory datastore in containers');
+    throw new StackError(
+      'the postgres datastore is only wired for the native OpenFGA; use the memory datastore in containers',
+    );
   }
   const command = ['run', '--metrics-enabled=false', '--playground-enabled=false', '--log-level=warn'];
   if (options.presharedKey) command.push('--authn-method=preshared', `--authn-preshared-keys=${options.presharedKey}`);
-  const started = await startLoopbackContainer(containerImages().openfga, 8080, (container) => container.withCommand(command));
+  const started = await startLoopbackContainer(containerImages().openfga, 8080, (container) =>
+    container.withCommand(command),
+  );
   const httpPort = started.container.getMappedPort(8080);
   const apiUrl = `http://${LOOPBACK}:${httpPort}`;
   try {
-    await waitFor(`OpenFGA in container ${started.container.getId().slice(0, 12)}`, () => openFgaServing(apiUrl, options.presharedKey), {
-      timeoutMs: 30_000,
-    });
+    await waitFor(
+      `OpenFGA in container ${started.container.getId().slice(0, 12)}`,
+      () => openFgaServing(apiUrl, options.presharedKey),
+      {
+        timeoutMs: 30_000,
+      },
+    );
   } catch (error) {
     await started.stop();
     throw error;
@@ -188,7 +202,10 @@ async function startLoopbackContainer(
     // testcontainers removes a container that never got ready, not one whose start failed earlier.
     if (containerId !== undefined) {
       const client = await getContainerRuntimeClient();
-      await client.container.getById(containerId).remove({ force: true, v: true }).catch(() => undefined);
+      await client.container
+        .getById(containerId)
+        .remove({ force: true, v: true })
+        .catch(() => undefined);
     }
     await watchdog?.disarm();
     throw new StackError(`the container of ${image} did not start: ${firstLine(error)}`, { cause: error });

@@ -29,5 +29,7 @@ export async function createDatabase(serverUrl: string, name: string, template?:
 
 /** Drops database `name`, disconnecting whoever is still on it. */
 export async function dropDatabase(serverUrl: string, name: string): Promise<void> {
-  await admin(serverUrl, (client) => client.query(`drop database if exists ${client.escapeIdentifier(name)} with (force)`));
+  await admin(serverUrl, (client) =>
+    client.query(`drop database if exists ${client.escapeIdentifier(name)} with (force)`),
+  );
 }

@@ -100,7 +100,9 @@ test('a held request reaches the upstream D ms later although its client was des
   const client = await dial(proxy);
   const body = JSON.stringify({ writes: [{ user: 'user:alice', relation: 'owner', object: 'vpc:1' }] });
   const sentAt = Date.now();
-  client.write(`POST /stores/s/write HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+  client.write(
+    `POST /stores/s/write HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+  );
   await sleep(D / 2);
   client.destroy();
   expect(arrivals).toEqual([]); // not before D, whatever the client did

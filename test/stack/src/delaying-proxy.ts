@@ -204,7 +204,13 @@ export async function startDelayingProxy(options: DelayingProxyOptions): Promise
     }
     if (conn.upstreamGone && conn.toClient.length === 0) conn.client.end();
     // A gone client's last bytes are out: wait for the answer (or the timeout), then let go.
-    if (conn.clientGone && conn.toUpstream.length === 0 && !conn.orphanAnswerPending && conn.awaitingAnswer === undefined) dropUpstream(conn);
+    if (
+      conn.clientGone &&
+      conn.toUpstream.length === 0 &&
+      !conn.orphanAnswerPending &&
+      conn.awaitingAnswer === undefined
+    )
+      dropUpstream(conn);
     const next = Math.min(conn.toUpstream[0]?.due ?? Infinity, conn.toClient[0]?.due ?? Infinity);
     if (next !== Infinity) conn.timer = setTimeout(() => flush(conn), Math.max(0, next - now));
   };
@@ -266,7 +272,11 @@ export async function startDelayingProxy(options: DelayingProxyOptions): Promise
       return;
     }
     // Held bytes still go upstream; the upstream connection stays until it answers them.
-    if (orphanTimeoutMs > 0) conn.orphanTimer = setTimeout(() => dropUpstream(conn), orphanTimeoutMs + Math.max(0, (conn.toUpstream.at(-1)?.due ?? 0) - Date.now()));
+    if (orphanTimeoutMs > 0)
+      conn.orphanTimer = setTimeout(
+        () => dropUpstream(conn),
+        orphanTimeoutMs + Math.max(0, (conn.toUpstream.at(-1)?.due ?? 0) - Date.now()),
+      );
     flush(conn);
   };
 

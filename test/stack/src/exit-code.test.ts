@@ -10,7 +10,10 @@ import { expect, test } from 'vitest';
 test('a failing run with the stack loaded exits non-zero', async () => {
   const vitest = join(dirname(createRequire(import.meta.url).resolve('vitest/package.json')), 'vitest.mjs');
   const config = fileURLToPath(new URL('./fixtures/exit-code/vitest.config.ts', import.meta.url));
-  const child = spawn(process.execPath, [vitest, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CI: 'true' } });
+  const child = spawn(process.execPath, [vitest, 'run', '--config', config], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, CI: 'true' },
+  });
   let output = '';
   child.stdout.on('data', (chunk) => (output += chunk));
   child.stderr.on('data', (chunk) => (output += chunk));

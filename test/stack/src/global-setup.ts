@@ -50,7 +50,9 @@ async function setup(project: TestProject, options: StackGlobalSetupOptions): Pr
   try {
     await dropDatabase(stack.postgresUrl, TEMPLATE);
     const templateUrl = await createDatabase(stack.postgresUrl, TEMPLATE);
-    const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: templateUrl, max: 1 }) }) });
+    const db = new Kysely<unknown>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: templateUrl, max: 1 }) }),
+    });
     try {
       await options.migrate(db);
     } finally {

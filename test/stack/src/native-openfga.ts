@@ -77,7 +77,11 @@ export async function startNativeOpenFga(options: OpenFgaServerOptions = {}): Pr
   }
 }
 
-async function startOnce(bin: string, datastore: 'memory' | 'postgres', options: OpenFgaServerOptions): Promise<OpenFgaServer> {
+async function startOnce(
+  bin: string,
+  datastore: 'memory' | 'postgres',
+  options: OpenFgaServerOptions,
+): Promise<OpenFgaServer> {
   const httpPort = options.httpPort ?? (await freePort());
   const grpcPort = await freePort();
   const args = [

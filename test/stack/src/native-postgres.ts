@@ -151,10 +151,14 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
       createPostgresUser: true,
       initdbFlags: ['--encoding=UTF8', '--locale=C'],
       postgresFlags: [
-        '-c', 'listen_addresses=127.0.0.1',
-        '-c', 'unix_socket_directories=',
-        '-c', 'max_connections=300',
-        '-c', 'max_locks_per_transaction=256',
+        '-c',
+        'listen_addresses=127.0.0.1',
+        '-c',
+        'unix_socket_directories=',
+        '-c',
+        'max_connections=300',
+        '-c',
+        'max_locks_per_transaction=256',
         ...(fast ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'] : []),
         ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
       ],
@@ -206,7 +210,12 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
       if (pid === undefined || crashed) return;
       const postmaster = pid;
       // The postmaster's children are the whole cluster (backends, WAL writer, checkpointer, …).
-      const all = [...processes().filter((p) => p.parent === postmaster).map((p) => p.pid), postmaster];
+      const all = [
+        ...processes()
+          .filter((p) => p.parent === postmaster)
+          .map((p) => p.pid),
+        postmaster,
+      ];
       for (const victim of all) {
         try {
           process.kill(victim, 'SIGKILL');
@@ -215,14 +224,19 @@ export async function startEmbeddedPostgres(options: NativePostgresOptions = {})
         }
       }
       crashed = true;
-      await waitFor('the killed Postgres processes to exit', async () => all.every((victim) => !alive(victim)), { timeoutMs: 10_000, intervalMs: 20 });
+      await waitFor('the killed Postgres processes to exit', async () => all.every((victim) => !alive(victim)), {
+        timeoutMs: 10_000,
+        intervalMs: 20,
+      });
     },
     async restart() {
       if (!crashed) throw new StackError('restart() follows crash(): this server is running');
       await server.start();
       crashed = false;
       pid = await readPid();
-      await waitFor(`Postgres at 127.0.0.1:${port} after its restart`, () => postgresAnswers(url), { timeoutMs: 30_000 });
+      await waitFor(`Postgres at 127.0.0.1:${port} after its restart`, () => postgresAnswers(url), {
+        timeoutMs: 30_000,
+      });
     },
     async stop() {
       if (stopped) return;

@@ -21,7 +21,9 @@ test('a native stack starts healthy and stop() leaves no process behind', async 
   const saved = { DATABASE_URL: process.env.DATABASE_URL, OPENFGA_API_URL: process.env.OPENFGA_API_URL };
   delete process.env.DATABASE_URL;
   delete process.env.OPENFGA_API_URL;
-  const stack = await startStack({ mode: 'native' }).finally(() => Object.assign(process.env, JSON.parse(JSON.stringify(saved))));
+  const stack = await startStack({ mode: 'native' }).finally(() =>
+    Object.assign(process.env, JSON.parse(JSON.stringify(saved))),
+  );
   try {
     expect(stack.sources).toEqual({ postgres: 'native', openfga: 'native' });
     expect(stack.pids).toHaveLength(2);
@@ -43,15 +45,19 @@ test('a native stack starts healthy and stop() leaves no process behind', async 
   expect(leftovers).toEqual([]);
 }, 120_000);
 
-test.runIf(process.getuid?.() === 0)('as root, a hardened umask and a private TMPDIR do not stop the embedded Postgres', async () => {
-  const parent = await mkdtemp(join(tmpdir(), 'outbox-private-'));
-  await chmod(parent, 0o700);
-  try {
-    const run = launchNativeStack(['--only-postgres', '--stop'], nativeEnv({ TMPDIR: parent }), 'umask 077; ');
-    const [code] = (await once(run.child, 'exit')) as [number | null];
-    expect(run.output()).toContain('stopped');
-    expect(code, run.output()).toBe(0);
-  } finally {
-    await rm(parent, { recursive: true, force: true });
-  }
-}, 180_000);
+test.runIf(process.getuid?.() === 0)(
+  'as root, a hardened umask and a private TMPDIR do not stop the embedded Postgres',
+  async () => {
+    const parent = await mkdtemp(join(tmpdir(), 'outbox-private-'));
+    await chmod(parent, 0o700);
+    try {
+      const run = launchNativeStack(['--only-postgres', '--stop'], nativeEnv({ TMPDIR: parent }), 'umask 077; ');
+      const [code] = (await once(run.child, 'exit')) as [number | null];
+      expect(run.output()).toContain('stopped');
+      expect(code, run.output()).toBe(0);
+    } finally {
+      await rm(parent, { recursive: true, force: true });
+    }
+  },
+  180_000,
+);

@@ -54,7 +54,9 @@ async function candidates(): Promise<string[]> {
  * cold module cache; later runs reuse `$(go env GOPATH)/bin/openfga`). Set `OPENFGA_BIN` to use a
  * binary elsewhere.
  */
-export async function ensureOpenFgaBinary(options: { install?: boolean; log?: (line: string) => void } = {}): Promise<string> {
+export async function ensureOpenFgaBinary(
+  options: { install?: boolean; log?: (line: string) => void } = {},
+): Promise<string> {
   for (const bin of await candidates()) {
     if (await isPinnedVersion(bin)) return bin;
   }

@@ -29,7 +29,13 @@ export async function createOpenFgaStore(
   const credentials = options.presharedKey
     ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token: options.presharedKey } } }
     : {};
-  const { id: storeId } = await new OpenFgaClient({ apiUrl, ...credentials }).createStore({ name: `test-${randomBytes(4).toString('hex')}` });
-  const { authorization_model_id: authorizationModelId } = await new OpenFgaClient({ apiUrl, storeId, ...credentials }).writeAuthorizationModel(model);
+  const { id: storeId } = await new OpenFgaClient({ apiUrl, ...credentials }).createStore({
+    name: `test-${randomBytes(4).toString('hex')}`,
+  });
+  const { authorization_model_id: authorizationModelId } = await new OpenFgaClient({
+    apiUrl,
+    storeId,
+    ...credentials,
+  }).writeAuthorizationModel(model);
   return { storeId, authorizationModelId };
 }

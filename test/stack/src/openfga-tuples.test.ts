@@ -15,7 +15,8 @@ describe('reading tuples back from a real OpenFGA store', () => {
 
   test('storedOn reads every page (more than the 100 a page holds), sorted, and nothing of other objects', async () => {
     const viewers = Array.from({ length: 130 }, (_, i) => `user:u${String(i).padStart(3, '0')} viewer project:many`);
-    for (let i = 0; i < viewers.length; i += 100) await fga.client.write({ writes: viewers.slice(i, i + 100).map(tupleKey) });
+    for (let i = 0; i < viewers.length; i += 100)
+      await fga.client.write({ writes: viewers.slice(i, i + 100).map(tupleKey) });
     await fga.client.write({ writes: [tupleKey('user:u000 viewer project:other')] });
     expect(await storedOn(fga.client, 'project:many')).toEqual([...viewers].sort());
     expect(await storedOn(fga.client, 'project:none')).toEqual([]);

@@ -21,8 +21,11 @@ test('servers of a run killed with SIGKILL (no exit handler runs) do not outlive
   run.child.kill('SIGKILL');
   await once(run.child, 'exit');
   try {
-    await waitFor('the orphaned servers to be stopped', async () => pids.every((pid) => !alive(pid)), { timeoutMs: 20_000 });
-    if (dataDir) await waitFor('the cluster directory to be removed', async () => !existsSync(dataDir), { timeoutMs: 5_000 });
+    await waitFor('the orphaned servers to be stopped', async () => pids.every((pid) => !alive(pid)), {
+      timeoutMs: 20_000,
+    });
+    if (dataDir)
+      await waitFor('the cluster directory to be removed', async () => !existsSync(dataDir), { timeoutMs: 5_000 });
   } finally {
     // Whatever the outcome, leave nothing behind for the next run.
     for (const pid of pids) if (alive(pid)) process.kill(pid, 'SIGKILL');

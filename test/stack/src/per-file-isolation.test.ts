@@ -12,10 +12,14 @@ describe("each test file's own database and OpenFGA store, on the real servers",
     const a = t.kysely({ max: 1 });
     const b = t.kysely({ max: 1 });
     await a.transaction().execute(async (ta) => {
-      const first = await sql<{ id: number }>`select id from jobs order by id limit 4 for update skip locked`.execute(ta);
-      const second = await b.transaction().execute(async (tb) =>
-        sql<{ id: number }>`select id from jobs order by id limit 4 for update skip locked`.execute(tb),
+      const first = await sql<{ id: number }>`select id from jobs order by id limit 4 for update skip locked`.execute(
+        ta,
       );
+      const second = await b
+        .transaction()
+        .execute(async (tb) =>
+          sql<{ id: number }>`select id from jobs order by id limit 4 for update skip locked`.execute(tb),
+        );
       expect(first.rows.map((r) => r.id)).toEqual([1, 2, 3, 4]);
       expect(second.rows.map((r) => r.id)).toEqual([5, 6, 7, 8]);
     });

@@ -47,7 +47,9 @@ export interface StackOptions {
 }
 
 /** Starts an OpenFGA server the same way the stack would (container or native binary). */
-export async function startOpenFga(options: OpenFgaServerOptions & { mode?: 'native' | 'containers' } = {}): Promise<OpenFgaServer> {
+export async function startOpenFga(
+  options: OpenFgaServerOptions & { mode?: 'native' | 'containers' } = {},
+): Promise<OpenFgaServer> {
   return options.mode === 'containers' ? startOpenFgaContainer(options) : startNativeOpenFga(options);
 }
 
@@ -95,7 +97,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       postgresUrl = envPostgres;
       postgresSource = 'env';
     } else {
-      const server = mode === 'containers' ? await startPostgresContainer() : await startEmbeddedPostgres({ fast: options.fastPostgres ?? true });
+      const server =
+        mode === 'containers'
+          ? await startPostgresContainer()
+          : await startEmbeddedPostgres({ fast: options.fastPostgres ?? true });
       started.push(server);
       postgresUrl = server.url;
       postgresSource = mode === 'containers' ? 'testcontainers' : 'native';

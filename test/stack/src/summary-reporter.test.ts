@@ -10,7 +10,10 @@ import { expect, test } from 'vitest';
 test('the closing line counts a file that failed outside its tests', async () => {
   const vitest = join(dirname(createRequire(import.meta.url).resolve('vitest/package.json')), 'vitest.mjs');
   const config = fileURLToPath(new URL('./fixtures/summary/vitest.config.ts', import.meta.url));
-  const child = spawn(process.execPath, [vitest, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CI: 'true' } });
+  const child = spawn(process.execPath, [vitest, 'run', '--config', config], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, CI: 'true' },
+  });
   let stdout = '';
   let output = '';
   child.stdout.on('data', (chunk) => ((stdout += chunk), (output += chunk)));

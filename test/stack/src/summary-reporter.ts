@@ -35,7 +35,10 @@ export default class SummaryReporter implements Reporter {
       if (module.state() === 'failed' && failedTests === 0) failedTests = 1;
       failed += failedTests;
     }
-    const errors = unhandledErrors.length > 0 ? `, ${unhandledErrors.length} unhandled error${unhandledErrors.length === 1 ? '' : 's'}` : '';
+    const errors =
+      unhandledErrors.length > 0
+        ? `, ${unhandledErrors.length} unhandled error${unhandledErrors.length === 1 ? '' : 's'}`
+        : '';
     this.line = `tests: ${passed} passed, ${failed} failed, ${skipped} skipped${errors}`;
     this.failedOutsideTests = failed > 0 || unhandledErrors.length > 0;
     process.stdout.write(`\n${this.line}\n`);

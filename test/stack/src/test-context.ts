@@ -62,7 +62,8 @@ export function useTestDatabase(): TestDatabase {
     const name = `t_${randomBytes(6).toString('hex')}`;
     const url = await createDatabase(stack.postgresUrl, name, stack.templateDatabase);
     // An idle client whose connection is cut (the drop at the end) must not crash the worker.
-    const newPool = (config?: pg.PoolConfig) => new pg.Pool({ connectionString: url, ...config }).on('error', () => undefined);
+    const newPool = (config?: pg.PoolConfig) =>
+      new pg.Pool({ connectionString: url, ...config }).on('error', () => undefined);
     const pool = (config?: pg.PoolConfig) => {
       const p = newPool(config);
       pools.push(p);
@@ -81,7 +82,11 @@ export function useTestDatabase(): TestDatabase {
         await work(trxs);
       } finally {
         for (const trx of trxs) {
-          if (!trx.isCommitted && !trx.isRolledBack) await trx.rollback().execute().catch(() => undefined);
+          if (!trx.isCommitted && !trx.isRolledBack)
+            await trx
+              .rollback()
+              .execute()
+              .catch(() => undefined);
         }
         await Promise.all(dbs.map((db) => db.destroy()));
       }
@@ -155,7 +160,9 @@ export function useOpenFgaStore(): TestStore {
     const admin = new OpenFgaClient(openFgaClientConfig());
     const { id: storeId } = await admin.createStore({ name: `test-${randomBytes(4).toString('hex')}` });
     const scoped = new OpenFgaClient(openFgaClientConfig(storeId));
-    const { authorization_model_id: authorizationModelId } = await scoped.writeAuthorizationModel(provided().authorizationModel);
+    const { authorization_model_id: authorizationModelId } = await scoped.writeAuthorizationModel(
+      provided().authorizationModel,
+    );
     current = {
       apiUrl: provided().openfgaApiUrl,
       storeId,

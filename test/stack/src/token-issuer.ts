@@ -28,7 +28,9 @@ export async function startRefusingTokenIssuer(status: number, code: string): Pr
     request.on('data', (chunk: string) => (body += chunk));
     request.on('end', () => {
       requests.push({ path: request.url ?? '', form: new URLSearchParams(body) });
-      response.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify({ error: code }));
+      response
+        .writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+        .end(JSON.stringify({ error: code }));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -52,5 +54,10 @@ export async function startRefusingTokenIssuer(status: number, code: string): Pr
  */
 export const clientCredentials = (issuer: string, secret: string) => ({
   method: CredentialsMethod.ClientCredentials as const,
-  config: { clientId: 'outbox-drainer', clientSecret: secret, apiTokenIssuer: issuer, apiAudience: 'https://openfga.example/' },
+  config: {
+    clientId: 'outbox-drainer',
+    clientSecret: secret,
+    apiTokenIssuer: issuer,
+    apiAudience: 'https://openfga.example/',
+  },
 });

@@ -1,6 +1,13 @@
 // A scripted backlog: one outbox table with a row in every state, written through the real
 // writer and the drainer's own outcome updates, so the head invariant holds. Test-only.
-import { createOutboxTable, defineOutbox, enqueue, type IntentPayload, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import {
+  createOutboxTable,
+  defineOutbox,
+  enqueue,
+  type IntentPayload,
+  type OutboxSpec,
+  type AnyKysely,
+} from '@outbox/outbox';
 import { promoteHeads, tableNames } from '@outbox/outbox/protocol';
 import { createReconciler } from '@outbox/reconciler';
 import { sql } from 'kysely';
@@ -13,7 +20,11 @@ let tables = 0;
 /** A fresh register-shaped outbox table `cli.outbox_<n>` (maxAttempts 3) in the file's database. */
 export async function createBacklogTable(db: Db): Promise<OutboxSpec> {
   tables += 1;
-  const spec = defineOutbox({ table: `cli.outbox_${process.pid}_${tables}`, partitionColumn: 'resource_id', maxAttempts: 3 });
+  const spec = defineOutbox({
+    table: `cli.outbox_${process.pid}_${tables}`,
+    partitionColumn: 'resource_id',
+    maxAttempts: 3,
+  });
   await createOutboxTable(db, spec);
   return spec;
 }
@@ -35,18 +46,36 @@ export function enqueueIntent(db: Db, spec: OutboxSpec, key: string, payload: In
 async function outcome(db: Db, spec: OutboxSpec, id: string, set: ReturnType<typeof sql>): Promise<void> {
   const n = tableNames(spec);
   await db.transaction().execute(async (trx) => {
-    const row = await sql<{ key: string }>`update ${sql.raw(n.table)} set ${set}, is_head = false where id = ${id} returning ${sql.raw(n.partition)} as key`.execute(trx);
-    await promoteHeads(trx, spec, row.rows.map((r) => r.key));
+    const row = await sql<{
+      key: string;
+    }>`update ${sql.raw(n.table)} set ${set}, is_head = false where id = ${id} returning ${sql.raw(n.partition)} as key`.execute(
+      trx,
+    );
+    await promoteHeads(
+      trx,
+      spec,
+      row.rows.map((r) => r.key),
+    );
   });
 }
 
 export const deliver = (db: Db, spec: OutboxSpec, id: string) => outcome(db, spec, id, sql`sent_at = now()`);
 /** Poisoned as the drainer poisons: its transient attempts ran out. */
 export const poison = (db: Db, spec: OutboxSpec, id: string, error: string) =>
-  outcome(db, spec, id, sql`attempt_count = ${spec.maxAttempts}, last_error = ${error}, next_attempt_at = now(), poison_cause = 'exhausted'`);
+  outcome(
+    db,
+    spec,
+    id,
+    sql`attempt_count = ${spec.maxAttempts}, last_error = ${error}, next_attempt_at = now(), poison_cause = 'exhausted'`,
+  );
 /** Poisoned as the drainer poisons a permanent outcome: refused for good, with the sink's code. */
 export const refuse = (db: Db, spec: OutboxSpec, id: string, error: string, code: string) =>
-  outcome(db, spec, id, sql`attempt_count = ${spec.maxAttempts}, last_error = ${error}, next_attempt_at = now(), poison_cause = 'refused', poison_code = ${code}`);
+  outcome(
+    db,
+    spec,
+    id,
+    sql`attempt_count = ${spec.maxAttempts}, last_error = ${error}, next_attempt_at = now(), poison_cause = 'refused', poison_code = ${code}`,
+  );
 
 /** The ids of the scripted backlog, by what each row is. */
 export interface Backlog {
@@ -92,7 +121,9 @@ export async function scriptedBacklog(db: Db): Promise<Backlog> {
   const poisoned = await enqueueIntent(db, spec, 'vpc:c', register('c'));
   await poison(db, spec, poisoned, LONG_ERROR);
   const backingOff = await enqueueIntent(db, spec, 'vpc:d', register('d'));
-  await sql`update ${sql.raw(n.table)} set attempt_count = 1, last_error = 'OpenFGA 503: busy', next_attempt_at = now() + interval '1 hour' where id = ${backingOff}`.execute(db);
+  await sql`update ${sql.raw(n.table)} set attempt_count = 1, last_error = 'OpenFGA 503: busy', next_attempt_at = now() + interval '1 hour' where id = ${backingOff}`.execute(
+    db,
+  );
   const deliverable = await enqueueIntent(db, spec, 'vpc:e', register('e'));
   const retired = await enqueueIntent(db, spec, 'vpc:f', register('f'));
   await poison(db, spec, retired, 'OpenFGA unreachable');

@@ -19,7 +19,10 @@ export const TSX_LOADER = import.meta.resolve('tsx');
  * Runs `entry` (default the outbox bin) with `args`, with only PATH and `env` in its environment
  * (nothing of the test runner's leaks in), in `cwd`; `input` is written to its stdin (not a terminal).
  */
-export async function runCli(args: readonly string[], options: { env?: Record<string, string>; cwd?: string; entry?: string; input?: string } = {}): Promise<CliRun> {
+export async function runCli(
+  args: readonly string[],
+  options: { env?: Record<string, string>; cwd?: string; entry?: string; input?: string } = {},
+): Promise<CliRun> {
   const child = spawn(process.execPath, ['--import', TSX_LOADER, options.entry ?? OUTBOX_BIN, ...args], {
     cwd: options.cwd ?? process.cwd(),
     env: { PATH: process.env.PATH ?? '', ...options.env },
@@ -49,5 +52,8 @@ export function jsonOf(run: CliRun): unknown {
  */
 export function runOnTerminal(args: readonly string[], answer: string): string {
   const command = [process.execPath, '--import', TSX_LOADER, OUTBOX_BIN, ...args].join(' ');
-  return execFileSync('sh', ['-c', `printf '${answer}\\n' | script -qec "${command}" /dev/null; echo "exit=$?"`], { env: { PATH: process.env.PATH ?? '' }, encoding: 'utf8' });
+  return execFileSync('sh', ['-c', `printf '${answer}\\n' | script -qec "${command}" /dev/null; echo "exit=$?"`], {
+    env: { PATH: process.env.PATH ?? '' },
+    encoding: 'utf8',
+  });
 }

@@ -9,9 +9,20 @@ import pg from 'pg';
 const [url, table] = process.argv.slice(2) as [string, string];
 const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) }) });
 const spec = defineOutbox({ table, partitionColumn: 'resource_id' });
-const drainer = createDrainer({ db, spec, sink: createRecordingSink(), interval: 50, listen: { connectionString: url } });
+const drainer = createDrainer({
+  db,
+  spec,
+  sink: createRecordingSink(),
+  interval: 50,
+  listen: { connectionString: url },
+});
 await drainer.start();
-await db.transaction().execute((trx) => enqueue(trx, spec, { partitionKey: 'vpc:1', payload: { writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:1' }] } }));
+await db.transaction().execute((trx) =>
+  enqueue(trx, spec, {
+    partitionKey: 'vpc:1',
+    payload: { writes: [{ user: 'user:a', relation: 'owner', object: 'vpc:1' }] },
+  }),
+);
 await drainer.flush({ partitionKey: 'vpc:1', timeoutMs: 5_000 });
 // A flush that times out, and one that stop() ends: their timers must go with them.
 await drainer.flush({ partitionKey: 'vpc:none', timeoutMs: 1 }).catch(() => undefined);

@@ -1,6 +1,23 @@
 import type { ClientWriteRequest, OpenFgaClient } from '@openfga/sdk';
-import { createDrainer, type DrainerConfig, type DrainResult, type Intent, type Logger, type Outcome, type Sink, type SinkContext } from '@outbox/drainer';
-import { createOutboxTable, defineOutbox, enqueueMany, REGISTER_OUTBOX_PARTITION, type EnqueueInput, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import {
+  createDrainer,
+  type DrainerConfig,
+  type DrainResult,
+  type Intent,
+  type Logger,
+  type Outcome,
+  type Sink,
+  type SinkContext,
+} from '@outbox/drainer';
+import {
+  createOutboxTable,
+  defineOutbox,
+  enqueueMany,
+  REGISTER_OUTBOX_PARTITION,
+  type EnqueueInput,
+  type IntentPayload,
+  type OutboxSpec,
+} from '@outbox/outbox';
 import { openFgaClientConfig, type TestDatabase, type TestStore } from '@outbox/test-stack';
 import { tupleKey } from '@outbox/test-stack/openfga';
 import { sql } from 'kysely';
@@ -31,7 +48,11 @@ export const kinds = (outcomes: readonly Outcome[]) => outcomes.map((o) => o.kin
 
 /** A sink on the test file's store and model (through the stack's credentials, if any). */
 export const sinkOn = (fga: TestStore, options: OpenFgaSinkOptions = {}) =>
-  createOpenFgaSink({ ...openFgaClientConfig(fga.storeId, fga.authorizationModelId), storeId: fga.storeId, ...options });
+  createOpenFgaSink({
+    ...openFgaClientConfig(fga.storeId, fga.authorizationModelId),
+    storeId: fga.storeId,
+    ...options,
+  });
 
 /** Wraps a real client and records every Write body it passes on (the server still gets them all). */
 export function recordingClient(client: OpenFgaClient): { client: OpenFgaWriteClient; bodies: ClientWriteRequest[] } {
@@ -60,7 +81,11 @@ export function outboxTables(t: TestDatabase) {
   return {
     async fresh(): Promise<OutboxSpec> {
       tables += 1;
-      const spec = defineOutbox({ table: `fga_sink.outbox_${tables}`, partitionColumn: REGISTER_OUTBOX_PARTITION, maxAttempts: 10 });
+      const spec = defineOutbox({
+        table: `fga_sink.outbox_${tables}`,
+        partitionColumn: REGISTER_OUTBOX_PARTITION,
+        maxAttempts: 10,
+      });
       await createOutboxTable(t.db, spec);
       return spec;
     },
@@ -68,7 +93,15 @@ export function outboxTables(t: TestDatabase) {
       return t.db.transaction().execute((trx) => enqueueMany(trx, spec, intents));
     },
     async rows(spec: OutboxSpec) {
-      const result = await sql<{ id: string; resource_id: string; sent: boolean; attempt_count: number; last_error: string | null; poison_cause: string | null; poison_code: string | null }>`
+      const result = await sql<{
+        id: string;
+        resource_id: string;
+        sent: boolean;
+        attempt_count: number;
+        last_error: string | null;
+        poison_cause: string | null;
+        poison_code: string | null;
+      }>`
         select t.id::text as id, resource_id, sent_at is not null as sent, attempt_count, last_error, poison_cause, poison_code
         from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} t order by t.id`.execute(t.db);
       return result.rows;
@@ -77,7 +110,12 @@ export function outboxTables(t: TestDatabase) {
 }
 
 /** One `drainOnce` of a quiet drainer, stopped afterwards. */
-export async function drainOnce(t: TestDatabase, spec: OutboxSpec, sink: Sink, config: Partial<DrainerConfig> = {}): Promise<DrainResult> {
+export async function drainOnce(
+  t: TestDatabase,
+  spec: OutboxSpec,
+  sink: Sink,
+  config: Partial<DrainerConfig> = {},
+): Promise<DrainResult> {
   const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, ...config });
   try {
     return await drainer.drainOnce();

@@ -34,6 +34,8 @@ export async function verifyGaps(db: AnyKysely, spec: OutboxSpec): Promise<reado
 /** Each row's partition key and head flag, in id order. */
 export async function headFlags(db: AnyKysely, spec: OutboxSpec): Promise<{ resource_id: string; is_head: boolean }[]> {
   const result = await sql<{ resource_id: string; is_head: boolean }>`
-    select ${sql.raw(`"${spec.partitionColumn}"`)} as resource_id, is_head from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} order by id`.execute(db);
+    select ${sql.raw(`"${spec.partitionColumn}"`)} as resource_id, is_head from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)} order by id`.execute(
+    db,
+  );
   return result.rows;
 }

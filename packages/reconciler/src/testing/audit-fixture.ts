@@ -31,7 +31,11 @@ interface Row {
 }
 
 function resourceOwner(table: string): OutboxOwner {
-  const partition = (row: Row): OwnedPartition => ({ partitionKey: `vpc:${row.id}`, objectKnown: true, tuples: resourceTuples(row.id, row.project_id, row.owner) });
+  const partition = (row: Row): OwnedPartition => ({
+    partitionKey: `vpc:${row.id}`,
+    objectKnown: true,
+    tuples: resourceTuples(row.id, row.project_id, row.owner),
+  });
   return {
     objectTypes: ['vpc'],
     partitionOf: (tuple) => tuple.object,
@@ -40,11 +44,15 @@ function resourceOwner(table: string): OutboxOwner {
       const rows = await sql<Row>`
         select id, project_id, owner from ${sql.raw(table)} where ${after === undefined ? sql`true` : sql`id > ${after}`}
         order by id limit ${limit}`.execute(trx);
-      return { partitions: rows.rows.map(partition), next: rows.rows.length === limit ? rows.rows.at(-1)?.id : undefined };
+      return {
+        partitions: rows.rows.map(partition),
+        next: rows.rows.length === limit ? rows.rows.at(-1)?.id : undefined,
+      };
     },
     async partitions(trx, keys) {
       const ids = keys.map(idOf).filter((id): id is string => id !== undefined);
-      const rows = await sql<Row>`select id, project_id, owner from ${sql.raw(table)} where id = any(${ids}::text[])`.execute(trx);
+      const rows =
+        await sql<Row>`select id, project_id, owner from ${sql.raw(table)} where id = any(${ids}::text[])`.execute(trx);
       const found = new Map(rows.rows.map((row) => [`vpc:${row.id}`, partition(row)]));
       return keys.map((key) => found.get(key) ?? { partitionKey: key, objectKnown: false, tuples: [] });
     },
@@ -72,10 +80,17 @@ export async function auditWorld(db: Db) {
   worlds += 1;
   const table = `reconciler.audit_resources_${worlds}`;
   const spec: OutboxSpec = await createTestOutbox(db, { maxAttempts: 3 }); // creates the schema
-  await sql.raw(`create table ${table} (id text primary key, project_id text not null, owner text not null)`).execute(db);
+  await sql
+    .raw(`create table ${table} (id text primary key, project_id text not null, owner text not null)`)
+    .execute(db);
   const stack = stackInfo();
-  const { storeId, authorizationModelId } = await createOpenFgaStore(stack.openfgaApiUrl, stack.openfgaPresharedKey ? { presharedKey: stack.openfgaPresharedKey } : {});
-  const credentials = stack.openfgaPresharedKey ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token: stack.openfgaPresharedKey } } } : {};
+  const { storeId, authorizationModelId } = await createOpenFgaStore(
+    stack.openfgaApiUrl,
+    stack.openfgaPresharedKey ? { presharedKey: stack.openfgaPresharedKey } : {},
+  );
+  const credentials = stack.openfgaPresharedKey
+    ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token: stack.openfgaPresharedKey } } }
+    : {};
   const client = new OpenFgaClient({ apiUrl: stack.openfgaApiUrl, storeId, authorizationModelId, ...credentials });
   const sink = createOpenFgaSink({ client });
   const drainer = createDrainer({ db, spec, sink, backoff: { baseMs: 1, maxMs: 1 }, logger: recordingLogger() });
@@ -96,16 +111,23 @@ export async function auditWorld(db: Db) {
     /** The create path: the row and its register intent, in one transaction. */
     async create(id: string, project = 'p1', user = 'ann'): Promise<void> {
       await db.transaction().execute(async (trx) => {
-        await sql`insert into ${sql.raw(table)} (id, project_id, owner) values (${id}, ${project}, ${user})`.execute(trx);
+        await sql`insert into ${sql.raw(table)} (id, project_id, owner) values (${id}, ${project}, ${user})`.execute(
+          trx,
+        );
         await enqueue(trx, spec, { partitionKey: `vpc:${id}`, payload: { writes: resourceTuples(id, project, user) } });
       });
     },
     /** The delete path: the row goes, and its tuples' deletion is enqueued, in one transaction. */
     async remove(id: string): Promise<void> {
       await db.transaction().execute(async (trx) => {
-        const row = await sql<Row>`delete from ${sql.raw(table)} where id = ${id} returning id, project_id, owner`.execute(trx);
+        const row =
+          await sql<Row>`delete from ${sql.raw(table)} where id = ${id} returning id, project_id, owner`.execute(trx);
         const deleted = row.rows[0];
-        if (deleted) await enqueue(trx, spec, { partitionKey: `vpc:${id}`, payload: { deletes: resourceTuples(deleted.id, deleted.project_id, deleted.owner) } });
+        if (deleted)
+          await enqueue(trx, spec, {
+            partitionKey: `vpc:${id}`,
+            payload: { deletes: resourceTuples(deleted.id, deleted.project_id, deleted.owner) },
+          });
       });
     },
     /** Drain passes until nothing is left to deliver. */
@@ -124,7 +146,9 @@ export async function auditWorld(db: Db) {
     },
     /** Intents in the outbox. */
     async intents(): Promise<number> {
-      const result = await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)}`.execute(db);
+      const result = await sql<{
+        n: number;
+      }>`select count(*)::int as n from ${sql.raw(`"${spec.schema}"."${spec.tableName}"`)}`.execute(db);
       return result.rows[0]?.n ?? 0;
     },
   };

@@ -6,7 +6,14 @@
  */
 import { CredentialsMethod, OpenFgaClient } from '@openfga/sdk';
 import { createOpenFgaSink, createOpenFgaTupleReader } from '@outbox/openfga';
-import { enqueue, outboxStats, type AnyKysely, type IntentPayload, type OutboxSpec, type TupleKey } from '@outbox/outbox';
+import {
+  enqueue,
+  outboxStats,
+  type AnyKysely,
+  type IntentPayload,
+  type OutboxSpec,
+  type TupleKey,
+} from '@outbox/outbox';
 import { tableNames } from '@outbox/outbox/protocol';
 import { createOpenFgaStore, stackInfo } from '@outbox/test-stack';
 import { sql } from 'kysely';
@@ -26,13 +33,21 @@ let worlds = 0;
 
 export async function ledgerWorld(db: AnyKysely, shape: Shape) {
   worlds += 1;
-  const spec: OutboxSpec = await createTestOutbox(db, shape === 'tuple' ? { partitionColumn: 'tuple_key', supersededCoverageSql: CONTAINMENT } : {});
+  const spec: OutboxSpec = await createTestOutbox(
+    db,
+    shape === 'tuple' ? { partitionColumn: 'tuple_key', supersededCoverageSql: CONTAINMENT } : {},
+  );
   const n = tableNames(spec);
   const owners = sql.raw(`reconciler.ledger_owner_${worlds}`);
   await sql`create table ${owners} (key text primary key, relations text[] not null)`.execute(db);
   const stack = stackInfo();
-  const credentials = stack.openfgaPresharedKey ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token: stack.openfgaPresharedKey } } } : {};
-  const { storeId } = await createOpenFgaStore(stack.openfgaApiUrl, stack.openfgaPresharedKey ? { presharedKey: stack.openfgaPresharedKey } : {});
+  const credentials = stack.openfgaPresharedKey
+    ? { credentials: { method: CredentialsMethod.ApiToken as const, config: { token: stack.openfgaPresharedKey } } }
+    : {};
+  const { storeId } = await createOpenFgaStore(
+    stack.openfgaApiUrl,
+    stack.openfgaPresharedKey ? { presharedKey: stack.openfgaPresharedKey } : {},
+  );
   const client = new OpenFgaClient({ apiUrl: stack.openfgaApiUrl, storeId, ...credentials });
   const sink = createOpenFgaSink({ client });
   const reconciler = createReconciler({ db, spec, logger: recordingLogger() });
@@ -40,7 +55,11 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
   const keyOf = (i: number) => (shape === 'register' ? `vpc:v${i}` : `user:u${i}|project:p1`);
   /** The tuples an owner row with `relations` expects (register: the create path's two). */
   const tuplesOf = (key: string, relations: readonly string[]): TupleKey[] => {
-    if (shape === 'register') return [{ user: 'project:p1', relation: 'project', object: key }, { user: 'user:ann', relation: 'owner', object: key }];
+    if (shape === 'register')
+      return [
+        { user: 'project:p1', relation: 'project', object: key },
+        { user: 'user:ann', relation: 'owner', object: key },
+      ];
     const [user, object] = key.split('|') as [string, string];
     return relations.map((relation) => ({ user, relation, object }));
   };
@@ -52,14 +71,25 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
   const owner: OutboxOwner = {
     objectTypes: [shape === 'register' ? 'vpc' : 'project'],
     partitionOf: (tuple) => (shape === 'register' ? tuple.object : `${tuple.user}|${tuple.object}`),
-    partitionFilter: (key) => (shape === 'register' ? { object: key } : { user: key.split('|')[0] as string, object: key.split('|')[1] as string }),
+    partitionFilter: (key) =>
+      shape === 'register'
+        ? { object: key }
+        : { user: key.split('|')[0] as string, object: key.split('|')[1] as string },
     async expectedPage(trx, after, limit) {
       const rows = await sql<{ key: string; relations: string[] }>`
-        select key, relations from ${owners} where ${after === undefined ? sql`true` : sql`key > ${after}`} order by key limit ${limit}`.execute(trx);
-      return { partitions: rows.rows.map((r) => owned(r.key, r.relations)), next: rows.rows.length === limit ? rows.rows.at(-1)?.key : undefined };
+        select key, relations from ${owners} where ${after === undefined ? sql`true` : sql`key > ${after}`} order by key limit ${limit}`.execute(
+        trx,
+      );
+      return {
+        partitions: rows.rows.map((r) => owned(r.key, r.relations)),
+        next: rows.rows.length === limit ? rows.rows.at(-1)?.key : undefined,
+      };
     },
     async partitions(trx, keys) {
-      const rows = await sql<{ key: string; relations: string[] }>`select key, relations from ${owners} where key = any(${[...keys]}::text[])`.execute(trx);
+      const rows = await sql<{
+        key: string;
+        relations: string[];
+      }>`select key, relations from ${owners} where key = any(${[...keys]}::text[])`.execute(trx);
       const found = new Map(rows.rows.map((r) => [r.key, r.relations]));
       // The tuple shape's object (a project) is known whatever the grant; only its user's tuples are expected.
       return keys.map((key) => owned(key, found.get(key) ?? (shape === 'tuple' ? [] : undefined)));
@@ -67,7 +97,14 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
   };
   const reader = createOpenFgaTupleReader({ client });
   const head = async (key: string) =>
-    (await sql<{ id: string; payload: IntentPayload }>`select id::text as id, payload from ${sql.raw(n.table)} where ${sql.raw(n.partition)} = ${key} and is_head`.execute(db)).rows[0];
+    (
+      await sql<{
+        id: string;
+        payload: IntentPayload;
+      }>`select id::text as id, payload from ${sql.raw(n.table)} where ${sql.raw(n.partition)} = ${key} and is_head`.execute(
+        db,
+      )
+    ).rows[0];
 
   return {
     spec,
@@ -83,15 +120,23 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
         let payload: IntentPayload;
         if (shape === 'register') {
           const create = variant % 2 === 1;
-          if (create) await sql`insert into ${owners} (key, relations) values (${key}, '{}') on conflict do nothing`.execute(trx);
+          if (create)
+            await sql`insert into ${owners} (key, relations) values (${key}, '{}') on conflict do nothing`.execute(trx);
           else await sql`delete from ${owners} where key = ${key}`.execute(trx);
           payload = create ? { writes: tuplesOf(key, []) } : { deletes: tuplesOf(key, []) };
         } else {
           const set = RELATIONS.filter((_, bit) => (variant >> bit) & 1);
-          if (set.length > 0) await sql`insert into ${owners} (key, relations) values (${key}, ${set}::text[]) on conflict (key) do update set relations = excluded.relations`.execute(trx);
+          if (set.length > 0)
+            await sql`insert into ${owners} (key, relations) values (${key}, ${set}::text[]) on conflict (key) do update set relations = excluded.relations`.execute(
+              trx,
+            );
           else await sql`delete from ${owners} where key = ${key}`.execute(trx);
           const rest = RELATIONS.filter((relation) => !set.includes(relation));
-          payload = { ...(set.length > 0 ? { writes: tuplesOf(key, set) } : {}), ...(rest.length > 0 ? { deletes: tuplesOf(key, rest) } : {}), relations: [...set] };
+          payload = {
+            ...(set.length > 0 ? { writes: tuplesOf(key, set) } : {}),
+            ...(rest.length > 0 ? { deletes: tuplesOf(key, rest) } : {}),
+            relations: [...set],
+          };
         }
         await enqueue(trx, spec, { partitionKey: key, payload });
       });
@@ -100,7 +145,10 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
     async deliverHead(i: number): Promise<void> {
       const row = await head(keyOf(i));
       if (!row) return;
-      const [outcome] = await sink.deliver([{ id: row.id, partitionKey: keyOf(i), payload: row.payload, attemptCount: 0 }], { signal: new AbortController().signal });
+      const [outcome] = await sink.deliver(
+        [{ id: row.id, partitionKey: keyOf(i), payload: row.payload, attemptCount: 0 }],
+        { signal: new AbortController().signal },
+      );
       if (outcome?.kind !== 'delivered') throw new Error(`OpenFGA did not take ${row.id}: ${JSON.stringify(outcome)}`);
       await deliver(db, spec, row.id);
     },
@@ -115,7 +163,11 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
     /** A human's turn: retire what is superseded, discard the first revivable row. */
     async close(): Promise<void> {
       const preview = await reconciler.redrivePoisoned({ dryRun: true, refused: true });
-      if (preview.superseded.length > 0) await reconciler.retire(preview.superseded.map((r) => r.id), 'superseded');
+      if (preview.superseded.length > 0)
+        await reconciler.retire(
+          preview.superseded.map((r) => r.id),
+          'superseded',
+        );
       const first = preview.revived[0];
       if (first) await reconciler.discardPoisoned({ ids: [first.id], reason: 'never granted, on purpose' });
     },
@@ -131,16 +183,31 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
     async decisions() {
       const plain = await reconciler.redrivePoisoned({ dryRun: true });
       const asked = await reconciler.redrivePoisoned({ dryRun: true, refused: true });
-      const { pending, deliverable, poisoned, poisonedByCause, superseded, oldestPendingAgeSeconds } = await outboxStats(db, spec);
+      const { pending, deliverable, poisoned, poisonedByCause, superseded, oldestPendingAgeSeconds } =
+        await outboxStats(db, spec);
       const audit = await auditOutbox({ db, spec, owner, reader });
       return {
         redrive: { revived: ids(plain.revived), superseded: ids(plain.superseded), waiting: ids(plain.waiting ?? []) },
         refused: { revived: ids(asked.revived), superseded: ids(asked.superseded) },
-        stats: { pending, deliverable, poisoned, poisonedByCause, superseded, pendingAge: oldestPendingAgeSeconds === null ? null : Math.floor(oldestPendingAgeSeconds / 3_600) },
-        audit: { drifted: audit.drifted, missing: audit.missing, unexpected: audit.unexpected, orphans: audit.orphans, skippedPending: audit.skippedPending },
+        stats: {
+          pending,
+          deliverable,
+          poisoned,
+          poisonedByCause,
+          superseded,
+          pendingAge: oldestPendingAgeSeconds === null ? null : Math.floor(oldestPendingAgeSeconds / 3_600),
+        },
+        audit: {
+          drifted: audit.drifted,
+          missing: audit.missing,
+          unexpected: audit.unexpected,
+          orphans: audit.orphans,
+          skippedPending: audit.skippedPending,
+        },
       };
     },
-    rows: async () => (await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(n.table)}`.execute(db)).rows[0]?.n ?? 0,
+    rows: async () =>
+      (await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(n.table)}`.execute(db)).rows[0]?.n ?? 0,
     dispose: () => client.deleteStore().catch(() => undefined),
   };
 }

@@ -23,7 +23,9 @@ let tables = 0;
 /** A fresh outbox table in the file's database (one per test keeps tests independent). */
 export async function createTestOutbox(
   db: Db,
-  options: Partial<Pick<OutboxSpecInput, 'partitionColumn' | 'supersededCoverageSql' | 'maxAttempts'>> & { partitionIndex?: boolean } = {},
+  options: Partial<Pick<OutboxSpecInput, 'partitionColumn' | 'supersededCoverageSql' | 'maxAttempts'>> & {
+    partitionIndex?: boolean;
+  } = {},
 ): Promise<OutboxSpec> {
   tables += 1;
   const spec = defineOutbox({
@@ -54,7 +56,11 @@ async function outcome(db: Db, spec: OutboxSpec, id: string, set: RawBuilder<unk
     const row = await sql<{ key: string }>`
       update ${sql.raw(n.table)} set ${set}, is_head = false where id = ${id}
       returning ${sql.raw(n.partition)} as key`.execute(trx);
-    await promoteHeads(trx, spec, row.rows.map((r) => r.key));
+    await promoteHeads(
+      trx,
+      spec,
+      row.rows.map((r) => r.key),
+    );
   });
 }
 
@@ -67,7 +73,12 @@ export const poison = (db: Db, spec: OutboxSpec, id: string, error = 'OpenFGA un
 
 /** What the drainer does when the sink refuses the intent for good. */
 export const refuse = (db: Db, spec: OutboxSpec, id: string, code = 'validation_error') =>
-  outcome(db, spec, id, sql`attempt_count = ${spec.maxAttempts}, last_error = ${`OpenFGA 400 ${code}: refused`}, poison_cause = 'refused', poison_code = ${code}`);
+  outcome(
+    db,
+    spec,
+    id,
+    sql`attempt_count = ${spec.maxAttempts}, last_error = ${`OpenFGA 400 ${code}: refused`}, poison_cause = 'refused', poison_code = ${code}`,
+  );
 
 export interface RowState {
   id: string;

@@ -20,16 +20,46 @@ export interface ServiceProcess {
  * Runs `entry` (e.g. `src/main.ts`) of the package in `cwd` with `env` (on top of this process's
  * PATH) and waits for its `ready at <url>` line.
  */
-export async function startServiceProcess(cwd: string, entry: string, env: Record<string, string>, readyTimeoutMs = 20_000): Promise<ServiceProcess> {
-  return watchUntilReady(spawn(process.execPath, ['--import', 'tsx', entry], { cwd, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), entry, readyTimeoutMs);
+export async function startServiceProcess(
+  cwd: string,
+  entry: string,
+  env: Record<string, string>,
+  readyTimeoutMs = 20_000,
+): Promise<ServiceProcess> {
+  return watchUntilReady(
+    spawn(process.execPath, ['--import', 'tsx', entry], {
+      cwd,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+    entry,
+    readyTimeoutMs,
+  );
 }
 
 /** Runs `pnpm <script>` (e.g. `start`) in the package in `cwd`, as an operator would, and waits for its `ready at <url>` line. */
-export async function startPackageScript(cwd: string, script: string, env: Record<string, string>, readyTimeoutMs = 30_000): Promise<ServiceProcess> {
-  return watchUntilReady(spawn('pnpm', [script], { cwd, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), `pnpm ${script}`, readyTimeoutMs);
+export async function startPackageScript(
+  cwd: string,
+  script: string,
+  env: Record<string, string>,
+  readyTimeoutMs = 30_000,
+): Promise<ServiceProcess> {
+  return watchUntilReady(
+    spawn('pnpm', [script], {
+      cwd,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+    `pnpm ${script}`,
+    readyTimeoutMs,
+  );
 }
 
-async function watchUntilReady(child: ChildProcessByStdio<null, Readable, Readable>, what: string, readyTimeoutMs: number): Promise<ServiceProcess> {
+async function watchUntilReady(
+  child: ChildProcessByStdio<null, Readable, Readable>,
+  what: string,
+  readyTimeoutMs: number,
+): Promise<ServiceProcess> {
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -71,8 +101,16 @@ async function watchUntilReady(child: ChildProcessByStdio<null, Readable, Readab
 }
 
 /** Runs a script (`node --import tsx <entry>`) to completion; resolves with its exit code and output. */
-export async function runScript(cwd: string, entry: string, env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', entry], { cwd, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+export async function runScript(
+  cwd: string,
+  entry: string,
+  env: Record<string, string>,
+): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
+    cwd,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));

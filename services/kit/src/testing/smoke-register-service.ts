@@ -23,7 +23,11 @@ export interface ProcessSmokeTest {
  * graceful stop. Throws an AssertionError on the first step that differs; returns the output.
  */
 export async function smokeTestServiceProcess(test: ProcessSmokeTest): Promise<string> {
-  const child = await startServiceProcess(test.packageDir, 'src/main.ts', { ...test.env, PORT: '0', DRAIN_INTERVAL_MS: '200' });
+  const child = await startServiceProcess(test.packageDir, 'src/main.ts', {
+    ...test.env,
+    PORT: '0',
+    DRAIN_INTERVAL_MS: '200',
+  });
   try {
     const api = serviceClient(child.url, test.user);
     const path = test.definition.resourcePath;

@@ -7,11 +7,20 @@ import { recordingLogger } from './recording-logger.js';
  * Service options pointing at the test file's database and OpenFGA store, with a recording logger
  * and a short drain interval (tests wait on the timer in places).
  */
-export function serviceOptionsFor(database: TestDatabase, store: TestStore, overrides: Partial<ServiceOptions> = {}): ServiceOptions {
+export function serviceOptionsFor(
+  database: TestDatabase,
+  store: TestStore,
+  overrides: Partial<ServiceOptions> = {},
+): ServiceOptions {
   const { credentials } = openFgaClientConfig();
   return {
     databaseUrl: database.url,
-    openfga: { apiUrl: store.apiUrl, storeId: store.storeId, authorizationModelId: store.authorizationModelId, ...(credentials ? { credentials } : {}) },
+    openfga: {
+      apiUrl: store.apiUrl,
+      storeId: store.storeId,
+      authorizationModelId: store.authorizationModelId,
+      ...(credentials ? { credentials } : {}),
+    },
     logger: recordingLogger(),
     drainIntervalMs: 200,
     ...overrides,
