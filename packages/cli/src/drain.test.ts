@@ -6,7 +6,7 @@ import { describe, expect, test } from 'vitest';
 import { createBacklogTable, enqueueIntent, register } from './testing/backlog.js';
 import { openFgaEnv } from './testing/openfga-env.js';
 import { assertOutputSchema } from './testing/output-schema-check.js';
-import { jsonOf, OUTBOX_BIN, runCli, TSX_LOADER } from './testing/run-outbox.js';
+import { CLI_NODE_ARGS, jsonOf, OUTBOX_BIN, runCli } from './testing/run-outbox.js';
 
 // drain against the real OpenFGA: what it delivers, what it poisons, its exit codes and its output.
 const t = useTestDatabase();
@@ -121,7 +121,7 @@ describe('drain', () => {
   test('on a terminal, stderr shows a progress bar', async () => {
     const spec = await createBacklogTable(t.db);
     await enqueueIntent(t.db, spec, 'vpc:tty', register('tty'));
-    const command = [process.execPath, '--import', TSX_LOADER, OUTBOX_BIN, 'drain', ...flags(spec.table)]
+    const command = [process.execPath, ...CLI_NODE_ARGS, OUTBOX_BIN, 'drain', ...flags(spec.table)]
       .map((a) => `'${a}'`)
       .join(' ');
     // script(1) runs the command on a pseudo-terminal, as an operator's shell would.

@@ -80,8 +80,8 @@ describe('status', () => {
 
   test('--watch redraws until SIGINT, then exits 0', async () => {
     const { spawn } = await import('node:child_process');
-    const { OUTBOX_BIN, TSX_LOADER } = await import('./testing/run-outbox.js');
-    const child = spawn(process.execPath, ['--import', TSX_LOADER, OUTBOX_BIN, 'status', '--watch', '1', ...target()], {
+    const { CLI_NODE_ARGS, OUTBOX_BIN } = await import('./testing/run-outbox.js');
+    const child = spawn(process.execPath, [...CLI_NODE_ARGS, OUTBOX_BIN, 'status', '--watch', '1', ...target()], {
       env: { PATH: process.env.PATH ?? '' },
     });
     let out = '';

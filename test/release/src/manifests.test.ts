@@ -75,7 +75,13 @@ test('every public manifest says what it ships, and builds nothing when packed',
     const m = readManifest(p.dir);
     expect((m.keywords as string[] | undefined)?.length, p.name).toBeGreaterThan(0);
     expect(m.license, p.name).toBe('MIT');
-    expect(m.files, p.name).toEqual(['dist', '!dist/build-inputs.json', 'CHANGELOG.md', 'LICENSE']);
+    expect(m.files, p.name).toEqual([
+      ...(m.bin === undefined ? [] : ['bin']),
+      'dist',
+      '!dist/build-inputs.json',
+      'CHANGELOG.md',
+      'LICENSE',
+    ]);
     expect(m.scripts, p.name).toEqual({ build: 'tsup', prepack: 'node --import tsx ../../scripts/release-prepack.ts' });
     expect(m.publishConfig, `${p.name}: nothing may be swapped in at pack time`).toEqual({ access: 'restricted' });
   }

@@ -13,7 +13,13 @@ export interface CliRun {
 /** The outbox bin's source, run through tsx as `pnpm outbox` runs it. */
 export const OUTBOX_BIN = fileURLToPath(new URL('../bin.ts', import.meta.url));
 /** tsx's loader by absolute URL: `--import tsx` would resolve from the child's cwd, which may be any directory. */
-export const TSX_LOADER = import.meta.resolve('tsx');
+const TSX_LOADER = import.meta.resolve('tsx');
+/**
+ * Node's arguments before the bin: the `@outbox/source` condition sends the workspace packages to
+ * `src/` wherever the child runs (tsx reads tsconfig paths only from its cwd, and outside the
+ * repository the packages would resolve to a `dist/` that exists only after a build).
+ */
+export const CLI_NODE_ARGS: readonly string[] = ['--conditions=@outbox/source', '--import', TSX_LOADER];
 
 /**
  * Runs `entry` (default the outbox bin) with `args`, with only PATH and `env` in its environment
@@ -23,7 +29,7 @@ export async function runCli(
   args: readonly string[],
   options: { env?: Record<string, string>; cwd?: string; entry?: string; input?: string } = {},
 ): Promise<CliRun> {
-  const child = spawn(process.execPath, ['--import', TSX_LOADER, options.entry ?? OUTBOX_BIN, ...args], {
+  const child = spawn(process.execPath, [...CLI_NODE_ARGS, options.entry ?? OUTBOX_BIN, ...args], {
     cwd: options.cwd ?? process.cwd(),
     env: { PATH: process.env.PATH ?? '', ...options.env },
     stdio: ['pipe', 'pipe', 'pipe'],
@@ -51,7 +57,7 @@ export function jsonOf(run: CliRun): unknown {
  * question; returns everything the terminal showed, then `exit=<code>`.
  */
 export function runOnTerminal(args: readonly string[], answer: string): string {
-  const command = [process.execPath, '--import', TSX_LOADER, OUTBOX_BIN, ...args].join(' ');
+  const command = [process.execPath, ...CLI_NODE_ARGS, OUTBOX_BIN, ...args].join(' ');
   return execFileSync('sh', ['-c', `printf '${answer}\\n' | script -qec "${command}" /dev/null; echo "exit=$?"`], {
     env: { PATH: process.env.PATH ?? '' },
     encoding: 'utf8',
