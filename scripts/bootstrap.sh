@@ -82,3 +82,20 @@ else
   if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
   pnpm --silent stack:install >&2
 fi
+
+# promtool (the alert rules' and dashboard's checks) from Debian's prometheus package: extracted,
+# never installed, so no Prometheus service is set up or started. Without it those checks skip.
+DEBIAN_TOOLS="$(dirname "$TOOLS")/debian/bin"
+export PATH="$PATH:$DEBIAN_TOOLS"
+if ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
+  fetched="$(mktemp -d)"
+  download() { (cd "$fetched" && apt-get download prometheus >/dev/null 2>&1); }
+  if download || { [ "$(id -u)" = 0 ] && apt-get update >/dev/null 2>&1 && download; }; then
+    dpkg-deb -x "$fetched"/prometheus_*.deb "$fetched/root" &&
+      mkdir -p "$DEBIAN_TOOLS" && cp "$fetched/root/usr/bin/promtool" "$DEBIAN_TOOLS/" &&
+      say "promtool $(promtool --version 2>/dev/null | head -n 1 | awk '{print $3}') into $DEBIAN_TOOLS"
+  else
+    say "promtool could not be fetched (Debian's prometheus package): its checks of the alert rules skip"
+  fi
+  rm -rf "$fetched"
+fi
