@@ -3,6 +3,7 @@ import { BEGIN, COMMIT_AND_BEGIN, runBatch, type CommittedOutcomes } from './dra
 import { initialHeadLimit, nextHeadLimit, type HeadLimit } from './head-limit.js';
 import { checkLateWrites } from './late-write-check.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
+import { PartitionFence } from './partition-fence.js';
 import { ConnectionTurns, PassLanes } from './pass-lanes.js';
 import { isSinkHalt } from './sink.js';
 import type { AnyKysely } from '@outbox/outbox';
@@ -57,6 +58,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
   const turns = new ConnectionTurns();
   let current: PassLanes | undefined;
   const repeats = new RepeatedLines(FAILURE_REMINDER_MS);
+  const fence = new PartitionFence(); // across the lanes of every pass of this drainer
   let failedPasses = 0; // in a row, until a pass succeeds
   /** Whether the pass is ending: stopped, a lane failed, or a batch moved nothing. */
   const passEnding = (lanes: PassLanes) => stopping() || lanes.failed || lanes.stalled;
@@ -94,6 +96,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
           flushKeys: options.flushedPartitions(),
           mayChain: goOn,
           onClaimed,
+          fence,
         });
         if (batch === undefined) return false;
         own.limit = carried = nextHeadLimit(limit, {
