@@ -64,7 +64,7 @@ export interface ChaosResult {
       readonly samples: readonly DriftSample[];
     };
   };
-  /** lost = 0, order violations = 0 and drift = 0. */
+  /** lost = 0, order violations = 0, drift = 0 and overlapping requests = 0. */
   readonly passed: boolean;
 }
 
@@ -285,7 +285,8 @@ export async function runChaos(
       passed:
         intents.lost === 0 &&
         order.sentAtBackwards.length + order.deliveredPastDeliverable.length === 0 &&
-        drifted.length === 0,
+        drifted.length === 0 &&
+        fleet.figures().overlappingRequests === 0,
     };
   } finally {
     log('stopping everything the run started');

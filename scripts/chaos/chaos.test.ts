@@ -55,6 +55,10 @@ test('no intent is lost: every good intent is delivered, every bad one poisoned'
   expect(intents.badPoisoned).toBe(run().workload.bad);
 });
 
+test('no drainer sends a request for a partition while one of its own is still in flight (the fence between open batches)', () => {
+  expect(run().drainers.overlappingRequests, output).toBe(0);
+});
+
 test('no partition is delivered out of order, during the faults or after', () => {
   const { order } = run().checks;
   expect(order.samples).toBeGreaterThan(5);

@@ -50,6 +50,8 @@ export interface FleetFigures {
   readonly retried: number;
   readonly poisoned: number;
   readonly failedPasses: number;
+  /** Sink calls a drainer began on a partition another of its own calls had in flight (the fence makes it 0). */
+  readonly overlappingRequests: number;
 }
 
 /** The drainer processes of a run; dead ones come back after `restartDelayMs` until `stop()`. */
@@ -88,7 +90,15 @@ interface Running {
  * await fleet.stop();
  */
 export async function startDrainerFleet(config: DrainerFleetConfig): Promise<DrainerFleet> {
-  const figures = { starts: 0, unexpectedExits: 0, delivered: 0, retried: 0, poisoned: 0, failedPasses: 0 };
+  const figures = {
+    starts: 0,
+    unexpectedExits: 0,
+    delivered: 0,
+    retried: 0,
+    poisoned: 0,
+    failedPasses: 0,
+    overlappingRequests: 0,
+  };
   const slots: DrainerSlot[] = [];
   const running = new Map<number, Running>();
   const starting = new Map<number, Promise<void>>();
@@ -126,6 +136,7 @@ export async function startDrainerFleet(config: DrainerFleetConfig): Promise<Dra
       figures.retried += message.retried;
       figures.poisoned += message.poisoned;
       figures.failedPasses += message.failedPasses;
+      figures.overlappingRequests += message.overlappingRequests;
     });
     running.set(slot.index, entry);
     const ready = new Promise<void>((resolveReady, reject) => {

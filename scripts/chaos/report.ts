@@ -24,6 +24,7 @@ export function formatChaosReport(r: ChaosResult): string {
     intents.lost > 0 && 'lost intents',
     orderViolations > 0 && 'order',
     drift.objectsDrifted > 0 && 'drift',
+    d.overlappingRequests > 0 && 'overlapping requests',
   ].filter(Boolean);
   const lines = [
     `chaos run: seed ${r.seed}${r.short ? ', --short' : ''}; ${r.seconds.faults.toFixed(1)} s of faults, drained in ${r.seconds.drain.toFixed(1)} s, settled ${r.seconds.settle} s, ${r.seconds.total.toFixed(1)} s in all`,
@@ -36,6 +37,7 @@ export function formatChaosReport(r: ChaosResult): string {
     '',
     `lost intents       ${String(intents.lost).padStart(5)}  ${mark(intents.lost === 0)}  (${n(intents.delivered)} delivered; ${intents.badPoisoned}/${w.bad} bad poisoned; undelivered ${intents.undelivered.length}, bad not poisoned ${intents.badNotPoisoned.length}, missing ${intents.missing.length})`,
     `order violations   ${String(orderViolations).padStart(5)}  ${mark(orderViolations === 0)}  (sent_at backwards ${order.sentAtBackwards.length}, delivered past a deliverable row ${order.deliveredPastDeliverable.length}; ${order.samples} samples)`,
+    `overlapping        ${String(d.overlappingRequests).padStart(5)}  ${mark(d.overlappingRequests === 0)}  (requests a drainer sent for a partition while one of its own was still in flight)`,
     `drift              ${String(drift.objectsDrifted).padStart(5)}  ${mark(drift.objectsDrifted === 0)}  (objects; ${drift.unexpected} unexpected and ${drift.missing} missing tuples, of ${n(drift.objects)} objects; ${drift.objectsDriftedUnexplained.length} not named by a late write)`,
   ];
   for (const s of r.checks.drift.samples) {

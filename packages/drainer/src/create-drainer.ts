@@ -3,7 +3,7 @@ import { createDrainPass, type DrainResult } from './drain-pass.js';
 import type { DrainerConfig } from './drainer-config.js';
 import { DrainerStoppedError } from './errors.js';
 import { FlushWaiters } from './flush-waiters.js';
-import { NotificationListener } from './listener.js';
+import { NotificationListener, type ListenState } from './listener.js';
 import { resolveDrainerConfig } from './resolve-drainer-config.js';
 
 /** A running (or runnable) drainer for one outbox table. */
@@ -11,9 +11,14 @@ export interface Drainer {
   /**
    * Verifies the table, starts the timer and (if configured) LISTEN, and kicks a first pass. Called
    * again while started, it returns the same promise (one timer, one LISTEN connection); a `stop()`
-   * during the start wins (nothing is left running). It can start again after `stop()`.
+   * during the start wins (nothing is left running). It can start again after `stop()`. Rejects,
+   * leaving nothing running, when the table does not verify or when the first LISTEN connection
+   * fails for a cause no retry mends ({@link ListenConnectionError}: credentials, database, host);
+   * a LISTEN server that is merely down is retried in the background while the timer delivers.
    */
   start(): Promise<void>;
+  /** Whether LISTEN is up: `off` without `listen` (or when stopped), `reconnecting` while the timer alone delivers. */
+  listenState(): ListenState;
   /** Stops the timer and listener and waits for every open batch. Waiting flushes (even one still on its first query) reject. */
   stop(): Promise<void>;
   /**
@@ -125,9 +130,15 @@ export function createDrainer(options: DrainerConfig): Drainer {
         channel: config.spec.channel,
         onNotify: kick,
         logger: config.logger,
+        onStateChange: (state) => config.emit({ type: 'listen-changed', table: config.spec.table, state }),
       });
       listener = started; // visible to a stop() from now on, which stops it
-      await started.start();
+      try {
+        await started.start();
+      } catch (error) {
+        if (listener === started) listener = undefined;
+        throw error;
+      }
       if (current !== generation) return;
     }
     schedule();
@@ -156,8 +167,10 @@ export function createDrainer(options: DrainerConfig): Drainer {
       const closing = listener;
       listener = undefined;
       await closing?.stop();
+      if (closing) config.emit({ type: 'listen-changed', table: config.spec.table, state: 'off' });
       await running?.catch(() => undefined);
     },
+    listenState: () => listener?.state ?? 'off',
     async drainOnce() {
       if (stopping) throw new DrainerStoppedError();
       // A pass already running may have started before the caller's commit: let it finish, then run one that starts now.

@@ -1,5 +1,6 @@
 import { isSinkHalt, type Intent, type Outcome, type Sink } from './sink.js';
 import { sanitizeLastError } from './last-error.js';
+import type { PartitionFence } from './partition-fence.js';
 
 /** What became of a batch, per row, after the per-partition ordering rule is applied. */
 export interface BatchOutcomes {
@@ -29,7 +30,10 @@ export async function deliverBatch(
   sink: Sink,
   intents: readonly Intent[],
   deadlineMs: number,
+  fence: PartitionFence,
 ): Promise<readonly Outcome[]> {
+  // Before the deadline starts: the wait is for another batch's call, itself bounded by its deadline.
+  const leave = await fence.enter(intents.map((i) => i.partitionKey));
   const controller = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
@@ -46,7 +50,11 @@ export async function deliverBatch(
     }, deadlineMs);
   });
   try {
-    const outcomes = await Promise.race([sink.deliver(intents, { signal: controller.signal }), deadline]);
+    const call = Promise.resolve().then(() => sink.deliver(intents, { signal: controller.signal }));
+    // Held until the call itself ends, or until the drainer gave it up (deadline and grace): a sink
+    // that ignores its signal can still overlap, and the late-write check stands behind that.
+    void Promise.race([call, deadline]).then(leave, leave);
+    const outcomes = await Promise.race([call, deadline]);
     if (!Array.isArray(outcomes) || outcomes.length !== intents.length) {
       throw new Error(
         `sink returned ${Array.isArray(outcomes) ? outcomes.length : typeof outcomes} outcomes for ${intents.length} intents`,

@@ -2,6 +2,7 @@ import { backoffDelayMs } from './backoff.js';
 import { claimBatch } from './claim.js';
 import { applyOrdering, deliverBatch } from './deliver.js';
 import type { HeadLimit } from './head-limit.js';
+import type { PartitionFence } from './partition-fence.js';
 import { recordOutcomes, type SettledPartitions } from './record-outcomes.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
 import type { AnyKysely } from '@outbox/outbox';
@@ -42,6 +43,8 @@ export interface BatchOptions {
   readonly flushKeys: readonly string[];
   /** Whether the pass would go on after this batch, the condition of chaining it. */
   readonly mayChain: () => boolean;
+  /** This drainer's sink calls in flight by partition: the batch sends only once none holds its partitions. */
+  readonly fence: PartitionFence;
   /**
    * Told what the claim took (intents, of which heads, in how long) before they are delivered: the
    * pass may open another batch meanwhile. What it answers is called once the delivery is over.
@@ -74,7 +77,7 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
   const deliverStarted = performance.now();
   let outcomes;
   try {
-    outcomes = await deliverBatch(config.sink, batch.intents, config.deliveryTimeoutMs);
+    outcomes = await deliverBatch(config.sink, batch.intents, config.deliveryTimeoutMs, options.fence);
   } finally {
     deliveryOver?.();
   }

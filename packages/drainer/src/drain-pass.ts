@@ -3,9 +3,11 @@ import { BEGIN, COMMIT_AND_BEGIN, runBatch, type CommittedOutcomes } from './dra
 import { initialHeadLimit, nextHeadLimit, type HeadLimit } from './head-limit.js';
 import { checkLateWrites } from './late-write-check.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
+import { PartitionFence } from './partition-fence.js';
 import { ConnectionTurns, PassLanes } from './pass-lanes.js';
 import { isSinkHalt } from './sink.js';
 import type { AnyKysely } from '@outbox/outbox';
+import { RepeatedLines } from '@outbox/outbox/protocol';
 
 /** Counts of one `drainOnce()` pass. */
 export interface DrainResult {
@@ -21,6 +23,8 @@ export interface DrainResult {
 
 /** How long a lane keeps one pooled connection before handing it back between two batches. */
 const SEGMENT_MS = 200;
+/** A pass failing the same way as the last (a database down, credentials refused) is logged again after this. */
+export const FAILURE_REMINDER_MS = 60_000;
 
 export interface DrainPassOptions {
   readonly config: ResolvedDrainerConfig;
@@ -53,6 +57,9 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
   let carried = initialHeadLimit(config.batchSize);
   const turns = new ConnectionTurns();
   let current: PassLanes | undefined;
+  const repeats = new RepeatedLines(FAILURE_REMINDER_MS);
+  const fence = new PartitionFence(); // across the lanes of every pass of this drainer
+  let failedPasses = 0; // in a row, until a pass succeeds
   /** Whether the pass is ending: stopped, a lane failed, or a batch moved nothing. */
   const passEnding = (lanes: PassLanes) => stopping() || lanes.failed || lanes.stalled;
 
@@ -89,6 +96,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
           flushKeys: options.flushedPartitions(),
           mayChain: goOn,
           onClaimed,
+          fence,
         });
         if (batch === undefined) return false;
         own.limit = carried = nextHeadLimit(limit, {
@@ -196,10 +204,9 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
         if (!check.more || stopping() || performance.now() - lastCheck >= SEGMENT_MS) return enqueued;
       }
     } catch (error) {
-      logger.warn(
-        `late-write check failed, its partitions stay due: ${error instanceof Error ? error.message : String(error)}`,
-        { table: spec.table },
-      );
+      const message = error instanceof Error ? error.message : String(error);
+      if (repeats.due('late-write-check-failed', message))
+        logger.warn(`late-write check failed, its partitions stay due: ${message}`, { table: spec.table });
       return enqueued;
     } finally {
       checking = false;
@@ -225,17 +232,22 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
     } catch (error) {
       const halted = isSinkHalt(error);
       const err = error instanceof Error ? error : new Error(String(error));
-      logger.error(
-        halted
-          ? `delivery halted, nothing counted against the intents: ${err.message}`
-          : `drain pass failed: ${err.message}`,
-        { table: spec.table },
-      );
+      failedPasses += 1;
+      const message = halted
+        ? `delivery halted, nothing counted against the intents: ${err.message}`
+        : `drain pass failed: ${err.message}`;
+      // While the cause stands every timer pass fails the same way: the first line, then a reminder.
+      if (repeats.due('pass-failed', message)) logger.error(message, { table: spec.table, failedPasses });
       emit({ type: 'pass-failed', table: spec.table, error: err, halted });
       if (halted) return { ...totals, halted: true };
       throw err;
     } finally {
       current = undefined;
+    }
+    if (failedPasses > 0) {
+      repeats.clear('pass-failed');
+      logger.info(`drain passes succeed again after ${failedPasses} failed pass(es)`, { table: spec.table });
+      failedPasses = 0;
     }
     return totals;
   }

@@ -4,7 +4,7 @@ import { histogramValue, pointsOf, pointValue, testMeterProvider } from '@outbox
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { afterEach, describe, expect, test } from 'vitest';
-import { enqueueRows, freshOutbox, outboxTable, quiet } from './testing/fixture.js';
+import { enqueueRows, freshOutbox, outboxTable, quiet, waitUntil } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, SinkHaltError, type DrainerEvent } from './index.js';
 
 const t = useTestDatabase();
@@ -29,6 +29,42 @@ function refusingAndFailingOnce(refused: string, failingOnce: string) {
 }
 
 describe("the drainer's metrics", () => {
+  test('outbox.drainer.listening is 1 while LISTEN is up, 0 while it is lost, and absent without LISTEN', async () => {
+    const spec = await freshOutbox(t.db);
+    const table = { 'outbox.table': spec.table };
+    const withListen = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      logger: quiet,
+      interval: 100,
+      listen: { connectionString: t.url },
+      meterProvider: sdk.meterProvider,
+    });
+    await withListen.start();
+    expect(pointValue(await sdk.collect(), 'outbox.drainer.listening', table)).toBe(1);
+    await sql`select pg_terminate_backend(pid) from pg_stat_activity where query ilike 'listen%' and datname = current_database()`.execute(
+      t.db,
+    );
+    await waitUntil('LISTEN to be lost', () => withListen.listenState() !== 'listening');
+    expect(pointValue(await sdk.collect(), 'outbox.drainer.listening', table)).toBe(0);
+    await waitUntil('LISTEN to be back', () => withListen.listenState() === 'listening');
+    expect(pointValue(await sdk.collect(), 'outbox.drainer.listening', table)).toBe(1);
+    await withListen.stop();
+
+    const other = await freshOutbox(t.db);
+    const without = createDrainer({
+      db: t.db,
+      spec: other,
+      sink: createRecordingSink(),
+      logger: quiet,
+      meterProvider: sdk.meterProvider,
+    });
+    await without.start();
+    expect(pointsOf(await sdk.collect(), 'outbox.drainer.listening', { 'outbox.table': other.table })).toEqual([]);
+    await without.stop();
+  });
+
   test('count delivered, retried and poisoned intents of each table, as its events report them', async () => {
     const spec = await freshOutbox(t.db);
     const [, , c, d] = await enqueueRows(t.db, spec, ['vpc:a', 'vpc:b', 'vpc:c', 'vpc:d']);
@@ -225,7 +261,11 @@ describe("the drainer's metrics", () => {
       throw new Error('meter broken');
     };
     const instrument = { add: throwing, record: throwing };
-    const meter = { createCounter: () => instrument, createHistogram: () => instrument } as unknown as Meter;
+    const meter = {
+      createCounter: () => instrument,
+      createHistogram: () => instrument,
+      createObservableGauge: () => ({ addCallback: () => undefined }),
+    } as unknown as Meter;
     const events: string[] = [];
     const drainer = createDrainer({
       db: t.db,

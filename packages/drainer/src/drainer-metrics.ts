@@ -59,6 +59,18 @@ export function drainerMetrics(options: MeterOptions, table: string): (event: Dr
     advice: { explicitBucketBoundaries: BATCH_SIZE_BUCKETS },
   });
 
+  // Only once a LISTEN connection was tried: a drainer without one reports nothing here.
+  let listening: number | undefined;
+  meter
+    .createObservableGauge('outbox.drainer.listening', {
+      unit: '1',
+      description: 'Whether the LISTEN connection is up (1), or lost while the timer alone delivers (0).',
+      valueType: ValueType.INT,
+    })
+    .addCallback((result) => {
+      if (listening !== undefined) result.observe(listening, { [OUTBOX_TABLE_ATTRIBUTE]: table });
+    });
+
   startAtZero(() => {
     const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
     for (const counter of [delivered, retried, poisoned]) counter.add(0, attributes);
@@ -85,6 +97,9 @@ export function drainerMetrics(options: MeterOptions, table: string): (event: Dr
         return;
       case 'pass-failed':
         passFailures.add(1, { ...attributes, 'outbox.pass.halted': event.halted });
+        return;
+      case 'listen-changed':
+        listening = event.state === 'off' ? undefined : event.state === 'listening' ? 1 : 0;
         return;
     }
   };

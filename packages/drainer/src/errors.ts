@@ -36,3 +36,20 @@ export class DrainerStoppedError extends Error {
     super(message);
   }
 }
+
+/**
+ * `start()` could not open the LISTEN connection for a cause no retry mends: refused credentials, a
+ * database or host that does not exist. `cause` is pg's or the socket's error. Fix `listen.connectionString`
+ * (or pass `listen: false`: the timer alone still delivers everything).
+ */
+export class ListenConnectionError extends Error {
+  override readonly name = 'ListenConnectionError';
+  readonly channel: string;
+  constructor(channel: string, cause: unknown) {
+    super(
+      `LISTEN ${channel}: the first connection failed: ${cause instanceof Error ? cause.message : String(cause)} (check listen.connectionString, or pass listen: false to rely on the timer)`,
+      { cause },
+    );
+    this.channel = channel;
+  }
+}

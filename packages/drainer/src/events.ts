@@ -1,4 +1,5 @@
 import type { Logger } from '@outbox/outbox';
+import type { ListenState } from './listener.js';
 
 export type { Logger };
 
@@ -36,6 +37,8 @@ export type DrainerEvent =
       readonly errors: readonly string[];
     }
   | { readonly type: 'pass-failed'; readonly table: string; readonly error: Error; readonly halted: boolean }
+  /** The LISTEN connection was lost (`reconnecting`: the timer alone delivers), is back, or closed by `stop()`. */
+  | { readonly type: 'listen-changed'; readonly table: string; readonly state: ListenState }
   /** A late-write check (docs/agreement.md): partitions cleared, read from the sink, put off, and corrections enqueued. */
   | {
       readonly type: 'late-writes-checked';

@@ -6,5 +6,6 @@ export { isSinkHalt, SinkHaltError, type Intent, type Outcome, type Sink, type S
 export { createRecordingSink, type RecordingSink, type RecordingSinkOptions } from './recording-sink.js';
 export { backoffDelayMs, type BackoffOptions } from './backoff.js';
 export { sanitizeLastError, MAX_LAST_ERROR_LENGTH } from './last-error.js';
-export { DrainerStoppedError, FlushPoisonedError, FlushTimeoutError } from './errors.js';
+export { DrainerStoppedError, FlushPoisonedError, FlushTimeoutError, ListenConnectionError } from './errors.js';
+export type { ListenState } from './listener.js';
 export type { DrainerEvent, Logger } from './events.js';

@@ -1,11 +1,13 @@
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createOutboxTable, defineOutbox, enqueueMany } from '@outbox/outbox';
-import { useTestDatabase } from '@outbox/test-stack';
+import { OutboxConfigError } from '@outbox/outbox';
+import { recordingLogger, useTestDatabase } from '@outbox/test-stack';
 import pg from 'pg';
+import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { enqueueRows, freshOutbox, payload, quiet, waitUntil } from './testing/fixture.js';
-import { createDrainer, createRecordingSink } from './index.js';
+import { createDrainer, createRecordingSink, ListenConnectionError, type DrainerEvent } from './index.js';
 
 // LISTEN cuts latency; when it is lost, slow or flooded, the timer still delivers everything.
 const t = useTestDatabase();
@@ -156,5 +158,122 @@ describe('LISTEN', () => {
     expect(batches).toBeLessThan(4_000);
     await drainer.stop();
     await writers.destroy();
+  }, 60_000);
+});
+
+describe('a LISTEN connection that cannot work', () => {
+  /** A login role of its own (roles are the cluster's: a unique name, dropped at the end). */
+  async function withRole(work: (role: { name: string; url: (password: string) => string }) => Promise<void>) {
+    const name = `listen_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+    await sql.raw(`create role ${name} login password 'right'`).execute(t.db);
+    const url = (password: string) => {
+      const u = new URL(t.url);
+      u.username = name;
+      u.password = password;
+      return u.toString();
+    };
+    try {
+      await work({ name, url });
+    } finally {
+      await sql.raw(`select pg_terminate_backend(pid) from pg_stat_activity where usename = '${name}'`).execute(t.db);
+      await sql.raw(`drop role if exists ${name}`).execute(t.db);
+    }
+  }
+
+  test.each([['not a url'], ['http://127.0.0.1/db'], ['127.0.0.1:5432']])(
+    'a connection string that is not a postgres URL (%j) is refused at createDrainer, without echoing it',
+    async (connectionString) => {
+      const spec = await freshOutbox(t.db);
+      const create = () => createDrainer({ db: t.db, spec, sink: createRecordingSink(), listen: { connectionString } });
+      expect(create).toThrow(OutboxConfigError);
+      expect(create).toThrow(/listen\.connectionString: expected a postgres:\/\/ URL/);
+      expect(create).not.toThrow(connectionString);
+    },
+  );
+
+  test.each([
+    ['a wrong password', '28P01', (url: (p: string) => string) => url('wrong')],
+    [
+      'a database that does not exist',
+      '3D000',
+      (url: (p: string) => string) => url('right').replace(/\/[^/?]+(\?|$)/, '/no_such_database$1'),
+    ],
+    [
+      'a host that does not resolve',
+      /^(ENOTFOUND|EAI_AGAIN|EAI_NONAME)$/,
+      () => 'postgres://u:p@no-such-host.invalid/db',
+    ],
+  ])('%s: start() rejects with the cause and leaves nothing running', async (_what, code, connectionString) => {
+    await withRole(async ({ url }) => {
+      const spec = await freshOutbox(t.db);
+      await enqueueRows(t.db, spec, ['vpc:never']);
+      const sink = createRecordingSink();
+      const logger = recordingLogger();
+      const drainer = createDrainer({
+        db: t.db,
+        spec,
+        sink,
+        logger,
+        interval: 20,
+        listen: { connectionString: connectionString(url) },
+      });
+      const failure = await drainer.start().then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failure).toBeInstanceOf(ListenConnectionError);
+      expect((failure as Error).message).toContain('check listen.connectionString');
+      expect(((failure as Error).cause as { code?: string }).code).toMatch(code);
+      expect((failure as Error).message).not.toContain(':right@');
+      await sleep(300);
+      expect(sink.delivered, 'no timer runs after a failed start').toEqual([]);
+      expect(drainer.listenState()).toBe('off');
+      expect(logger.entries.filter((e) => e.message.includes('LISTEN'))).toEqual([]);
+      await drainer.stop();
+    });
+  });
+
+  test('a LISTEN lost later: one WARN, the timer delivers, the state and its metric event say so; back, one INFO', async () => {
+    await withRole(async ({ name, url }) => {
+      const spec = await freshOutbox(t.db);
+      const sink = createRecordingSink();
+      const logger = recordingLogger();
+      const events: DrainerEvent[] = [];
+      const drainer = createDrainer({
+        db: t.db,
+        spec,
+        sink,
+        logger,
+        interval: 100,
+        listen: { connectionString: url('right') },
+        onEvent: (e) => void (e.type === 'listen-changed' && events.push(e)),
+      });
+      await drainer.start();
+      expect(drainer.listenState()).toBe('listening');
+
+      // The role may no longer log in, and its session ends: every reconnect is refused until it may again.
+      await sql.raw(`alter role ${name} nologin`).execute(t.db);
+      await sql.raw(`select pg_terminate_backend(pid) from pg_stat_activity where usename = '${name}'`).execute(t.db);
+      await waitUntil('LISTEN to be lost', () => drainer.listenState() === 'reconnecting');
+      await enqueueRows(t.db, spec, ['vpc:while-down']);
+      await waitUntil('the timer to deliver', () => sink.delivered.length === 1);
+      await sleep(2_500); // several reconnects (backoff from 100 ms)
+      const listenLines = () => logger.entries.filter((e) => e.message.startsWith(`LISTEN ${spec.channel}`));
+      expect(listenLines().map((e) => e.level)).toEqual(['warn']);
+
+      await sql.raw(`alter role ${name} login`).execute(t.db);
+      await waitUntil('LISTEN to be back', () => drainer.listenState() === 'listening', 40_000);
+      const lines = listenLines();
+      expect(lines.map((e) => e.level)).toEqual(['warn', 'info']);
+      const attempts = Number(/after (\d+) failed attempt/.exec(lines[1]!.message)?.[1]);
+      expect(attempts, 'reconnects were tried, and not each logged').toBeGreaterThanOrEqual(3);
+      await drainer.stop();
+      expect(events.map((e) => e.type === 'listen-changed' && e.state)).toEqual([
+        'listening',
+        'reconnecting',
+        'listening',
+        'off',
+      ]);
+    });
   }, 60_000);
 });

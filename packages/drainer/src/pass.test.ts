@@ -316,6 +316,45 @@ describe('when a pass ends', () => {
     expect(events).toEqual(['pass-failed']);
     expect(logged.join('\n')).toMatch(/drain pass failed: .*runtime\.missing/);
   });
+
+  test('passes failing the same way on the timer log it once (a reminder a minute), and once when they succeed again', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:halted']);
+    let refusing = true;
+    const lines: { level: string; message: string }[] = [];
+    const failures: string[] = [];
+    const sink: Sink = {
+      deliver: async () => {
+        if (refusing) throw new SinkHaltError('OpenFGA refused the credentials (401)');
+        return [{ kind: 'delivered' as const }];
+      },
+    };
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink,
+      interval: 20,
+      logger: {
+        info: (message) => void lines.push({ level: 'info', message }),
+        warn: (message) => void lines.push({ level: 'warn', message }),
+        error: (message) => void lines.push({ level: 'error', message }),
+      },
+      onEvent: (e) => void (e.type === 'pass-failed' && failures.push(e.error.message)),
+    });
+    await drainer.start();
+    await waitUntil('twenty failed passes', () => failures.length >= 20);
+    expect(lines).toEqual([
+      {
+        level: 'error',
+        message: 'delivery halted, nothing counted against the intents: OpenFGA refused the credentials (401)',
+      },
+    ]);
+    refusing = false;
+    await waitUntil('the intent to be delivered', async () => (await outboxRows(t.db, spec)).every((r) => r.sent));
+    await drainer.stop();
+    expect(lines.map((l) => l.level)).toEqual(['error', 'info']);
+    expect(lines[1]?.message).toMatch(/^drain passes succeed again after \d+ failed pass\(es\)$/);
+  });
 });
 
 describe('a pass with several batches open', () => {

@@ -143,9 +143,6 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
   if (config.synchronousCommit !== undefined && typeof config.synchronousCommit !== 'boolean') {
     throw new OutboxConfigError('synchronousCommit', `expected a boolean, got ${String(config.synchronousCommit)}`);
   }
-  if (config.listen && !config.listen.connectionString) {
-    throw new OutboxConfigError('listen', 'expected { connectionString } for the LISTEN connection, or false');
-  }
   return Object.freeze({
     db: config.db,
     spec: config.spec,
@@ -155,10 +152,35 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
     interval,
     deliveryTimeoutMs,
     backoff,
-    listen: config.listen ? Object.freeze({ connectionString: config.listen.connectionString }) : false,
+    listen: resolveListen(config.listen),
     synchronousCommit: config.synchronousCommit ?? false,
     lateWrites: resolveLateWrites(config.lateWrites, config.sink),
     logger: guardedLogger(config.logger ?? consoleLogger),
     emit: guardedEmit(config, drainerMetrics(config, config.spec.table)),
   });
+}
+
+/** URL schemes pg's connection strings take. */
+const LISTEN_URL_PROTOCOLS = ['postgres:', 'postgresql:', 'socket:'];
+
+function resolveListen(listen: DrainerConfig['listen']): ResolvedDrainerConfig['listen'] {
+  if (listen === undefined || listen === false) return false;
+  const connectionString = (listen as { connectionString?: unknown } | null)?.connectionString;
+  if (typeof connectionString !== 'string' || connectionString === '') {
+    throw new OutboxConfigError('listen', 'expected { connectionString } for the LISTEN connection, or false');
+  }
+  let protocol: string | undefined;
+  try {
+    protocol = new URL(connectionString).protocol;
+  } catch {
+    protocol = undefined;
+  }
+  if (protocol === undefined || !LISTEN_URL_PROTOCOLS.includes(protocol)) {
+    // Not echoed: a string that fails to parse may still carry a password.
+    throw new OutboxConfigError(
+      'listen.connectionString',
+      'expected a postgres:// URL to a server (or session-mode pooler) that holds a LISTEN session; got a string that is not one',
+    );
+  }
+  return Object.freeze({ connectionString });
 }

@@ -39,6 +39,7 @@ export {
 export { outboxTableDdlV1 } from './outbox-table-ddl.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
 export { partitionRangeSql } from './partition-range.js';
+export { RepeatedLines } from './repeated-lines.js';
 export { coveringSuccessor, rowStates, supersededCoverageCondition } from './row-states.js';
 export { SQLSTATE, sqlState } from './sqlstate.js';
 export { sqlLiteral } from './sql-literal.js';

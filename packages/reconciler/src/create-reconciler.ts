@@ -5,6 +5,7 @@ import {
   type AnyKysely,
   type MeterOptions,
 } from '@outbox/outbox';
+import { RepeatedLines } from '@outbox/outbox/protocol';
 import { closePoisoned } from './close-poisoned.js';
 import { compactOutbox, type CompactOptions, type CompactionResult } from './compact.js';
 import { consoleLogger, type Logger } from './logger.js';
@@ -17,6 +18,9 @@ import {
   type RedrivenIntent,
 } from './redrive.js';
 import { verifyCoverageSql } from './verify-coverage.js';
+
+/** A pass's report that repeats the previous one word for word is logged again after an hour (a timer pass would repeat it every interval). */
+const REPORT_REMINDER_MS = 3_600_000;
 
 /** The spacing between revivals of one refused row: `baseMs · 2^n` after its n-th, at most `maxMs`. */
 export interface RevivalBackoff {
@@ -150,6 +154,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     lockTimeoutMs: positiveInteger('lockTimeoutMs', config.lockTimeoutMs, 5_000, MAX_TIMER_MS),
     spacing,
     logger,
+    repeats: new RepeatedLines(REPORT_REMINDER_MS),
   };
   const compaction = config.compaction || undefined;
   const compactEvery = compaction

@@ -9,6 +9,7 @@ import {
   SQLSTATE,
   sqlState,
   type PoisonCause,
+  type RepeatedLines,
 } from '@outbox/outbox/protocol';
 import type { Logger } from './logger.js';
 import {
@@ -90,6 +91,8 @@ export interface PassContext {
   readonly lockTimeoutMs: number;
   readonly spacing: RevivalSpacing;
   readonly logger: Logger;
+  /** What this reconciler's passes last reported, so a standing state is not logged every pass. */
+  readonly repeats: RepeatedLines;
 }
 
 const SKIPPED: RedriveResult = Object.freeze({
@@ -236,19 +239,29 @@ async function dryRun(ctx: PassContext, options: RedriveOptions): Promise<Redriv
 }
 
 function logPass(ctx: PassContext, options: RedriveOptions, result: RedriveResult): void {
-  const { logger, spec } = ctx;
+  const { logger, spec, repeats } = ctx;
   const fields = (rows: readonly RedrivenIntent[]) => ({
     table: spec.table,
     ids: rows.map((r) => r.id),
     partitionKeys: [...new Set(rows.map((r) => r.partitionKey))],
   });
+  // A standing state (rows superseded, refused rows waiting, another replica's pass) is logged when it changes.
+  const changed = (kind: string, rows: readonly RedrivenIntent[] | undefined) => {
+    if (rows === undefined || rows.length === 0) {
+      repeats.clear(kind);
+      return false;
+    }
+    return repeats.due(kind, rows.map((r) => r.id).join(','));
+  };
   if (result.skipped) {
-    logger.info('redrive skipped: another pass holds the reconciler lock of this table', { table: spec.table });
+    if (repeats.due('skipped', ''))
+      logger.info('redrive skipped: another pass holds the reconciler lock of this table', { table: spec.table });
     return;
   }
+  repeats.clear('skipped');
   if (options.refused)
     logger.info(`redrive: refused intents asked to retry (${options.reason})`, { table: spec.table });
-  if (result.superseded.length > 0) {
+  if (changed('superseded', result.superseded)) {
     logger.warn(
       `${result.superseded.length} poisoned intent(s) have a delivered successor and were NOT revived (replaying them ` +
         'would undo the later delivery): review and retire them',
@@ -262,12 +275,12 @@ function logPass(ctx: PassContext, options: RedriveOptions, result: RedriveResul
       `deferred ${result.deferred.length} poisoned intent(s): a drainer held their partition`,
       fields(result.deferred),
     );
-  if (result.waiting && result.waiting.length > 0) {
+  if (changed('waiting', result.waiting)) {
     logger.info(
-      `${result.waiting.length} intent(s) refused by the target wait for a model change or an operator (or for their spacing)`,
+      `${result.waiting!.length} intent(s) refused by the target wait for a model change or an operator (or for their spacing)`,
       {
-        ...fields(result.waiting),
-        codes: result.waiting.map((r) => r.poisonCode ?? null),
+        ...fields(result.waiting!),
+        codes: result.waiting!.map((r) => r.poisonCode ?? null),
       },
     );
   }

@@ -4,6 +4,7 @@ import { createOpenFgaSink } from '@outbox/openfga';
 import { OutboxConfigError, type OutboxSpec } from '@outbox/outbox';
 import { tableNames } from '@outbox/outbox/protocol';
 import { openFgaClientConfig, stackInfo, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
+import { pointValue, testMeterProvider } from '@outbox/test-observability';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { createReconciler } from './index.js';
@@ -25,6 +26,7 @@ import {
 
 // A row OpenFGA refuses for good is retried only when its cause may have gone (docs/ledger.md).
 const t = useTestDatabase();
+const sdk = testMeterProvider();
 const fga = useOpenFgaStore();
 const ids = (rows: readonly { id: string }[]) => rows.map((r) => r.id);
 const tick = () => new Promise((resolve) => setTimeout(resolve, 5));
@@ -45,6 +47,13 @@ async function until(what: string, check: () => Promise<boolean>, step: () => Pr
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
   }
 }
+
+/** The reconciler's completed passes over `spec`'s table, by its metrics. */
+const completedPasses = async (spec: OutboxSpec) =>
+  pointValue(await sdk.collect(), 'outbox.reconciler.passes', {
+    'outbox.table': spec.table,
+    'outbox.pass.result': 'completed',
+  }) ?? 0;
 
 /** Sets the row's spacing as elapsed (the alternative is to wait it out). */
 const spacingPassed = (spec: OutboxSpec, id: string) =>
@@ -77,11 +86,17 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
 
     const logger = recordingLogger();
     const modelId = async () => (await client.readLatestAuthorizationModel()).authorization_model?.id;
-    const reconciler = createReconciler({ db: t.db, spec, interval: 5, logger, modelId });
-    const passes = () => logger.entries.filter((e) => /refused by the target wait/.test(e.message)).length;
+    const reconciler = createReconciler({
+      db: t.db,
+      spec,
+      interval: 5,
+      logger,
+      modelId,
+      meterProvider: sdk.meterProvider,
+    });
     const morePasses = async (n: number) => {
-      const from = passes();
-      await until(`${n} passes`, async () => passes() >= from + n);
+      const from = await completedPasses(spec);
+      await until(`${n} passes`, async () => (await completedPasses(spec)) >= from + n);
     };
     await reconciler.start();
     try {
@@ -118,6 +133,25 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
       await reconciler.stop();
       await drainer.stop();
     }
+  });
+
+  test('a refused row waiting on the timer is logged when it starts waiting and when the waiting set changes, not every pass', async () => {
+    const spec = await createTestOutbox(t.db);
+    const first = await enqueueIntent(t.db, spec, 'vpc:w1', register('w1'));
+    await refuse(t.db, spec, first);
+    const logger = recordingLogger();
+    const reconciler = createReconciler({ db: t.db, spec, logger, interval: 20, meterProvider: sdk.meterProvider });
+    const waitingLines = () => logger.entries.filter((e) => /refused by the target wait/.test(e.message));
+    await reconciler.start();
+    await until('ten passes', async () => (await completedPasses(spec)) >= 10);
+    expect(waitingLines().map((e) => e.fields?.ids)).toEqual([[first]]);
+
+    const second = await enqueueIntent(t.db, spec, 'vpc:w2', register('w2'));
+    await refuse(t.db, spec, second);
+    await until('the new waiting row to be logged', async () => waitingLines().length === 2);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await reconciler.stop();
+    expect(waitingLines().map((e) => e.fields?.ids)).toEqual([[first], [first, second]]);
   });
 
   test('requests are spaced: one during the spacing waits, reported, and is honoured once it passed; the spacing doubles up to its cap', async () => {

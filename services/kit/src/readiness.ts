@@ -1,3 +1,4 @@
+import type { ListenState } from '@outbox/drainer';
 import { type OutboxSpec, type AnyKysely } from '@outbox/outbox';
 import { tableNames } from '@outbox/outbox/protocol';
 import { sql } from 'kysely';
@@ -20,6 +21,8 @@ export interface OutboxReadinessCheck extends ReadinessCheck {
   /** Milliseconds since the oldest deliverable intent was committed; null when none is. */
   readonly oldestDeliverableAgeMs: number | null;
   readonly maxDeliverableAgeMs: number;
+  /** The drainer's LISTEN connection (`reconnecting`: the timer alone delivers, slower; not a failure). */
+  readonly listen: ListenState;
 }
 
 /** What `/readyz` answers: 200 when every check is ok, else 503 with `error` naming the first that failed. */
@@ -41,6 +44,8 @@ export interface ReadinessConfig {
   readonly spec: OutboxSpec;
   /** Not ready when the oldest deliverable intent is older than this; 0 turns the check off. */
   readonly maxDeliverableAgeMs: number;
+  /** The drainer's LISTEN state, reported in the outbox check's detail; default `off`. */
+  readonly listenState?: () => ListenState;
   readonly timeoutMs?: number;
 }
 
@@ -87,7 +92,9 @@ export function createReadiness(config: ReadinessConfig): { check(): Promise<Rea
     order by id limit 1`;
 
   const max = config.maxDeliverableAgeMs;
+  const listenState = config.listenState ?? (() => 'off' as const);
   const checkOutbox = async (): Promise<OutboxReadinessCheck> => {
+    const listen = listenState();
     let age: number | null = null;
     const read =
       max === 0
@@ -98,9 +105,9 @@ export function createReadiness(config: ReadinessConfig): { check(): Promise<Rea
           );
     const oldestDeliverableAgeMs = age === null ? null : Math.round(age);
     if (!read.ok || oldestDeliverableAgeMs === null || max === 0 || oldestDeliverableAgeMs <= max)
-      return { ...read, oldestDeliverableAgeMs, maxDeliverableAgeMs: max };
+      return { ...read, oldestDeliverableAgeMs, maxDeliverableAgeMs: max, listen };
     const error = `the oldest deliverable intent of ${config.spec.table} was committed ${Math.round(oldestDeliverableAgeMs / 1000)} s ago (more than ${max} ms)`;
-    return { ...read, ok: false, error, oldestDeliverableAgeMs, maxDeliverableAgeMs: max };
+    return { ...read, ok: false, error, oldestDeliverableAgeMs, maxDeliverableAgeMs: max, listen };
   };
 
   return {

@@ -177,6 +177,7 @@ export async function startService<N extends string>(
     openfga: resolved.openfga,
     spec: definition.outbox,
     maxDeliverableAgeMs: resolved.readyMaxDeliverableAgeMs,
+    listenState: () => outbox.drainer.listenState(),
   });
 
   const stopOutbox = async () => {

@@ -17,7 +17,7 @@ interface Readiness {
   checks: {
     database: { ok: boolean };
     openfga: { ok: boolean; error?: string };
-    outbox: { ok: boolean; oldestDeliverableAgeMs: number | null; maxDeliverableAgeMs: number };
+    outbox: { ok: boolean; oldestDeliverableAgeMs: number | null; maxDeliverableAgeMs: number; listen: string };
   };
 }
 
@@ -131,6 +131,26 @@ test('readyMaxDeliverableAgeMs 0 turns the outbox check off', async () => {
       status: 200,
       body: { checks: { outbox: { ok: true, maxDeliverableAgeMs: 0 } } },
     });
+  } finally {
+    await service.stop();
+  }
+});
+
+test("the drainer's LISTEN state is in the outbox check's detail; lost, the service stays ready (the timer delivers)", async () => {
+  const service = await startService(vpcService, serviceOptionsFor(t, fga, { runReconciler: false }));
+  try {
+    const listen = async () => (await serviceClient(service.url).get<Readiness>('/readyz')).body.checks.outbox.listen;
+    expect(await listen()).toBe('listening');
+    const listener = sql`select pg_terminate_backend(pid) from pg_stat_activity
+      where query ilike 'listen%' and datname = current_database()`;
+    // Terminated until the poll sees it (the listener may come back between two polls, before the first look).
+    let seen: string | undefined;
+    for (let i = 0; i < 50 && seen !== 'reconnecting'; i += 1) {
+      await listener.execute(t.db);
+      seen = await listen();
+    }
+    expect(seen).toBe('reconnecting');
+    expect((await serviceClient(service.url).get<Readiness>('/readyz')).status).toBe(200);
   } finally {
     await service.stop();
   }
