@@ -66,7 +66,7 @@ const DISCARD: CloseMode = {
 
 function defineClose(command: Command, ctx: CommandContext, mode: CloseMode): Command {
   const { verb, closedAs } = mode;
-  addTargetOptions(command, ctx)
+  addTargetOptions(command, ctx, { outboxes: 'one' })
     .summary(mode.summary)
     .description(mode.description)
     .argument('<ids...>', `row ids (at most ${MAX_RETIRE_IDS})`, idsArgument)

@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { Option, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import { CliError } from './cli-error.js';
 import type { CliIo } from './cli-io.js';
 import type { ExitBox } from './command-line.js';
@@ -43,20 +43,37 @@ export interface TargetOptions {
 /** For a repeatable option: each value appended, in order. */
 export const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), value];
 
+/** For a command that works on one outbox: `--outbox` once, kept as a list of one; a second one is a usage error. */
+const onlyOne = (value: string, previous: string[] | undefined) => {
+  if (previous !== undefined)
+    throw new InvalidArgumentError(
+      `this command works on one outbox: give --outbox once (got ${previous[0]} and ${value})`,
+    );
+  return [value];
+};
+
+/** What {@link addTargetOptions} offers besides the target. */
+export interface TargetOptionsShape {
+  /** Offer `--json`. Default true. */
+  readonly json?: boolean;
+  /** `many`: `--outbox` repeatable, all outboxes by default; `one`: once, for a command on one outbox (show, retire). Default `many`. */
+  readonly outboxes?: 'many' | 'one';
+}
+
 /** Adds the options that choose what a command works on (unless the config is fixed). */
-export function addTargetOptions(
-  command: Command,
-  ctx: CommandContext,
-  options: { readonly json: boolean } = { json: true },
-): Command {
-  if (options.json) command.option('--json', 'print one JSON document on stdout (schema in docs/cli.md)');
+export function addTargetOptions(command: Command, ctx: CommandContext, shape: TargetOptionsShape = {}): Command {
+  if (shape.json ?? true) command.option('--json', 'print one JSON document on stdout (schema in docs/cli.md)');
   if (ctx.fixedConfig) return command;
+  const outbox =
+    shape.outboxes === 'one'
+      ? new Option('--outbox <name>', 'the outbox of the config to work on (default: the only one)').argParser(onlyOne)
+      : new Option('--outbox <name>', 'an outbox of the config; repeat for several (default: all)').argParser(collect);
   return command
     .option(
       '--config <path>',
       `config file (default: the nearest ${CONFIG_FILE_NAMES.join(', ')} from the working directory up)`,
     )
-    .option('--outbox <name>', 'an outbox of the config; repeat for several (default: all)', collect)
+    .addOption(outbox)
     .option('--database-url <url>', 'without a config file: the Postgres URL of one outbox (with --table)')
     .option(
       '--table <schema.table>',

@@ -2,7 +2,7 @@ import { createReconciler, type CompactionResult } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
-import { durationArgument, durationText } from './durations.js';
+import { durationOption, durationText } from './durations.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { CompactOutput } from './output-schemas.js';
 import { silentLogger } from './silent-logger.js';
@@ -44,16 +44,20 @@ export function defineCompact(command: Command, ctx: CommandContext): Command {
         'row of its partition, or one the late-write check marks. Small batches, each its own transaction, no lock a drainer waits for.',
     )
     .option('--dry-run', 'count what would be deleted; delete nothing')
-    .option(
-      '--retention <duration>',
-      'keep delivered rows this long (30d, 12h, 90m, 0)',
-      durationArgument(MAX_RETENTION_MS),
-      DEFAULT_RETENTION_MS,
+    .addOption(
+      durationOption(
+        '--retention <duration>',
+        'keep delivered rows this long (30d, 12h, 90m, 0)',
+        MAX_RETENTION_MS,
+        DEFAULT_RETENTION_MS,
+      ),
     )
-    .option(
-      '--closed-retention <duration>',
-      'keep retired and discarded rows this long after they were closed (default: --retention)',
-      durationArgument(MAX_RETENTION_MS),
+    .addOption(
+      durationOption(
+        '--closed-retention <duration>',
+        'keep retired and discarded rows this long after they were closed (default: --retention)',
+        MAX_RETENTION_MS,
+      ),
     )
     .option('--batch-size <n>', 'rows looked at per transaction', integerArgument(1, 10_000), 1_000)
     .action(

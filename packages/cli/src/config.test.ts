@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -176,6 +176,35 @@ describe('usage', () => {
       expect(run.code, command).toBe(0);
       expect(run.stdout).toContain(`Usage: outbox ${command} [options]`);
     }
+  });
+  test("--version prints the CLI package's version, exit 0", async () => {
+    const manifest = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+      version: string;
+    };
+    const run = await runCli(['--version']);
+    expect(run).toEqual({ code: 0, stdout: `${manifest.version}\n`, stderr: '' });
+  });
+
+  test('compact --help shows its retention default as written (30d)', async () => {
+    const run = await runCli(['compact', '--help']);
+    expect(run.code).toBe(0);
+    expect(run.stdout.replace(/\s+/g, ' ')).toContain(
+      'keep delivered rows this long (30d, 12h, 90m, 0) (default: 30d)',
+    );
+    expect(run.stdout).not.toContain(String(30 * 86_400_000));
+  });
+
+  test('show, retire and discard offer --outbox once; a second one is usage (exit 2)', async () => {
+    for (const command of ['show', 'retire', 'discard']) {
+      const help = await runCli([command, '--help']);
+      expect(help.stdout, command).toMatch(/--outbox <name> +the outbox of the config to work on/);
+      expect(help.stdout, command).not.toContain('repeat for several');
+    }
+    const run = await runCli(['show', '1', '--outbox', 'a', '--outbox', 'b']);
+    expect(run.code).toBe(2);
+    expect(oneLine(run.stderr)).toBe(
+      "outbox: option '--outbox <name>' argument 'b' is invalid. this command works on one outbox: give --outbox once (got a and b) (see outbox show --help)",
+    );
   });
 });
 

@@ -2,6 +2,7 @@ import { OutboxTableError, verifyOutboxTable } from '@outbox/outbox';
 import { sql } from 'kysely';
 import type { CheckedConfig } from './config.js';
 import type { DoctorCheck } from './output-schemas.js';
+import { gapRepairs, sqlScript } from './table-repairs.js';
 import type { Target } from './targets.js';
 
 /*
@@ -10,10 +11,10 @@ import type { Target } from './targets.js';
  */
 
 type Check = Omit<DoctorCheck, 'outbox' | 'check'>;
-const pass = (detail: string): Check => ({ status: 'pass', detail, fix: null });
-const fail = (detail: string, fix: string): Check => ({ status: 'fail', detail, fix });
-const warn = (detail: string, fix: string): Check => ({ status: 'warn', detail, fix });
-const skip = (detail: string): Check => ({ status: 'skip', detail, fix: null });
+const pass = (detail: string): Check => ({ status: 'pass', detail, fix: null, sql: null });
+const fail = (detail: string, fix: string, sql: string | null = null): Check => ({ status: 'fail', detail, fix, sql });
+const warn = (detail: string, fix: string): Check => ({ status: 'warn', detail, fix, sql: null });
+const skip = (detail: string): Check => ({ status: 'skip', detail, fix: null, sql: null });
 const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
 /** The table is there and verifyOutboxTable passes: columns, indexes, trigger, functions, the recorded maxAttempts. */
@@ -24,11 +25,31 @@ export async function tableCheck(target: Target): Promise<Check> {
       `${target.spec.table} matches the contract (columns, indexes, trigger, drain and enqueue functions, maxAttempts ${target.spec.maxAttempts})`,
     );
   } catch (error) {
-    if (error instanceof OutboxTableError)
-      return fail(
-        `${target.spec.table}: ${error.missing.join('; ')}`,
-        'run the migrations (createOutboxTable / createDrainFunctions for this spec), or fix the spec',
-      );
+    if (error instanceof OutboxTableError) {
+      const detail = `${target.spec.table}: missing or wrong: ${error.missing.join('; ')}`;
+      // No partition column: more likely a spec naming the wrong column than a table that lost it.
+      if (error.missing.some((gap) => gap.endsWith("(the spec's partitionColumn)")))
+        return fail(
+          detail,
+          `the table has no ${target.spec.partitionColumn} column, the spec's partitionColumn: fix the spec (the partition column check names the table's), or point it at the right table`,
+        );
+      const repairs = gapRepairs(target.spec, error.missing);
+      const statements = [...new Set(repairs.flatMap((r) => r.sql))];
+      const byHand = repairs.flatMap((r) => (r.byHand ? [r.byHand] : []));
+      const fix = [
+        statements.length === 0
+          ? ''
+          : `run the SQL below, the migrations' own DDL for what is missing${
+              // A plain create index blocks writes while it builds.
+              statements.some((s) => s.startsWith('create index'))
+                ? ' (on a large table, add `concurrently` to each create index and run it alone)'
+                : ''
+            }`,
+        byHand.length > 0 ? `by hand: ${byHand.join('; ')}` : '',
+        'or point the spec at the right table',
+      ].filter(Boolean);
+      return fail(detail, fix.join('; '), statements.length > 0 ? sqlScript(statements) : null);
+    }
     return fail(
       `${target.spec.table} could not be verified: ${messageOf(error)}`,
       "check the config's spec and database URL",
@@ -58,7 +79,7 @@ export async function partitionColumnCheck(target: Target): Promise<Check> {
     );
   return fail(
     `the table has ${row?.has_column ? `a ${partitionColumn} column but no partition-head index` : `no ${partitionColumn} column`}`,
-    'run the outbox migration for this spec',
+    "recreate it: the table check prints the migrations' DDL for it",
   );
 }
 

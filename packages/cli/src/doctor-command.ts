@@ -20,8 +20,12 @@ interface DoctorOptions extends TargetOptions {
 
 const MARK: Record<DoctorCheck['status'], string> = { pass: 'ok  ', fail: 'FAIL', warn: 'warn', skip: 'skip' };
 
+/** The SQL under a check, indented past the arrow: SQL reads the same indented, so it runs as printed. */
+const SQL_INDENT = ' '.repeat(8);
+
 function checkLine(c: DoctorCheck): string {
-  return `${MARK[c.status]}  ${c.outbox ? `${c.outbox}: ` : ''}${c.check}: ${c.detail}${c.fix ? `\n      → ${c.fix}` : ''}`;
+  const sql = c.sql ? `\n${c.sql.replace(/^/gm, SQL_INDENT)}` : '';
+  return `${MARK[c.status]}  ${c.outbox ? `${c.outbox}: ` : ''}${c.check}: ${c.detail}${c.fix ? `\n      → ${c.fix}` : ''}${sql}`;
 }
 
 /** OpenFGA's store and model, as the drain and audit will use them; unreachable is remembered for exit 3. */
@@ -36,6 +40,7 @@ async function openFgaCheck(
         status: 'skip',
         detail: `${config.source} has no openfga section: drain, audit and repair are unavailable`,
         fix: null,
+        sql: null,
       },
       unreachable: false,
     };
@@ -47,13 +52,19 @@ async function openFgaCheck(
         status: 'pass',
         detail: `store ${connection.storeId} at ${connection.apiUrl}, model ${modelId}`,
         fix: null,
+        sql: null,
       },
       unreachable: false,
     };
   } catch (error) {
     if (!(error instanceof CliError)) throw error;
     return {
-      check: { status: 'fail', detail: error.message, fix: error.hint ?? 'check the openfga section of the config' },
+      check: {
+        status: 'fail',
+        detail: error.message,
+        fix: error.hint ?? 'check the openfga section of the config',
+        sql: null,
+      },
       unreachable: error.exitCode === EXIT.unreachable,
     };
   }

@@ -2,6 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
+import { tableNames } from '@outbox/outbox/protocol';
 import { sql } from 'kysely';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { createBacklogTable } from './testing/backlog.js';
@@ -19,18 +20,30 @@ let dir: string;
 
 interface Doc {
   ok: boolean;
-  checks: { outbox: string | null; check: string; status: string; detail: string; fix: string | null }[];
+  checks: {
+    outbox: string | null;
+    check: string;
+    status: string;
+    detail: string;
+    fix: string | null;
+    sql: string | null;
+  }[];
 }
 const byCheck = (doc: Doc, prefix: string) => doc.checks.find((c) => c.check.startsWith(prefix));
 
-function configWith(name: string, extra: Record<string, unknown>, outbox: Record<string, unknown> = {}): string {
+function configWith(
+  name: string,
+  extra: Record<string, unknown>,
+  outbox: Record<string, unknown> = {},
+  table = spec.table,
+): string {
   const path = join(dir, name);
   writeFileSync(
     path,
     JSON.stringify({
       databaseUrl: '$TEST_DATABASE_URL',
       openfga: { apiUrl: '$OPENFGA_API_URL', storeId: '$OPENFGA_STORE_ID', apiToken: '${OPENFGA_API_TOKEN:-}' },
-      outboxes: { things: { table: spec.table, partitionColumn: 'resource_id', maxAttempts: 3, ...outbox } },
+      outboxes: { things: { table, partitionColumn: 'resource_id', maxAttempts: 3, ...outbox } },
       ...extra,
     }),
   );
@@ -81,7 +94,13 @@ describe('doctor', () => {
   test('a spec on the wrong partition column fails naming both columns and what to set; exit 1', async () => {
     const run = await doctor(configWith('wrong-column.json', {}, { partitionColumn: 'tuple_key' }));
     expect(run.code).toBe(1);
-    expect(run.stdout).toContain('FAIL  things: table: ');
+    expect(run.stdout).toContain(
+      `FAIL  things: table: ${spec.table}: missing or wrong: column tuple_key text (the spec's partitionColumn);`,
+    );
+    expect(run.stdout).toContain(
+      "→ the table has no tuple_key column, the spec's partitionColumn: fix the spec (the partition column check names the table's), or point it at the right table\n",
+    );
+    expect(run.stdout).not.toContain('alter table'); // no DDL for a column the spec misnames
     expect(run.stdout).toContain(
       `FAIL  things: partition column: the spec says tuple_key, the table's partition-head index is on resource_id\n      → set partitionColumn: 'resource_id' in the config`,
     );
@@ -131,5 +150,115 @@ describe('doctor', () => {
       await holder.query('rollback');
       await holder.end();
     }
+  });
+});
+
+/** The SQL doctor printed under its table check, exactly as a terminal shows it (indented). */
+function printedSql(stdout: string): string {
+  const lines = stdout.split('\n');
+  const from = lines.findIndex((line) => line.startsWith('FAIL  things: table: ')) + 2;
+  const to = lines.findIndex((line, i) => i >= from && !line.startsWith('        '));
+  return lines.slice(from, to).join('\n');
+}
+
+describe('doctor names what is missing and prints the DDL that recreates it', () => {
+  /**
+   * A fresh outbox with `drop` applied: doctor fails naming each of `named`, prints SQL (its --json
+   * the same); the SQL, run as printed, makes every check pass again.
+   */
+  async function dropAndRepair(
+    drop: (n: ReturnType<typeof tableNames>) => string[],
+    named: (broken: OutboxSpec) => readonly string[],
+  ) {
+    const broken = await createBacklogTable(t.db);
+    const n = tableNames(broken);
+    const config = configWith(`${broken.tableName}.json`, {}, {}, broken.table);
+    for (const statement of drop(n)) await sql.raw(statement).execute(t.db);
+
+    const run = await doctor(config);
+    expect(run.code, run.stdout + run.stderr).toBe(1);
+    const lines = run.stdout.split('\n');
+    const at = lines.findIndex((line) => line.startsWith('FAIL  things: table: '));
+    const [tableLine, fixLine] = [lines[at], lines[at + 1]];
+    expect(tableLine).toContain(`FAIL  things: table: ${broken.table}: missing or wrong: `);
+    for (const gap of named(broken)) expect(tableLine).toContain(gap);
+    expect(fixLine).toMatch(/^ {6}→ run the SQL below, the migrations' own DDL for what is missing/);
+    expect(run.stdout).not.toContain('createOutboxTable / createDrainFunctions');
+    const script = printedSql(run.stdout);
+    const json = byCheck(jsonOf(await doctor(config, '--json')) as Doc, 'table');
+    expect(script.replace(/^ {8}/gm, '')).toBe(json?.sql);
+
+    const client = new pg.Client({ connectionString: t.url });
+    await client.connect();
+    try {
+      await client.query(script);
+    } finally {
+      await client.end();
+    }
+    const after = jsonOf(await doctor(config, '--json')) as Doc;
+    assertOutputSchema('doctor', after);
+    expect(after.checks.filter((c) => c.outbox === 'things').map((c) => [c.check, c.status])).toEqual([
+      ['table', 'pass'],
+      ['partition column', 'pass'],
+      ['listen channel', 'warn'],
+    ]);
+    return script;
+  }
+
+  test('a dropped NOTIFY trigger: named, and recreated (its function replaced, not created twice)', async () => {
+    const script = await dropAndRepair(
+      (n) => [`drop trigger "${n.notifyTrigger}" on ${n.table}`],
+      (broken) => [`statement-level AFTER INSERT trigger calling pg_notify('${broken.channel}', '')`],
+    );
+    expect(script).toContain('create or replace function');
+    expect(script).toContain('create trigger');
+  });
+
+  test('a dropped partition-head index: named by its columns and predicate, and recreated', async () => {
+    const script = await dropAndRepair(
+      (n) => [`drop index ${n.table.split('.')[0]}."${n.partitionHeadIndex}"`],
+      () => ['partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)'],
+    );
+    expect(script).toMatch(/create index "[a-z0-9_]+_partition_head_idx"/);
+  });
+
+  test('a dropped enqueue function: named, and recreated as this release creates it', async () => {
+    const script = await dropAndRepair(
+      (n) => [`drop function ${n.enqueueFunction}`],
+      (broken) => [`function ${broken.table}_enqueue (enqueue;`],
+    );
+    expect(script).toMatch(/create or replace function "cli"\."[a-z0-9_]+_enqueue"\(/);
+  });
+
+  test('a dropped table: named, and the whole DDL printed (its functions, which outlive it, replaced)', async () => {
+    await dropAndRepair(
+      (n) => [`drop table ${n.table}`],
+      (broken) => [`the table ${broken.table} itself (it does not exist)`],
+    );
+  });
+
+  test('several gaps at once — indexes, the drainer functions, a column, a NOTIFY on another channel — one script', async () => {
+    await dropAndRepair(
+      (n) => [
+        `drop index ${n.table.split('.')[0]}."${n.pendingIndex}"`,
+        `drop index ${n.table.split('.')[0]}."${n.claimIndex}"`,
+        `drop index ${n.table.split('.')[0]}."${n.deliveredIndex}"`,
+        `drop function ${n.claimFunction}`,
+        `drop function ${n.settleFunction}`,
+        `alter table ${n.table} drop column retired_reason, drop column verify_after`,
+        `create or replace function ${n.notifyFunction}() returns trigger language plpgsql as $$ begin perform pg_notify('elsewhere', ''); return null; end $$`,
+      ],
+      (broken) => [
+        'column retired_reason text',
+        'column verify_after timestamp with time zone',
+        'partial index (id) where sent_at is null and retired_at is null (pending)',
+        "partial index (next_attempt_at, id) where is_head (the drainer's claim)",
+        'partial index (verify_after) where verify_after is not null (late-write verification)',
+        'partial index (resource_id, id) where sent_at is not null',
+        'AFTER INSERT trigger',
+        `function ${broken.table}_claim (`,
+        `function ${broken.table}_settle (`,
+      ],
+    );
   });
 });

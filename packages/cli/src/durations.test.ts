@@ -1,6 +1,8 @@
 import { InvalidArgumentError } from 'commander';
 import { describe, expect, test } from 'vitest';
+import { processIo } from './cli-io.js';
 import { durationArgument, durationText, formatDuration } from './durations.js';
+import { outboxProgram } from './program.js';
 
 // How `compact --retention` reads a duration and says it back.
 const DAY = 86_400_000;
@@ -27,5 +29,15 @@ describe('durations', () => {
       expect(durationText(parse(value))).toBe(value);
     expect(durationText(90 * 60_000)).toBe('1h30m');
     expect(formatDuration(192)).toBe('3m12s');
+  });
+
+  test('every duration option of every command shows its default in --help as it is written, not in milliseconds', () => {
+    const program = outboxProgram({ io: processIo(), name: 'outbox', box: { code: 0 }, fixedConfig: undefined });
+    const defaults = program.commands.flatMap((command) =>
+      command.options
+        .filter((o) => o.flags.includes('<duration>') && o.defaultValue !== undefined)
+        .map((o) => [`${command.name()} ${o.long}`, o.defaultValueDescription, durationText(o.defaultValue as number)]),
+    );
+    expect(defaults).toEqual([['compact --retention', '30d', '30d']]);
   });
 });

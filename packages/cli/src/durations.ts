@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, Option } from 'commander';
 
 /**
  * A duration the way an operator reads it: `42s`, `3m12s`, `2h05m`, `3d04h`.
@@ -62,4 +62,16 @@ export function durationText(ms: number): string {
     return n > 0 ? [`${n}${unit}`] : [];
   });
   return parts.length === 0 ? '0' : parts.join('');
+}
+
+/**
+ * A duration option (`--retention <duration>`): read by {@link durationArgument}, its default (in
+ * milliseconds) shown in `--help` the way it is written (`30d`, not `2592000000`).
+ *
+ * @example
+ * command.addOption(durationOption('--retention <duration>', 'keep delivered rows this long', MAX_MS, 30 * DAY_MS));
+ */
+export function durationOption(flags: string, description: string, maxMs: number, defaultMs?: number): Option {
+  const option = new Option(flags, description).argParser(durationArgument(maxMs));
+  return defaultMs === undefined ? option : option.default(defaultMs, durationText(defaultMs));
 }

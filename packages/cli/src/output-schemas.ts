@@ -306,6 +306,8 @@ export const DoctorCheck = Type.Object(
     detail: Type.String(),
     /** What to do about a fail or warn. */
     fix: Nullable(Type.String()),
+    /** SQL that recreates what the check found missing, from the migrations' own DDL: run it as printed. */
+    sql: Nullable(Type.String()),
   },
   strict,
 );

@@ -1,4 +1,6 @@
 import type { Command } from 'commander';
+// The bundle inlines it: `--version` is the package's own, from src (tsx) and dist alike.
+import manifest from '../package.json' with { type: 'json' };
 import { defineAudit } from './audit-command.js';
 import type { CommandContext } from './command-context.js';
 import { defineDiscard, defineRetire } from './close-commands.js';
@@ -36,7 +38,7 @@ export function outboxProgram(ctx: CommandContext): Command {
     ctx.name,
     'Operates @outbox tables: see the backlog, steer it, check agreement with OpenFGA. Exit codes: 0 ok, 1 problem found, 2 usage or configuration, 3 server unreachable.',
     ctx.io,
-  );
+  ).version(manifest.version, '-V, --version', `print the version of ${manifest.name}`);
   for (const [name, define] of Object.entries(COMMANDS)) define(program.command(name), ctx);
   return program;
 }

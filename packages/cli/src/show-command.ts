@@ -42,7 +42,7 @@ function showText(row: ShowOutput): string {
 
 /** `outbox show ID`: one row in full. */
 export function defineShow(command: Command, ctx: CommandContext): Command {
-  addTargetOptions(command, ctx)
+  addTargetOptions(command, ctx, { outboxes: 'one' })
     .summary('one row in full')
     .description(
       'Shows one outbox row in full: its state, payload and, for a superseded row, the delivered successor that supersedes it.',

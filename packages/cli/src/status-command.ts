@@ -1,11 +1,15 @@
+import { tableNames } from '@outbox/outbox/protocol';
 import type { Command } from 'commander';
+import { sql } from 'kysely';
 import { CliError } from './cli-error.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { formatDuration, formatRelative } from './durations.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { StatusOutbox, StatusOutput } from './output-schemas.js';
+import { stateFilterSql } from './row-states.js';
 import { outboxStatus } from './status-query.js';
+import type { Target } from './targets.js';
 import { textTable, type TextColumn } from './text-table.js';
 
 interface StatusOptions extends TargetOptions {
@@ -56,6 +60,59 @@ export function statusTable(outboxes: readonly StatusOutbox[], now: Date): strin
   );
 }
 
+/** One outbox's counts as `status --check` reads them. */
+export interface CheckCounts extends Pick<StatusOutbox, 'name' | 'poisoned' | 'poisonedByCause' | 'superseded'> {
+  /** The refused rows among the poisoned ones no delivered successor covers: what `redrive --refused` would revive. */
+  readonly refusedRevivable: number;
+}
+
+/** The refused poisoned rows no delivered successor covers (the superseded ones are retired, not redriven). */
+async function refusedRevivableCount(target: Target): Promise<number> {
+  const result = await sql<{ n: string }>`
+    select count(*) as n from ${sql.raw(tableNames(target.spec).table)} t
+    where ${stateFilterSql(target.spec, 'poisoned')} and t.poison_cause = 'refused'
+      and not ${stateFilterSql(target.spec, 'superseded')}`.execute(target.db);
+  return Number(result.rows[0]?.n ?? 0);
+}
+
+/**
+ * `status --check`'s line for outboxes with poisoned rows: where they are, and the action each kind
+ * needs — `redrive` for those no delivered successor covers (with `--refused` when OpenFGA refused
+ * some of them), `retire` for the superseded ones, which a redrive never revives. `--outbox` is
+ * named when the config has several outboxes (retire works on one).
+ *
+ * @example
+ * checkLine('outbox', [{ name: 'storage', poisoned: 1, superseded: 1, … }], true);
+ * // 'outbox: poisoned rows: storage 1 (1 superseded) (all superseded: … `outbox retire --outbox storage IDS --reason TEXT`)'
+ */
+export function checkLine(program: string, poisoned: readonly CheckCounts[], several: boolean): string {
+  const where = poisoned
+    .map((s) => {
+      const parts = [
+        s.poisonedByCause.refused > 0 ? `${s.poisonedByCause.refused} refused` : '',
+        s.superseded > 0 ? `${s.superseded} superseded` : '',
+      ].filter(Boolean);
+      return `${s.name} ${s.poisoned}${parts.length > 0 ? ` (${parts.join(', ')})` : ''}`;
+    })
+    .join(', ');
+  const revivable = poisoned.filter((s) => s.poisoned > s.superseded);
+  const superseded = poisoned.filter((s) => s.superseded > 0).map((s) => s.name);
+  const refused = revivable.some((s) => s.refusedRevivable > 0)
+    ? ', with --refused once the cause of the refusals is fixed'
+    : '';
+  const redrive = `\`${program} list --state poisoned\`, then \`${program} redrive\`${refused}`;
+  const outbox = !several ? '' : superseded.length === 1 ? ` --outbox ${superseded[0]}` : ' --outbox NAME';
+  const each = several && superseded.length > 1 ? ` for each of ${superseded.join(', ')}` : '';
+  const retire = `\`${program} list --state superseded\`, then \`${program} retire${outbox} IDS --reason TEXT\`${each}`;
+  const hint =
+    superseded.length === 0
+      ? `see ${redrive}`
+      : revivable.length === 0
+        ? `all superseded: a delivered later intent covers each, so retire them, never redrive: see ${retire}`
+        : `see ${redrive}; retire the superseded ones, never redrive them: ${retire}`;
+  return `${program}: poisoned rows: ${where} (${hint})`;
+}
+
 const DEFAULT_WATCH_SECONDS = 2;
 
 /** Resolves after `ms`, or at once when `signal` aborts. */
@@ -88,7 +145,7 @@ export function defineStatus(command: Command, ctx: CommandContext): Command {
             EXIT.usage,
           );
         }
-        return onTargets(options, ctx, async (targets) => {
+        return onTargets(options, ctx, async (targets, config) => {
           const read = async () => {
             const outboxes: StatusOutbox[] = [];
             for (const target of targets) outboxes.push(await outboxStatus(target));
@@ -120,17 +177,20 @@ export function defineStatus(command: Command, ctx: CommandContext): Command {
           const now = new Date();
           if (options.json) printJson(ctx.io, { at: now.toISOString(), outboxes } satisfies StatusOutput);
           else ctx.io.stdout.write(statusTable(outboxes, now));
-          const poisoned = outboxes.filter((s) => s.poisoned > 0);
-          if (!options.check || poisoned.length === 0) return EXIT.ok;
-          const where = poisoned
-            .map((s) => `${s.name} ${withPart(s.poisoned, s.poisonedByCause.refused, 'refused')}`)
-            .join(', ');
-          const refused = poisoned.some((s) => s.poisonedByCause.refused > 0)
-            ? ', with --refused once the cause of the refusals is fixed'
-            : '';
-          ctx.io.stderr.write(
-            `${ctx.name}: poisoned rows: ${where} (see \`${ctx.name} list --state poisoned\`, then \`${ctx.name} redrive\`${refused})\n`,
-          );
+          if (!options.check) return EXIT.ok;
+          const poisoned: CheckCounts[] = [];
+          for (const [i, s] of outboxes.entries()) {
+            const target = targets[i];
+            if (s.poisoned === 0 || !target) continue;
+            // Whether a refused row is among the revivable ones: only counted when it can be either.
+            const refusedRevivable =
+              s.poisonedByCause.refused === 0 || s.superseded === 0
+                ? s.poisonedByCause.refused
+                : await refusedRevivableCount(target);
+            poisoned.push({ ...s, refusedRevivable });
+          }
+          if (poisoned.length === 0) return EXIT.ok;
+          ctx.io.stderr.write(`${checkLine(ctx.name, poisoned, config.outboxes.length > 1)}\n`);
           return EXIT.problem;
         });
       }),

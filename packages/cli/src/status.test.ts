@@ -1,17 +1,30 @@
 import { useTestDatabase } from '@outbox/test-stack';
 import { beforeAll, describe, expect, test } from 'vitest';
-import { REFUSED_ERROR, scriptedBacklog, type Backlog } from './testing/backlog.js';
+import type { OutboxSpec } from '@outbox/outbox';
+import { checkLine } from './status-command.js';
+import {
+  createBacklogTable,
+  deliver,
+  deregister,
+  enqueueIntent,
+  poison,
+  refuse,
+  register,
+  REFUSED_ERROR,
+  scriptedBacklog,
+  type Backlog,
+} from './testing/backlog.js';
 import { assertOutputSchema } from './testing/output-schema-check.js';
 import { jsonOf, runCli } from './testing/run-outbox.js';
 
 // status, list and show on one scripted backlog (a row in every state, both poison causes), through the bin.
 const t = useTestDatabase();
 let backlog: Backlog;
-const target = () => [
+const target = (spec = backlog.spec) => [
   '--database-url',
   t.url,
   '--table',
-  backlog.spec.table,
+  spec.table,
   '--partition-column',
   'resource_id',
   '--max-attempts',
@@ -21,6 +34,16 @@ const target = () => [
 beforeAll(async () => {
   backlog = await scriptedBacklog(t.db);
 });
+
+/** A register of `key` poisoned by `fail`, then superseded by its delivered deregister. */
+async function superseded(
+  spec: OutboxSpec,
+  key: string,
+  fail: (db: typeof t.db, spec: OutboxSpec, id: string, error: string) => Promise<void>,
+): Promise<void> {
+  await fail(t.db, spec, await enqueueIntent(t.db, spec, key, register(key.slice(4))), REFUSED_ERROR);
+  await deliver(t.db, spec, await enqueueIntent(t.db, spec, key, deregister(key.slice(4))));
+}
 
 describe('status', () => {
   test('--json counts every state exactly, and fits its schema', async () => {
@@ -74,7 +97,67 @@ describe('status', () => {
     const run = await runCli(['status', '--check', ...target()]);
     expect(run.code).toBe(1);
     expect(run.stderr).toBe(
-      `outbox: poisoned rows: ${backlog.spec.table} 3 (1 refused) (see \`outbox list --state poisoned\`, then \`outbox redrive\`, with --refused once the cause of the refusals is fixed)\n`,
+      `outbox: poisoned rows: ${backlog.spec.table} 3 (1 refused, 1 superseded) (see \`outbox list --state poisoned\`, then \`outbox redrive\`, with --refused once the cause of the refusals is fixed; retire the superseded ones, never redrive them: \`outbox list --state superseded\`, then \`outbox retire IDS --reason TEXT\`)\n`,
+    );
+  });
+
+  test('--check with only superseded rows left names retire, not redrive', async () => {
+    const spec = await createBacklogTable(t.db);
+    await superseded(spec, 'vpc:b', poison);
+    const run = await runCli(['status', '--check', ...target(spec)]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toBe(
+      `outbox: poisoned rows: ${spec.table} 1 (1 superseded) (all superseded: a delivered later intent covers each, so retire them, never redrive: see \`outbox list --state superseded\`, then \`outbox retire IDS --reason TEXT\`)\n`,
+    );
+  });
+
+  test('--check leaves out --refused when the refused rows are all superseded', async () => {
+    const spec = await createBacklogTable(t.db);
+    await superseded(spec, 'vpc:g', (db, s, id, error) => refuse(db, s, id, error, 'validation_error'));
+    await poison(t.db, spec, await enqueueIntent(t.db, spec, 'vpc:c', register('c')), 'OpenFGA unreachable');
+    const run = await runCli(['status', '--check', ...target(spec)]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toBe(
+      `outbox: poisoned rows: ${spec.table} 2 (1 refused, 1 superseded) (see \`outbox list --state poisoned\`, then \`outbox redrive\`; retire the superseded ones, never redrive them: \`outbox list --state superseded\`, then \`outbox retire IDS --reason TEXT\`)\n`,
+    );
+  });
+
+  test.each([
+    // [poisoned, refused, superseded, refused and revivable] of one outbox → the hint
+    [[2, 0, 0, 0], 'see `outbox list --state poisoned`, then `outbox redrive`'],
+    [
+      [2, 1, 0, 1],
+      'see `outbox list --state poisoned`, then `outbox redrive`, with --refused once the cause of the refusals is fixed',
+    ],
+    [
+      [1, 0, 1, 0],
+      'all superseded: a delivered later intent covers each, so retire them, never redrive: see `outbox list --state superseded`, then `outbox retire --outbox a IDS --reason TEXT`',
+    ],
+    [
+      [1, 1, 1, 0],
+      'all superseded: a delivered later intent covers each, so retire them, never redrive: see `outbox list --state superseded`, then `outbox retire --outbox a IDS --reason TEXT`',
+    ],
+    [
+      [3, 1, 1, 1],
+      'see `outbox list --state poisoned`, then `outbox redrive`, with --refused once the cause of the refusals is fixed; retire the superseded ones, never redrive them: `outbox list --state superseded`, then `outbox retire --outbox a IDS --reason TEXT`',
+    ],
+  ])('--check with %j names the actions: %s', (counts, hint) => {
+    const [poisoned, refused, superseded, refusedRevivable] = counts as [number, number, number, number];
+    const one = { name: 'a', poisoned, superseded, refusedRevivable };
+    const line = checkLine('outbox', [{ ...one, poisonedByCause: { exhausted: poisoned - refused, refused } }], true);
+    expect(line.match(/ \(((?:see|all superseded).*)\)$/)?.[1]).toBe(hint);
+  });
+
+  test('--check over several outboxes: redrive for one, retire for each of the others', () => {
+    const counts = (name: string, poisoned: number, superseded: number) => ({
+      name,
+      poisoned,
+      superseded,
+      refusedRevivable: 0,
+      poisonedByCause: { exhausted: poisoned, refused: 0 },
+    });
+    expect(checkLine('outbox', [counts('vpc', 1, 0), counts('storage', 1, 1), counts('nlb', 2, 2)], true)).toBe(
+      'outbox: poisoned rows: vpc 1, storage 1 (1 superseded), nlb 2 (2 superseded) (see `outbox list --state poisoned`, then `outbox redrive`; retire the superseded ones, never redrive them: `outbox list --state superseded`, then `outbox retire --outbox NAME IDS --reason TEXT` for each of storage, nlb)',
     );
   });
 

@@ -276,6 +276,48 @@ describe('the OpenAPI document', () => {
     expect(document.paths['/things/{id}']?.post?.summary).toBe('make a thing');
     expect(JSON.stringify(document.paths['/things/{id}']?.post?.requestBody)).toContain('"minimum":1');
   });
+  interface ObjectSchema {
+    required: string[];
+    properties: Record<string, ObjectSchema>;
+  }
+  test('a body field with a default is optional in the document, and the default is still filled in', async () => {
+    const { url } = await start((app) => {
+      app.post(
+        '/things',
+        {
+          schema: {
+            body: Type.Object(
+              {
+                name: Type.String(),
+                colour: Type.Enum(['red', 'blue'], { default: 'red' }),
+                options: Type.Object({ fast: Type.Boolean({ default: false }), size: Type.Integer() }),
+              },
+              { additionalProperties: false },
+            ),
+          },
+        },
+        async (request) => request.body,
+      );
+    });
+    const document = (await (await fetch(`${url}/openapi.json`)).json()) as {
+      paths: Record<string, { post: { requestBody: { content: Record<string, { schema: ObjectSchema }> } } }>;
+    };
+    const schema = document.paths['/things']?.post.requestBody.content['application/json']?.schema;
+    expect(schema?.required).toEqual(['name', 'options']);
+    expect(schema?.properties.options?.required).toEqual(['size']);
+    const reply = await fetch(`${url}/things`, {
+      method: 'POST',
+      headers: { 'x-user-id': 'alice' },
+      body: JSON.stringify({ name: 'x', options: { size: 1 } }),
+    });
+    expect(await reply.json()).toEqual({ name: 'x', colour: 'red', options: { fast: false, size: 1 } });
+    const missing = await fetch(`${url}/things`, {
+      method: 'POST',
+      headers: { 'x-user-id': 'alice' },
+      body: JSON.stringify({ options: {} }),
+    });
+    expect(missing.status).toBe(400);
+  });
 });
 
 describe('authorizer failures as the caller sees them', () => {

@@ -17,6 +17,7 @@ import { errorAnswer } from './error-answer.js';
 import { HttpError } from './errors.js';
 import type { FormatCheck } from './field-schemas.js';
 import { discardBody, readJsonBody } from './json-body.js';
+import { optionalDefaults } from './request-schemas.js';
 
 /** The fastify instance a service's routes are declared on: bodies, params and queries typed by their TypeBox schemas. */
 export type ServiceApp = FastifyInstance<
@@ -165,6 +166,16 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     throw new HttpError(404, 'not_found', `no route for ${request.method} ${request.url.split('?')[0]}`);
   });
 
+  // Before swagger reads the routes: a field with a default is optional, for validation and document alike.
+  app.addHook('onRoute', (route) => {
+    if (!route.schema) return;
+    const { body, querystring } = route.schema;
+    route.schema = {
+      ...route.schema,
+      ...(body === undefined ? {} : { body: optionalDefaults(body) }),
+      ...(querystring === undefined ? {} : { querystring: optionalDefaults(querystring) }),
+    };
+  });
   await app.register(swagger, {
     openapi: {
       info: {
