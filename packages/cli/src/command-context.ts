@@ -6,6 +6,7 @@ import type { ExitBox } from './command-line.js';
 import { integerArgument } from './command-line.js';
 import { findConfigFile, loadConfigFile, CONFIG_FILE_NAMES } from './config-file.js';
 import { checkConfig, type CheckedConfig, type OpenFgaConfig } from './config.js';
+import { docsUrl } from './docs-url.js';
 import { EXIT } from './exit-codes.js';
 import { withTargets, type Target } from './targets.js';
 
@@ -49,7 +50,8 @@ export function addTargetOptions(
   ctx: CommandContext,
   options: { readonly json: boolean } = { json: true },
 ): Command {
-  if (options.json) command.option('--json', 'print one JSON document on stdout (schema in docs/cli.md)');
+  if (options.json)
+    command.option('--json', `print one JSON document on stdout (schema in ${docsUrl('cli.md#json-output')})`);
   if (ctx.fixedConfig) return command;
   return command
     .option(
