@@ -9,6 +9,9 @@ import { SOURCE_CONDITION } from '../tsup.config.base.js';
 import { BUILD_INPUTS_FILE, buildInputs, changedInputs } from './release-build-inputs.js';
 import { projectHomepage, writeShippedReadme } from './release-readme.js';
 
+/** The command that packs a package and checks the tarball as `attw --pack` would (which runs npm pack). */
+const CHECK_PACKAGE = 'pnpm check:package';
+
 const DEPENDENCY_FIELDS = ['dependencies', 'devDependencies', 'peerDependencies', 'optionalDependencies'] as const;
 
 interface Manifest {
@@ -48,7 +51,8 @@ function packProblems(packageDir: string, userAgent: string): string[] {
   if (ranges.length > 0 && !userAgent.startsWith('pnpm/')) {
     problems.push(
       `${userAgent.split(' ')[0] || 'this client'} would publish these ranges as they are (${ranges.join('; ')}): ` +
-        'only pnpm turns workspace: ranges into versions. Run `pnpm pack` instead, or `pnpm release` to publish.',
+        'only pnpm turns workspace: ranges into versions. Run `pnpm pack` instead, or `pnpm release` to publish; ' +
+        `to check the packed package's types (what \`attw --pack\` does, through npm), \`${CHECK_PACKAGE}\` at the repository's root.`,
     );
   }
   for (const [subpath, conditions] of Object.entries(manifest.exports)) {
