@@ -13,8 +13,8 @@ beforeAll(async () => {
 test('every public package not released yet (at 0.0.0) gets a minor from the pending changesets: its first release is 0.1.0', () => {
   expect(published.length).toBeGreaterThan(0);
   const bumps = highestBumps(pendingChangesets(REPO_ROOT));
-  // A package left out is released anyway, as a dependent of one that is in them
-  // (updateInternalDependencies: a patch), with an empty changelog: 0.0.1 beside the others' 0.1.0.
+  // A package left out is released only as a dependent of one that is in them (updateInternalDependencies:
+  // a patch), with an empty changelog — 0.0.1 beside the others' 0.1.0 — or not at all.
   for (const p of published.filter((q) => q.version === '0.0.0'))
     expect(bumps.get(p.name), `${p.name} (at 0.0.0) in .changeset/*.md`).toBe('minor');
 });
