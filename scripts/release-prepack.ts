@@ -1,11 +1,16 @@
 // The `prepack` of every public package (`node --import tsx ../../scripts/release-prepack.ts`, which
 // npm and pnpm run in the package's folder before they pack or publish it). It builds nothing —
 // `pnpm release` builds once, before publishing anything — it refuses to pack what would ship wrong,
-// and puts the repository's LICENSE beside the manifest. docs/releasing.md says why.
+// puts the repository's LICENSE beside the manifest, and swaps in the README to ship, its links
+// absolute (release-readme.ts; the postpack swaps it back). docs/releasing.md says why.
 import { copyFileSync, existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { SOURCE_CONDITION } from '../tsup.config.base.js';
 import { BUILD_INPUTS_FILE, buildInputs, changedInputs } from './release-build-inputs.js';
+import { projectHomepage, writeShippedReadme } from './release-readme.js';
+
+/** The command that packs a package and checks the tarball as `attw --pack` would (which runs npm pack). */
+const CHECK_PACKAGE = 'pnpm check:package';
 
 const DEPENDENCY_FIELDS = ['dependencies', 'devDependencies', 'peerDependencies', 'optionalDependencies'] as const;
 
@@ -46,7 +51,8 @@ function packProblems(packageDir: string, userAgent: string): string[] {
   if (ranges.length > 0 && !userAgent.startsWith('pnpm/')) {
     problems.push(
       `${userAgent.split(' ')[0] || 'this client'} would publish these ranges as they are (${ranges.join('; ')}): ` +
-        'only pnpm turns workspace: ranges into versions. Run `pnpm pack` instead, or `pnpm release` to publish.',
+        'only pnpm turns workspace: ranges into versions. Run `pnpm pack` instead, or `pnpm release` to publish; ' +
+        `to check the packed package's types (what \`attw --pack\` does, through npm), \`${CHECK_PACKAGE}\` at the repository's root.`,
     );
   }
   for (const [subpath, conditions] of Object.entries(manifest.exports)) {
@@ -69,4 +75,6 @@ if (problems.length > 0) {
   console.error(`prepack: refusing to pack ${name}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
   process.exit(1);
 }
-copyFileSync(join(import.meta.dirname, '..', 'LICENSE'), 'LICENSE');
+const repository = join(import.meta.dirname, '..');
+copyFileSync(join(repository, 'LICENSE'), 'LICENSE');
+writeShippedReadme(process.cwd(), relative(repository, process.cwd()), projectHomepage());

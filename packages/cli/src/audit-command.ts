@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { eachOwnedTarget } from './audit-reader.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
+import { docsUrl } from './docs-url.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { AuditOutput } from './output-schemas.js';
 
@@ -48,7 +49,7 @@ export function defineAudit(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary("compare the owner's expected tuples with OpenFGA (exit 1 on drift)")
     .description(
-      "Audits each outbox (docs/design.md §9, docs/agreement.md): the tuples the owner's rows imply against those OpenFGA holds — " +
+      `Audits each outbox (design §9: ${docsUrl('design.md#9-agreement-owner-ledger-and-openfga')}; ${docsUrl('agreement.md')}): the tuples the owner's rows imply against those OpenFGA holds — ` +
         'missing, unexpected and orphan tuples. Read-only. Needs an owner mapping per outbox in the config. Exit 1 when drift is found.',
     )
     .option(

@@ -10,6 +10,7 @@ import { CliError } from './cli-error.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith } from './command-line.js';
 import { confirm } from './confirm.js';
+import { docsUrl } from './docs-url.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { explainError } from './explain-error.js';
 import { idsArgument } from './id-argument.js';
@@ -43,7 +44,7 @@ const RETIRE: CloseMode = {
   closedAs: 'retired',
   summary: 'close superseded intents with a reason',
   description:
-    'Retires superseded intents (docs/design.md §6): all or nothing — if any id is not superseded, nothing changes and each ' +
+    `Retires superseded intents (design §6: ${docsUrl('design.md#6-reconciler-the-redrive-rule')}): all or nothing — if any id is not superseded, nothing changes and each ` +
     'such id is named. The rows stay as evidence. Asks for confirmation on a terminal; without one, --yes is required.',
   consequence: '',
   close: (target, ids, reason) => reconciler(target).retire(ids, reason),
@@ -55,7 +56,7 @@ const DISCARD: CloseMode = {
   closedAs: 'discarded',
   summary: 'close poisoned intents that are not superseded: their tuples are never written',
   description:
-    'Discards poisoned intents no delivered successor covers (docs/design.md §10): the decision that their tuples will never ' +
+    `Discards poisoned intents no delivered successor covers (design §10: ${docsUrl('design.md#10-the-ledgers-life')}): the decision that their tuples will never ` +
     'be written to OpenFGA, an under-grant. All or nothing — a superseded id (retire it), a deliverable or delivered one, or one ' +
     'whose partition a drainer holds right now refuses the call, naming each. The rows stay as evidence. Asks for ' +
     'confirmation on a terminal; without one, --yes is required.',

@@ -6,6 +6,7 @@ import type { ExitBox } from './command-line.js';
 import { integerArgument } from './command-line.js';
 import { findConfigFile, loadConfigFile, CONFIG_FILE_NAMES } from './config-file.js';
 import { checkConfig, type CheckedConfig, type OpenFgaConfig } from './config.js';
+import { docsUrl } from './docs-url.js';
 import { EXIT } from './exit-codes.js';
 import { withTargets, type Target } from './targets.js';
 
@@ -62,7 +63,8 @@ export interface TargetOptionsShape {
 
 /** Adds the options that choose what a command works on (unless the config is fixed). */
 export function addTargetOptions(command: Command, ctx: CommandContext, shape: TargetOptionsShape = {}): Command {
-  if (shape.json ?? true) command.option('--json', 'print one JSON document on stdout (schema in docs/cli.md)');
+  if (shape.json ?? true)
+    command.option('--json', `print one JSON document on stdout (schema in ${docsUrl('cli.md#json-output')})`);
   if (ctx.fixedConfig) return command;
   const outbox =
     shape.outboxes === 'one'

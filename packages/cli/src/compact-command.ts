@@ -2,6 +2,7 @@ import { createReconciler, type CompactionResult } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
+import { docsUrl } from './docs-url.js';
 import { durationOption, durationText } from './durations.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { CompactOutput } from './output-schemas.js';
@@ -39,7 +40,7 @@ export function defineCompact(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary('delete old delivered, retired and discarded rows (never one a decision reads)')
     .description(
-      'Runs compactOutbox (docs/ledger.md, "Compaction"): deletes delivered rows older than --retention and retired or discarded ' +
+      `Runs compactOutbox (${docsUrl('ledger.md#compaction')}): deletes delivered rows older than --retention and retired or discarded ` +
         'rows closed longer ago than --closed-retention, but never the last delivered row of a partition, a row after a pending ' +
         'row of its partition, or one the late-write check marks. Small batches, each its own transaction, no lock a drainer waits for.',
     )

@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { sql } from 'kysely';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
+import { docsUrl } from './docs-url.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { intentOutput, type IntentOutput, type RedriveOutput } from './output-schemas.js';
 import { silentLogger } from './silent-logger.js';
@@ -123,8 +124,8 @@ export function defineRedrive(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary('revive poisoned intents (never past a delivered successor)')
     .description(
-      "Runs the reconciler's redrive pass (docs/design.md §6): poisoned intents without a delivered successor are reset to " +
-        'deliverable and the drainers woken; superseded ones are reported for retire, refused ones (docs/ledger.md) left waiting ' +
+      `Runs the reconciler's redrive pass (design §6: ${docsUrl('design.md#6-reconciler-the-redrive-rule')}): poisoned intents without a delivered successor are reset to ` +
+        `deliverable and the drainers woken; superseded ones are reported for retire, refused ones (${docsUrl('ledger.md')}) left waiting ` +
         'unless --refused. Passes repeat while one revives a full batch.',
     )
     .option('--dry-run', 'decide and report from one snapshot; change and lock nothing')

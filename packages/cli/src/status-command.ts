@@ -4,6 +4,7 @@ import { sql } from 'kysely';
 import { CliError } from './cli-error.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
+import { docsUrl } from './docs-url.js';
 import { formatDuration, formatRelative } from './durations.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { StatusOutbox, StatusOutput } from './output-schemas.js';
@@ -128,7 +129,7 @@ export function defineStatus(command: Command, ctx: CommandContext): Command {
   addTargetOptions(command, ctx)
     .summary('counts by state, oldest pending age, last delivery')
     .description(
-      "Counts each outbox's rows by state (docs/design.md §2), with the oldest pending row's age and the last delivery.",
+      `Counts each outbox's rows by state (design §2: ${docsUrl('design.md#2-vocabulary')}), with the oldest pending row's age and the last delivery.`,
     )
     .option('--check', 'exit 1 when any row is poisoned (for cron and alerts)')
     .option(

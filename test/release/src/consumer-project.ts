@@ -53,6 +53,20 @@ export async function typecheckAndRun(dir: string, env: NodeJS.ProcessEnv): Prom
   return JSON.parse(line.slice('RESULT '.length)) as ConsumerResult;
 }
 
+/**
+ * What the installed `outbox` bin (`node_modules/.bin/outbox`, as npm and pnpm link it) prints for
+ * `--help` and for each command's `--help`, one after the other; rejects when any of them fails.
+ */
+export async function installedBinHelp(dir: string, env: NodeJS.ProcessEnv): Promise<string> {
+  const bin = join(dir, 'node_modules', '.bin', 'outbox');
+  const main = await mustRun(bin, ['--help'], { cwd: dir, env });
+  const commands = [...main.matchAll(/^ {2}([a-z]+)\b/gm)].map((m) => m[1]!).filter((c) => c !== 'help');
+  if (commands.length === 0) throw new Error(`outbox --help listed no command:\n${main}`);
+  const texts = [main];
+  for (const command of commands) texts.push(await mustRun(bin, [command, '--help'], { cwd: dir, env }));
+  return texts.join('\n');
+}
+
 /** The version of `name` the consumer in `dir` got installed. */
 export function installedVersion(dir: string, name: string): string {
   return (JSON.parse(readFileSync(join(dir, 'node_modules', name, 'package.json'), 'utf8')) as { version: string })

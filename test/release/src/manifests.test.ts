@@ -70,7 +70,7 @@ test("the root package.json states the project's URL, and every public manifest 
   for (const p of published) expect(linksOf(readManifest(p.dir)), p.name).toEqual(projectLinks(REPO_ROOT, p.path));
 });
 
-test('every public manifest says what it ships, and builds nothing when packed', () => {
+test('every public manifest says what it ships, builds nothing when packed, and puts its README back after packing', () => {
   for (const p of published) {
     const m = readManifest(p.dir);
     expect((m.keywords as string[] | undefined)?.length, p.name).toBeGreaterThan(0);
@@ -82,7 +82,11 @@ test('every public manifest says what it ships, and builds nothing when packed',
       'CHANGELOG.md',
       'LICENSE',
     ]);
-    expect(m.scripts, p.name).toEqual({ build: 'tsup', prepack: 'node --import tsx ../../scripts/release-prepack.ts' });
+    expect(m.scripts, p.name).toEqual({
+      build: 'tsup',
+      prepack: 'node --import tsx ../../scripts/release-prepack.ts',
+      postpack: 'node --import tsx ../../scripts/release-postpack.ts',
+    });
     expect(m.publishConfig, `${p.name}: nothing may be swapped in at pack time`).toEqual({ access: 'restricted' });
   }
 });

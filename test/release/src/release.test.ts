@@ -12,11 +12,14 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { freePort, openFgaClientConfig, stackInfo, useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { repositoryFileUrl } from '../../../scripts/release-readme.js';
+import { bumpedVersion, highestBumps, pendingChangesets, type Bump } from './changesets.js';
 import { mustRun, runCommand } from './command.js';
-import { installConsumer, installedVersion, typecheckAndRun } from './consumer-project.js';
+import { installConsumer, installedBinHelp, installedVersion, typecheckAndRun } from './consumer-project.js';
+import { brokenRepositoryLink, isAbsoluteUrl, linkTargets, relativeFileMentions, urlsIn } from './markdown-links.js';
 import { commitAll, copyRepository } from './scratch-repository.js';
 import { shellEnvironment } from './shell-environment.js';
 import { downloadTarball, readTarball, shippedPackage, type TarballContents } from './tarball.js';
@@ -25,6 +28,7 @@ import {
   linksOf,
   projectLinks,
   publicPackages,
+  readManifest,
   REPO_ROOT,
   SOURCE_CONDITION,
   workspacePackages,
@@ -43,6 +47,10 @@ let scratch: string;
 let before: WorkspacePackage[];
 let after: WorkspacePackage[];
 let published: WorkspacePackage[];
+/** Package name → the highest bump the pending changesets give it, the rehearsal's own included. */
+let bumps: Map<string, Bump>;
+/** Where the scratch repository's files are shown (its root package.json's homepage). */
+let filesBase: string;
 const tarballs = new Map<string, { file: string; contents: TarballContents }>();
 
 /** The environment of every command here: a plain shell's, for a publisher whose npmrc names the registry. */
@@ -75,16 +83,18 @@ beforeAll(async () => {
 
   // The flow of docs/releasing.md, step by step, at a prerelease version.
   await pnpm(['changeset', 'pre', 'enter', PRERELEASE_TAG]);
-  const bumps = publicPackages(before).map((p) => `'${p.name}': patch`);
+  const patches = publicPackages(before).map((p) => `'${p.name}': patch`);
   writeFileSync(
     join(scratch, '.changeset', 'release-rehearsal.md'),
-    `---\n${bumps.join('\n')}\n---\n\nThe release rehearsal's change.\n`,
+    `---\n${patches.join('\n')}\n---\n\nThe release rehearsal's change.\n`,
   );
+  bumps = highestBumps(pendingChangesets(scratch));
   await pnpm(['version-packages']);
   await commitAll(scratch, 'Version packages', env());
   // changesets reads the scope's registry from this variable (its `npm info` and `pnpm publish` calls).
   await pnpm(['release'], { 'npm_config_@outbox:registry': registry.url });
 
+  filesBase = repositoryFileUrl(readManifest(scratch).homepage as string, '');
   after = await workspacePackages(scratch, env());
   published = publicPackages(after);
   for (const p of published) {
@@ -106,10 +116,16 @@ describe('the release flow', () => {
         .sort(),
     );
     for (const p of published) {
-      const previous = before.find((b) => b.name === p.name)?.version;
-      expect(p.version, p.name).toMatch(new RegExp(`^\\d+\\.\\d+\\.\\d+-${PRERELEASE_TAG}\\.\\d+$`));
-      expect(p.version, p.name).not.toBe(previous);
-      expect(readFileSync(join(p.dir, 'CHANGELOG.md'), 'utf8'), p.name).toContain(`## ${p.version}`);
+      const previous = before.find((b) => b.name === p.name)!.version;
+      // The highest bump wins: on 0.0.0, the first release's minor and the rehearsal's patch make 0.1.0.
+      const bump = bumps.get(p.name)!;
+      expect(p.version, `${p.name} from ${previous} by a ${bump}`).toBe(
+        `${bumpedVersion(previous, bump)}-${PRERELEASE_TAG}.0`,
+      );
+      if (previous === '0.0.0') expect(p.version, `${p.name}'s first release`).toBe(`0.1.0-${PRERELEASE_TAG}.0`);
+      const changelog = readFileSync(join(p.dir, 'CHANGELOG.md'), 'utf8');
+      expect(changelog, p.name).toContain(`## ${p.version}`);
+      expect(changelog, p.name).toContain(`### ${bump[0]!.toUpperCase()}${bump.slice(1)} Changes`);
       const packument = (await (await fetch(`${registry.url}${p.name.replace('/', '%2f')}`)).json()) as {
         'dist-tags': Record<string, string>;
       };
@@ -117,6 +133,8 @@ describe('the release flow', () => {
     }
     const tags = (await mustRun('git', ['tag', '--list'], { cwd: scratch, env: env() })).split('\n').filter(Boolean);
     expect(tags.sort()).toEqual(published.map((p) => `${p.name}@${p.version}`).sort());
+    // Publishing swapped every README for the one shipped, and put it back (the postpack).
+    expect(await mustRun('git', ['status', '--porcelain'], { cwd: scratch, env: env() })).toBe('');
   });
 
   test('never publishes, versions or tags a private package (services, migrations, test helpers, the root)', async () => {
@@ -161,6 +179,14 @@ describe('the published tarballs', () => {
             expect(paths, `${p.name} exports["${subpath}"].${condition}`).toContain(target.replace(/^\.\//, ''));
         }
       }
+      // A registry user has the tarball and nothing else: a relative link must name a file in it.
+      const readme = readFileSync(join(tmp, 'published', p.path, 'package', 'README.md'), 'utf8');
+      for (const target of linkTargets(readme)) {
+        if (target.startsWith('#') || isAbsoluteUrl(target)) continue;
+        expect(paths, `${p.name} README links to ${target}`).toContain(target.split('#')[0]!.replace(/^\.\//, ''));
+      }
+      for (const url of linkTargets(readme).filter((target) => target.startsWith(filesBase)))
+        expect(brokenRepositoryLink(scratch, filesBase, url), `${p.name} README`).toBeUndefined();
       expect(JSON.stringify(contents.manifest), p.name).not.toContain('workspace:');
       const dependencies = (contents.manifest.dependencies ?? {}) as Record<string, string>;
       for (const dep of published.filter((q) => q.name in dependencies))
@@ -173,20 +199,22 @@ describe('the published tarballs', () => {
     }
   }, 120_000);
 
-  test('pnpm pack makes the published tarball (up to the order of dependency entries); npm pack, which would ship workspace: ranges as they are, is refused', async () => {
+  test('pnpm check:package packs the published tarball (up to the order of dependency entries) and passes publint and attw; npm pack, which would ship workspace: ranges as they are, is refused and names it', async () => {
+    // The documented check (docs/releasing.md), in place of `attw --pack`, which runs npm pack.
+    const checked = join(tmp, 'checked');
+    await pnpm(['check:package', '--pack-destination', checked]);
     for (const p of published) {
       const out = join(tmp, 'packed', p.path);
-      await mustRun('pnpm', ['pack', '--pack-destination', join(out, 'pnpm')], { cwd: p.dir, env: env() });
+      const folder = join(checked, basename(p.dir));
       const pnpmTarball = join(
-        out,
-        'pnpm',
-        readdirSync(join(out, 'pnpm')).find((f) => f.endsWith('.tgz'))!,
+        folder,
+        readdirSync(folder).find((f) => f.endsWith('.tgz'))!,
       );
       const packed = await readTarball(pnpmTarball, join(out, 'pnpm-unpacked'), env());
       expect(shippedPackage(packed), p.name).toEqual(shippedPackage(tarballs.get(p.name)!.contents));
 
       // What npm would do without the guard: the manifest keeps its workspace: ranges.
-      mkdirSync(join(out, 'npm'));
+      mkdirSync(join(out, 'npm'), { recursive: true });
       await mustRun('npm', ['pack', '--ignore-scripts', '--pack-destination', join(out, 'npm')], {
         cwd: p.dir,
         env: env(),
@@ -206,6 +234,7 @@ describe('the published tarballs', () => {
       });
       expect(refused.code, p.name).not.toBe(0);
       expect(refused.stderr, p.name).toContain('only pnpm turns workspace: ranges into versions');
+      expect(refused.stderr, `${p.name}: the refusal names the check that works`).toContain('`pnpm check:package`');
     }
     // A source changed since the build: no client may pack the stale dist.
     const [first] = published;
@@ -222,7 +251,7 @@ describe('the published tarballs', () => {
 
 describe('a consumer outside the workspace', () => {
   test.each(['npm', 'pnpm'] as const)(
-    'installs the packages from the registry with %s, typechecks (node16 and bundler), and enqueues, drains into OpenFGA and redrives',
+    'installs the packages from the registry with %s, runs the outbox bin, typechecks (node16 and bundler), and enqueues, drains into OpenFGA and redrives',
     async (client) => {
       const dir = join(tmp, `consumer-${client}`);
       mkdirSync(dir);
@@ -239,6 +268,14 @@ describe('a consumer outside the workspace', () => {
         for (const name of Object.keys(versions))
           expect(lock.packages[`node_modules/${name}`]?.resolved, name).toMatch(new RegExp(`^${registry.url}`));
       }
+
+      // The installed bin (the shim in bin/ and the dist/ it imports) runs, and its help sends a
+      // registry user to the documentation by address: no docs/ came with the package.
+      const help = await installedBinHelp(dir, consumerEnv);
+      expect(relativeFileMentions(help)).toEqual([]);
+      const docs = urlsIn(help).filter((url) => url.startsWith(filesBase));
+      expect(docs.length).toBeGreaterThan(0);
+      for (const url of docs) expect(brokenRepositoryLink(scratch, filesBase, url)).toBeUndefined();
 
       const fgaConfig = openFgaClientConfig(fga.storeId, fga.authorizationModelId);
       const schema = `${client}_consumer`;
