@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { defineActions } from './actions-command.js';
 import { defineAudit } from './audit-command.js';
 import type { CommandContext } from './command-context.js';
 import { defineDiscard, defineRetire } from './close-commands.js';
@@ -24,6 +25,7 @@ const COMMANDS = {
   compact: defineCompact,
   audit: defineAudit,
   repair: defineRepair,
+  actions: defineActions,
   doctor: defineDoctor,
 } satisfies Record<string, (command: Command, ctx: CommandContext) => Command>;
 
