@@ -87,6 +87,10 @@ async function beforeClaimV5(db: Kysely<unknown>, spec: OutboxSpec): Promise<voi
 async function beforeEnqueueFunction(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
   await sql.raw(`drop function "${spec.schema}"."${spec.tableName}_enqueue"(text[], jsonb[], integer)`).execute(db);
 }
+/** Takes away what 0013 added: the actions log (that build's CLI recorded nothing). */
+async function beforeActionsLog(db: Kysely<unknown>, spec: OutboxSpec): Promise<void> {
+  await sql.raw(`drop table "${spec.schema}"."${spec.tableName}_actions"`).execute(db);
+}
 /** A build before 0009_ledger_life: no ledger columns, no delivered-rows index. */
 const withoutLedger = (db: Kysely<unknown>, spec: OutboxSpec) => executeStatements(db, dropLedgerLifeDdlV1(spec));
 
@@ -100,6 +104,7 @@ test.each([
     build: 'before claim v3',
     // A claim without p_flush_keys (v2) and a settle marked v1.
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeActionsLog(db, spec);
       await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
       await sql
@@ -119,12 +124,14 @@ test.each([
       '0010_late_write_verification',
       '0011_claim_v5',
       '0012_enqueue_function_v1',
+      '0013_actions_log_v1',
     ],
   },
   {
     build: 'before claim v4',
     // The same signatures, with bodies marked claim v3 and settle v2.
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeActionsLog(db, spec);
       await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
       await oldClaim(db, spec, 'v3', claimParams.v3);
@@ -138,29 +145,40 @@ test.each([
       '0010_late_write_verification',
       '0011_claim_v5',
       '0012_enqueue_function_v1',
+      '0013_actions_log_v1',
     ],
   },
   {
     build: 'before late-write verification',
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeActionsLog(db, spec);
       await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
       await beforeLateWriteVerification(db, spec);
     },
-    pending: ['0010_late_write_verification', '0011_claim_v5', '0012_enqueue_function_v1'],
+    pending: ['0010_late_write_verification', '0011_claim_v5', '0012_enqueue_function_v1', '0013_actions_log_v1'],
   },
   {
     build: 'before claim v5',
     leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeActionsLog(db, spec);
       await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
     },
-    pending: ['0011_claim_v5', '0012_enqueue_function_v1'],
+    pending: ['0011_claim_v5', '0012_enqueue_function_v1', '0013_actions_log_v1'],
   },
   {
     build: 'before enqueue v1',
-    leave: beforeEnqueueFunction,
-    pending: ['0012_enqueue_function_v1'],
+    leave: async (db: Kysely<unknown>, spec: OutboxSpec) => {
+      await beforeActionsLog(db, spec);
+      await beforeEnqueueFunction(db, spec);
+    },
+    pending: ['0012_enqueue_function_v1', '0013_actions_log_v1'],
+  },
+  {
+    build: 'before the actions log',
+    leave: beforeActionsLog,
+    pending: ['0013_actions_log_v1'],
   },
 ])(
   "a database migrated by the build $build: the next migrate brings every outbox's functions and columns up to date",
@@ -169,7 +187,7 @@ test.each([
     for (const spec of specs) {
       await leave(db, spec);
       await expect(verifyOutboxTable(db, spec)).rejects.toThrow(
-        /is not the one this release creates|column verify_after|column poison_cause|_enqueue \(enqueue;/,
+        /is not the one this release creates|column verify_after|column poison_cause|_enqueue \(enqueue;|_actions \(the actions log;/,
       );
     }
     await sql`drop table if exists public.outbox_audit_cursor`.execute(db);

@@ -1,6 +1,7 @@
 import type { AnyKysely } from '@outbox/outbox';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
 import {
+  actionsLogMigration,
   drainFunctionsMigration,
   enqueueFunctionMigration,
   iamMigration,
@@ -37,6 +38,8 @@ export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0011_claim_v5': drainFunctionsMigration(OUTBOXES, { claim: 'v5', settle: 'v4' }),
   // enqueue v1: the locks and the insert in one round trip (the previous build's enqueue does not call it).
   '0012_enqueue_function_v1': enqueueFunctionMigration(OUTBOXES, 'v1'),
+  // the actions log beside every outbox: what operators changed, by whom and why (the previous build writes none).
+  '0013_actions_log_v1': actionsLogMigration(OUTBOXES),
 });
 
 const provider: MigrationProvider = { getMigrations: async () => ({ ...migrations }) };

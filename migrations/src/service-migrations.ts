@@ -1,5 +1,6 @@
 import { dropOutboxTable, OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
 import {
+  actionsLogDdlV1,
   drainFunctionsDdl,
   dropLedgerLifeDdlV1,
   ENQUEUE_FUNCTION_SIGNATURES,
@@ -93,6 +94,18 @@ export function enqueueFunctionMigration(specs: readonly OutboxSpec[], version: 
           ),
         );
       }
+    },
+  };
+}
+
+/** The actions log of every outbox of `specs` (docs/ledger.md, "The actions log"); `down` drops it. */
+export function actionsLogMigration(specs: readonly OutboxSpec[]): Migration {
+  return {
+    async up(db) {
+      for (const spec of specs) await executeStatements(db, actionsLogDdlV1(spec));
+    },
+    async down(db) {
+      for (const spec of specs) await executeStatements(db, [`drop table if exists ${tableNames(spec).actionsTable}`]);
     },
   };
 }

@@ -5,7 +5,9 @@ import {
   RetireRefusedError,
   type RedrivenIntent,
 } from '@outbox/reconciler';
+import type { OutboxActionTrace } from '@outbox/outbox';
 import type { Command } from 'commander';
+import { actionTraces, addActorOption, type ActorOptions } from './actor-option.js';
 import { CliError } from './cli-error.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith } from './command-line.js';
@@ -19,7 +21,7 @@ import { rowsById } from './rows-query.js';
 import { silentLogger } from './silent-logger.js';
 import { onlyOutbox, type Target } from './targets.js';
 
-interface CloseOptions extends TargetOptions {
+interface CloseOptions extends TargetOptions, ActorOptions {
   readonly json?: boolean;
   readonly reason: string;
   readonly yes?: boolean;
@@ -33,7 +35,13 @@ interface CloseMode {
   readonly description: string;
   /** Appended to the question and to the line saying what was closed. */
   readonly consequence: string;
-  readonly close: (target: Target, ids: readonly string[], reason: string) => Promise<readonly RedrivenIntent[]>;
+  /** Closes `ids`, recording the change in the actions log with `record`, in the same transaction. */
+  readonly close: (
+    target: Target,
+    ids: readonly string[],
+    reason: string,
+    record: OutboxActionTrace | undefined,
+  ) => Promise<readonly RedrivenIntent[]>;
   readonly refused: (error: unknown) => readonly { id: string; refusal: string }[] | undefined;
 }
 
@@ -45,9 +53,10 @@ const RETIRE: CloseMode = {
   summary: 'close superseded intents with a reason',
   description:
     `Retires superseded intents (design §6: ${docsUrl('design.md#6-reconciler-the-redrive-rule')}): all or nothing — if any id is not superseded, nothing changes and each ` +
-    'such id is named. The rows stay as evidence. Asks for confirmation on a terminal; without one, --yes is required.',
+    "such id is named. The rows stay as evidence, and the retire is recorded in the outbox's actions log (`outbox actions`). " +
+    'Asks for confirmation on a terminal; without one, --yes is required.',
   consequence: '',
-  close: (target, ids, reason) => reconciler(target).retire(ids, reason),
+  close: (target, ids, reason, record) => reconciler(target).retire(ids, reason, { record }),
   refused: (error) => (error instanceof RetireRefusedError ? error.refused : undefined),
 };
 
@@ -58,16 +67,16 @@ const DISCARD: CloseMode = {
   description:
     `Discards poisoned intents no delivered successor covers (design §10: ${docsUrl('design.md#10-the-ledgers-life')}): the decision that their tuples will never ` +
     'be written to OpenFGA, an under-grant. All or nothing — a superseded id (retire it), a deliverable or delivered one, or one ' +
-    'whose partition a drainer holds right now refuses the call, naming each. The rows stay as evidence. Asks for ' +
-    'confirmation on a terminal; without one, --yes is required.',
+    'whose partition a drainer holds right now refuses the call, naming each. The rows stay as evidence, and the discard is ' +
+    "recorded in the outbox's actions log (`outbox actions`). Asks for confirmation on a terminal; without one, --yes is required.",
   consequence: ': their tuples will never be written to OpenFGA',
-  close: (target, ids, reason) => reconciler(target).discardPoisoned({ ids, reason }),
+  close: (target, ids, reason, record) => reconciler(target).discardPoisoned({ ids, reason, record }),
   refused: (error) => (error instanceof DiscardRefusedError ? error.refused : undefined),
 };
 
 function defineClose(command: Command, ctx: CommandContext, mode: CloseMode): Command {
   const { verb, closedAs } = mode;
-  addTargetOptions(command, ctx, { outboxes: 'one' })
+  addActorOption(addTargetOptions(command, ctx, { outboxes: 'one' }))
     .summary(mode.summary)
     .description(mode.description)
     .argument('<ids...>', `row ids (at most ${MAX_RETIRE_IDS})`, idsArgument)
@@ -83,6 +92,8 @@ function defineClose(command: Command, ctx: CommandContext, mode: CloseMode): Co
             'split the list',
             EXIT.usage,
           );
+        // Before anything is asked or changed: the change is recorded with who made it (docs/cli.md).
+        const record = actionTraces(options, ctx.io, verb, { reason: options.reason.trim() });
         if (!options.yes && !ctx.io.stdin.isTTY)
           throw new CliError(
             `${verb} changes rows and asks first, but there is no terminal to ask on`,
@@ -115,7 +126,7 @@ function defineClose(command: Command, ctx: CommandContext, mode: CloseMode): Co
               }
             }
             try {
-              closed.push(...(await mode.close(target, ids, reason)).map(intentOutput));
+              closed.push(...(await mode.close(target, ids, reason, record(target.spec))).map(intentOutput));
             } catch (error) {
               const refusals = mode.refused(error);
               if (!refusals) throw error;

@@ -1,5 +1,6 @@
 import { createReconciler, type CompactionResult } from '@outbox/reconciler';
 import type { Command } from 'commander';
+import { actionTraces, addActorOption, type ActorOptions } from './actor-option.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { docsUrl } from './docs-url.js';
@@ -8,7 +9,7 @@ import { EXIT, type ExitCode } from './exit-codes.js';
 import type { CompactOutput } from './output-schemas.js';
 import { silentLogger } from './silent-logger.js';
 
-interface CompactOptions extends TargetOptions {
+interface CompactOptions extends TargetOptions, ActorOptions {
   readonly json?: boolean;
   readonly dryRun?: boolean;
   readonly retention: number;
@@ -37,7 +38,7 @@ function outcomeText(o: Outcome, dryRun: boolean): string {
 
 /** `outbox compact`: deletes old delivered and closed rows, never one a decision still reads. */
 export function defineCompact(command: Command, ctx: CommandContext): Command {
-  addTargetOptions(command, ctx)
+  addActorOption(addTargetOptions(command, ctx))
     .summary('delete old delivered, retired and discarded rows (never one a decision reads)')
     .description(
       `Runs compactOutbox (${docsUrl('ledger.md#compaction')}): deletes delivered rows older than --retention and retired or discarded ` +
@@ -66,6 +67,7 @@ export function defineCompact(command: Command, ctx: CommandContext): Command {
         const retentionMs = options.retention;
         const closedRetentionMs = options.closedRetention ?? retentionMs;
         const dryRun = options.dryRun === true;
+        const record = actionTraces(options, ctx.io, 'compact', { dryRun }); // before anything is deleted
         return onTargets(options, ctx, async (targets) => {
           const output: CompactOutput = { dryRun, retentionMs, closedRetentionMs, outboxes: [] };
           if (!options.json) {
@@ -85,6 +87,7 @@ export function defineCompact(command: Command, ctx: CommandContext): Command {
               closedRetentionMs,
               batchSize: options.batchSize,
               dryRun,
+              record: record(target.spec),
             });
             const { deleted, delivered, closed, scanned, batches, skipped } = result;
             const outcome = {

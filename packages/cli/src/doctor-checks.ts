@@ -22,7 +22,7 @@ export async function tableCheck(target: Target): Promise<Check> {
   try {
     await verifyOutboxTable(target.db, target.spec);
     return pass(
-      `${target.spec.table} matches the contract (columns, indexes, trigger, drain and enqueue functions, maxAttempts ${target.spec.maxAttempts})`,
+      `${target.spec.table} matches the contract (columns, indexes, trigger, drain and enqueue functions, actions log, maxAttempts ${target.spec.maxAttempts})`,
     );
   } catch (error) {
     if (error instanceof OutboxTableError) {

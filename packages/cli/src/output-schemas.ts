@@ -297,6 +297,52 @@ export const RepairOutbox = Type.Object(
 export const RepairOutput = Type.Object({ dryRun: Type.Boolean(), outboxes: Type.Array(RepairOutbox) }, strict);
 export type RepairOutput = Static<typeof RepairOutput>;
 
+/** One row of an outbox's actions log (docs/ledger.md, "The actions log"). */
+export const ActionOutput = Type.Object(
+  {
+    /** The log row's id: newer actions have larger ones. */
+    id: Id,
+    /** When the action's (first) transaction started. */
+    at: Timestamp,
+    /** Who acted: `--actor`, or the OS user. */
+    actor: Type.String({ minLength: 1 }),
+    action: Type.Union([
+      Type.Literal('redrive'),
+      Type.Literal('retire'),
+      Type.Literal('discard'),
+      Type.Literal('repair'),
+      Type.Literal('compact'),
+    ]),
+    /** The outbox rows it changed: revived, retired, discarded, or enqueued by a repair (none for a compaction). */
+    ids: Type.Array(Id),
+    /** How many of each it changed, e.g. `{ "discarded": 2 }`, `{ "deleted": 120, "delivered": 100, "closed": 20 }`. */
+    counts: Type.Record(Type.String(), Count),
+    /** Why: retire's and discard's reason; null for the others. */
+    reason: Nullable(Type.String()),
+  },
+  strict,
+);
+export type ActionOutput = Static<typeof ActionOutput>;
+export const ActionsOutput = Type.Object(
+  {
+    outboxes: Type.Array(
+      Type.Object(
+        {
+          name: Type.String(),
+          table: Type.String(),
+          /** Newest first, at most --limit. */
+          actions: Type.Array(ActionOutput),
+          /** Older actions were left out by --limit. */
+          more: Type.Boolean(),
+        },
+        strict,
+      ),
+    ),
+  },
+  strict,
+);
+export type ActionsOutput = Static<typeof ActionsOutput>;
+
 export const DoctorCheck = Type.Object(
   {
     /** The outbox it is about, or null for one about the whole setup (OpenFGA, a database). */
@@ -327,5 +373,6 @@ export const OUTPUT_SCHEMAS = Object.freeze({
   compact: CompactOutput,
   audit: AuditOutput,
   repair: RepairOutput,
+  actions: ActionsOutput,
   doctor: DoctorOutput,
 });

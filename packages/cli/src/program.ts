@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 // The bundle inlines it: `--version` is the package's own, from src (tsx) and dist alike.
 import manifest from '../package.json' with { type: 'json' };
+import { defineActions } from './actions-command.js';
 import { defineAudit } from './audit-command.js';
 import type { CommandContext } from './command-context.js';
 import { defineDiscard, defineRetire } from './close-commands.js';
@@ -26,6 +27,7 @@ const COMMANDS = {
   compact: defineCompact,
   audit: defineAudit,
   repair: defineRepair,
+  actions: defineActions,
   doctor: defineDoctor,
 } satisfies Record<string, (command: Command, ctx: CommandContext) => Command>;
 

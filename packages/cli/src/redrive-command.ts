@@ -1,6 +1,8 @@
+import type { OutboxActionTrace } from '@outbox/outbox';
 import { createReconciler, type RedriveResult } from '@outbox/reconciler';
 import type { Command } from 'commander';
 import { sql } from 'kysely';
+import { actionTraces, addActorOption, type ActorOptions } from './actor-option.js';
 import { addTargetOptions, onTargets, printJson, type CommandContext, type TargetOptions } from './command-context.js';
 import { exitWith, integerArgument } from './command-line.js';
 import { docsUrl } from './docs-url.js';
@@ -10,7 +12,7 @@ import { silentLogger } from './silent-logger.js';
 import type { Target } from './targets.js';
 import { cut } from './text-table.js';
 
-interface RedriveOptions extends TargetOptions {
+interface RedriveOptions extends TargetOptions, ActorOptions {
   readonly json?: boolean;
   readonly dryRun?: boolean;
   readonly refused?: boolean;
@@ -22,14 +24,21 @@ type Outcome = RedriveOutput['outboxes'][number];
 /** How many ids of each kind the human output names (--json names them all). */
 const NAMED = 10;
 
-/** Passes while one revives rows and reports more (a batch is at most 500 rows), at most `maxPasses`. */
-async function redriveTarget(target: Target, options: RedriveOptions): Promise<Outcome> {
+/**
+ * Passes while one revives rows and reports more (a batch is at most 500 rows), at most `maxPasses`;
+ * each pass that changes rows records them in `record`'s one row of the actions log, in its transaction.
+ */
+async function redriveTarget(
+  target: Target,
+  options: RedriveOptions,
+  record: OutboxActionTrace | undefined,
+): Promise<Outcome> {
   const reconciler = createReconciler({ db: target.db, spec: target.spec, logger: silentLogger });
   // A dry run reads one snapshot, takes no lock and changes nothing (the reconciler's dryRun). The
   // refused request is stored on the rows, so the passes after the first need not repeat it.
   const pass = (first: boolean) =>
     reconciler.redrivePoisoned({
-      ...(options.dryRun ? { dryRun: true } : {}),
+      ...(options.dryRun ? { dryRun: true } : { record }),
       ...(options.refused && first ? { refused: true, reason: 'operator' } : {}),
     });
   const outcome: Outcome = {
@@ -121,12 +130,12 @@ function outcomeText(o: Outcome, dryRun: boolean, program: string): string {
 
 /** `outbox redrive`: the reconciler's pass, now. */
 export function defineRedrive(command: Command, ctx: CommandContext): Command {
-  addTargetOptions(command, ctx)
+  addActorOption(addTargetOptions(command, ctx))
     .summary('revive poisoned intents (never past a delivered successor)')
     .description(
       `Runs the reconciler's redrive pass (design §6: ${docsUrl('design.md#6-reconciler-the-redrive-rule')}): poisoned intents without a delivered successor are reset to ` +
         `deliverable and the drainers woken; superseded ones are reported for retire, refused ones (${docsUrl('ledger.md')}) left waiting ` +
-        'unless --refused. Passes repeat while one revives a full batch.',
+        'unless --refused. Passes repeat while one revives a full batch. What they change is one row of the actions log.',
     )
     .option('--dry-run', 'decide and report from one snapshot; change and lock nothing')
     .option(
@@ -136,6 +145,7 @@ export function defineRedrive(command: Command, ctx: CommandContext): Command {
     .option('--max-passes <n>', 'at most this many passes per outbox', integerArgument(1, 10_000), 20)
     .action(
       exitWith(ctx.box, async (options: RedriveOptions): Promise<ExitCode> => {
+        const record = actionTraces(options, ctx.io, 'redrive', { dryRun: options.dryRun === true });
         return onTargets(options, ctx, async (targets) => {
           const output: RedriveOutput = {
             dryRun: options.dryRun === true,
@@ -143,7 +153,7 @@ export function defineRedrive(command: Command, ctx: CommandContext): Command {
             outboxes: [],
           };
           for (const target of targets) {
-            const outcome = await redriveTarget(target, options);
+            const outcome = await redriveTarget(target, options, record(target.spec));
             output.outboxes.push(outcome);
             if (!options.json) ctx.io.stdout.write(outcomeText(outcome, output.dryRun, ctx.name));
           }

@@ -1,5 +1,6 @@
 import { repairOutbox } from '@outbox/reconciler';
 import type { Command } from 'commander';
+import { actionTraces, addActorOption, type ActorOptions } from './actor-option.js';
 import { tupleText } from './audit-command.js';
 import { eachOwnedTarget } from './audit-reader.js';
 import {
@@ -14,7 +15,7 @@ import { exitWith, integerArgument } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { RepairOutput } from './output-schemas.js';
 
-interface RepairOptions extends TargetOptions {
+interface RepairOptions extends TargetOptions, ActorOptions {
   readonly json?: boolean;
   readonly apply?: boolean;
   readonly maxDeletes: number;
@@ -40,12 +41,12 @@ function repairText(r: RepairOutbox): string {
 
 /** `outbox repair`: plans (default) or enqueues the corrections an audit finds. */
 export function defineRepair(command: Command, ctx: CommandContext): Command {
-  addTargetOptions(command, ctx)
+  addActorOption(addTargetOptions(command, ctx))
     .summary('correct drift through the outbox (dry run unless --apply)')
     .description(
       'Repairs drift by enqueuing correcting intents into the owning outbox (never writing to OpenFGA itself), decided under the ' +
         "partitions' locks. A dry run by default: exit 1 while corrections are planned. --apply enqueues them; more deletes than " +
-        '--max-deletes refuses the run (exit 1) before anything is enqueued.',
+        '--max-deletes refuses the run (exit 1) before anything is enqueued. What --apply enqueues is one row of the actions log.',
     )
     .option('--apply', 'enqueue the corrections (default: a dry run)')
     .option('--max-deletes <n>', 'most tuple deletes one run may enqueue', integerArgument(0, 1_000_000), 100)
@@ -57,6 +58,7 @@ export function defineRepair(command: Command, ctx: CommandContext): Command {
     .option('--sample <n>', 'corrections listed per outbox', integerArgument(0, 1_000), 20)
     .action(
       exitWith(ctx.box, async (options: RepairOptions): Promise<ExitCode> => {
+        const record = actionTraces(options, ctx.io, 'repair', { dryRun: !options.apply });
         return onTargets(options, ctx, async (targets, config) => {
           const outboxes = await eachOwnedTarget(
             targets,
@@ -73,6 +75,7 @@ export function defineRepair(command: Command, ctx: CommandContext): Command {
                 dryRun: !options.apply,
                 maxDeletes: options.maxDeletes,
                 sampleSize: options.sample,
+                record: record(target.spec),
                 ...(options.partition ? { partitionKeys: options.partition } : {}),
               });
               const r = {

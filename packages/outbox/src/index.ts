@@ -1,4 +1,17 @@
 // The user API. What only the drainer, the reconciler and the CLI use: ./protocol.ts.
+export { OUTBOX_ACTIONS, type OutboxAction } from './actions-log-ddl.js';
+export {
+  readOutboxActions,
+  recordOutboxAction,
+  traceOutboxAction,
+  validateOutboxAction,
+  type OutboxActionChange,
+  type OutboxActionEntry,
+  type OutboxActionInput,
+  type OutboxActionTrace,
+  type ReadOutboxActionsOptions,
+  type ValidOutboxAction,
+} from './actions-log.js';
 export type { AnyKysely } from './any-kysely.js';
 export {
   defineOutbox,

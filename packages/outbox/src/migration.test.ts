@@ -56,6 +56,7 @@ describe('outboxMigration with Kysely’s Migrator', () => {
     expect(up.error).toBeUndefined();
     expect(up.results).toEqual([{ migrationName: '0001_svc_outbox', direction: 'Up', status: 'Success' }]);
     await expect(verifyOutboxTable(t.db, spec)).resolves.toBeUndefined();
+    expect(await relationExists('svc.fga_register_outbox_actions')).toBe(true);
     expect(await indexNames(spec)).toEqual([
       'fga_register_outbox_claim_idx',
       'fga_register_outbox_delivered_idx',
@@ -72,6 +73,7 @@ describe('outboxMigration with Kysely’s Migrator', () => {
     expect(down.error).toBeUndefined();
     expect(down.results).toEqual([{ migrationName: '0001_svc_outbox', direction: 'Down', status: 'Success' }]);
     expect(await relationExists('svc.fga_register_outbox')).toBe(false);
+    expect(await relationExists('svc.fga_register_outbox_actions')).toBe(false);
     for (const fn of ['notify', 'claim', 'settle'])
       expect(await functionExists('svc', `fga_register_outbox_${fn}`)).toBe(false);
     const error = await verifyOutboxTable(t.db, spec).catch((e: unknown) => e);
@@ -130,6 +132,14 @@ async function definitions(spec: OutboxSpec) {
       from pg_attribute a where a.attrelid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass and a.attnum > 0
     union all
     select 'options', array_to_string(c.reloptions, ',') from pg_class c where c.oid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass
+    union all
+    select 'actions log', a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+      from pg_attribute a left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+      where a.attrelid = to_regclass(${`"${spec.schema}"."${spec.tableName}_actions"`}) and a.attnum > 0
+    union all
+    select 'actions log', conname || ' ' || pg_get_constraintdef(oid) from pg_constraint where conrelid = to_regclass(${`"${spec.schema}"."${spec.tableName}_actions"`})
+    union all
+    select 'actions log', obj_description(c.oid, 'pg_class') from pg_class c where c.oid = to_regclass(${`"${spec.schema}"."${spec.tableName}_actions"`})
     order by 1, 2`.execute(t.db);
   return result.rows;
 }
@@ -146,6 +156,7 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
       'steps.fga_register_outbox/0004_late_write_verification',
       'steps.fga_register_outbox/0005_claim_v5',
       'steps.fga_register_outbox/0006_enqueue_function_v1',
+      'steps.fga_register_outbox/0007_actions_log_v1',
     ]);
     expect(Object.keys(outboxMigrations(other, { prefix: '0002_' }))).toEqual([
       '0002_0001_outbox_table',
@@ -154,8 +165,9 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
       '0002_0004_late_write_verification',
       '0002_0005_claim_v5',
       '0002_0006_enqueue_function_v1',
+      '0002_0007_actions_log_v1',
     ]);
-    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(12);
+    expect(Object.keys({ ...outboxMigrations(spec), ...outboxMigrations(other) })).toHaveLength(14);
   });
 
   test('migrated step by step, the table is exactly what createOutboxTable makes, and verifies', async () => {
@@ -199,7 +211,10 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
     expect(thisRelease.rows.map((r) => [String(r.id), r.age_ms >= 0])).toEqual([['1', true]]);
     await sql.raw(`delete from ${tableNames(spec).table}`).execute(t.db);
 
-    // Down, step by step: enqueue's function, claim v5 (v4 stays), the late-write column and settle, the ledger columns, the functions, then the table.
+    // Down, step by step: the actions log, enqueue's function, claim v5 (v4 stays), the late-write column and settle, the ledger columns, the functions, then the table.
+    expect((await steps.migrateDown()).error).toBeUndefined();
+    expect(await relationExists('steps.fga_register_outbox_actions')).toBe(false);
+    expect((await definitions(spec)).filter((d) => d.kind === 'actions log')).toEqual([]);
     expect((await steps.migrateDown()).error).toBeUndefined();
     expect(await functionExists('steps', 'fga_register_outbox_enqueue')).toBe(false);
     expect((await steps.migrateDown()).error).toBeUndefined();

@@ -1,3 +1,4 @@
+import { ACTIONS_LOG_STEP, actionsLogDdlV1 } from './actions-log-ddl.js';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
@@ -20,6 +21,7 @@ export function outboxTableDdl(spec: OutboxSpec, options: OutboxTableOptions = {
     ...lateWriteVerificationDdl(spec),
     ...drainFunctionsDdl(spec),
     ...enqueueFunctionDdl(spec),
+    ...actionsLogDdlV1(spec),
   ];
 }
 
@@ -38,13 +40,14 @@ export async function createOutboxTable(
 }
 
 /**
- * Drops the outbox table of `spec` with its trigger and every version of its functions; the schema stays.
+ * Drops the outbox table of `spec` with its trigger, every version of its functions and its actions log; the schema stays.
  * @example
  * await dropOutboxTable(db, vpcOutbox);
  */
 export async function dropOutboxTable(db: AnyKysely, spec: OutboxSpec): Promise<void> {
   const n = tableNames(spec);
   await executeStatements(db, [
+    `drop table if exists ${n.actionsTable}`,
     `drop table if exists ${n.table}`,
     `drop function if exists ${n.notifyFunction}()`,
     ...DRAIN_FUNCTION_SIGNATURES.claim.map((signature) => `drop function if exists ${n.claimFunction}${signature}`),
@@ -66,8 +69,9 @@ export interface OutboxMigrationsOptions extends OutboxTableOptions {
 }
 
 /**
- * The outbox of `spec` as Kysely migrations that never change once released: the table, then the
- * drainer's functions at each released version. A release only appends steps (docs/migrations.md).
+ * The outbox of `spec` as Kysely migrations that never change once released: the table, the
+ * drainer's functions at each released version, enqueue's function, the actions log. A release
+ * only appends steps (docs/migrations.md).
  * @example
  * const migrations = { '0001_vpc': vpcTables, ...outboxMigrations(vpcOutbox, { prefix: '0002_vpc_outbox/' }) };
  */
@@ -121,6 +125,11 @@ export function outboxMigrations(
       up: (db: AnyKysely) => executeStatements(db, enqueueFunctionDdl(spec, 'v1')),
       down: (db: AnyKysely) =>
         executeStatements(db, [`drop function if exists ${n.enqueueFunction}(text[], jsonb[], integer)`]),
+    },
+    // The actions log (docs/ledger.md): this release's CLI writes it and observeOutbox reads it; the previous release neither.
+    [`${prefix}${ACTIONS_LOG_STEP}`]: {
+      up: (db: AnyKysely) => executeStatements(db, actionsLogDdlV1(spec)),
+      down: (db: AnyKysely) => executeStatements(db, [`drop table if exists ${n.actionsTable}`]),
     },
   });
 }

@@ -5,6 +5,8 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { afterEach, describe, expect, test } from 'vitest';
 import manifest from '../package.json' with { type: 'json' };
+import { OUTBOX_ACTIONS } from './actions-log-ddl.js';
+import { recordOutboxAction } from './actions-log.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError } from './errors.js';
 import { observeOutbox, outboxGaugesQuery } from './outbox-metrics.js';
@@ -100,6 +102,40 @@ describe('observeOutbox', () => {
       expect(causes).toEqual([0, 0]);
     } finally {
       observer.stop();
+    }
+  });
+
+  test('outbox.actions counts the actions log by action, every action reported (0 included), in the same one query', async () => {
+    const spec = await fresh();
+    const record = (action: 'discard' | 'redrive', reason?: string) =>
+      recordOutboxAction(t.db, spec, { actor: 'alice', action, ids: ['1'], ...(reason ? { reason } : {}) });
+    await record('discard', 'not wanted');
+    await record('discard', 'not wanted either');
+    await record('redrive');
+    const { db, statements } = countingDb();
+    const observer = observeOutbox({ db, spec, meterProvider: sdk.meterProvider, minIntervalMs: 0 });
+    try {
+      const points = await sdk.collect();
+      const of = (action: string) => ({ 'outbox.table': spec.table, 'outbox.action': action });
+      expect(OUTBOX_ACTIONS.map((action) => [action, pointValue(points, 'outbox.actions', of(action))])).toEqual([
+        ['redrive', 1],
+        ['retire', 0],
+        ['discard', 2],
+        ['repair', 0],
+        ['compact', 0],
+      ]);
+      expect(pointsOf(points, 'outbox.actions', of('discard'))[0]).toMatchObject({
+        scope: '@outbox/outbox',
+        kind: 'counter',
+        unit: '{action}',
+      });
+      expect(statements).toHaveLength(1);
+      // Written by another process or connection: the next collection reads it.
+      await record('discard', 'a third');
+      expect(pointValue(await sdk.collect(), 'outbox.actions', of('discard'))).toBe(3);
+    } finally {
+      observer.stop();
+      await db.destroy();
     }
   });
 

@@ -5,10 +5,12 @@ import {
   type BatchObservableCallback,
   type Meter,
   type MeterProvider,
+  type ObservableCounter,
   type ObservableGauge,
 } from '@opentelemetry/api';
 import { sql } from 'kysely';
 import manifest from '../package.json' with { type: 'json' };
+import { OUTBOX_ACTIONS } from './actions-log-ddl.js';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError } from './errors.js';
@@ -49,6 +51,8 @@ export function startAtZero(add: () => void): void {
 
 /** The attribute splitting `outbox.intent.poisoned` by why the rows are poisoned (`poison_cause`: `exhausted`, `refused`). */
 const POISON_CAUSE_ATTRIBUTE = 'outbox.poison.cause';
+/** The attribute splitting `outbox.actions` by what an operator did (`redrive`, `retire`, `discard`, `repair`, `compact`). */
+const ACTION_ATTRIBUTE = 'outbox.action';
 
 /** The meter of the library `scope` for `options`; a `meter` or `meterProvider` that is not one is an OutboxConfigError. */
 export function resolveMeter(options: MeterOptions, scope: { readonly name: string; readonly version: string }): Meter {
@@ -84,8 +88,15 @@ export interface OutboxObserver {
   stop(): void;
 }
 
-/** One row of {@link outboxGaugesQuery}: the counts of outboxStats, and the oldest deliverable row's age. */
-type GaugeRow = Record<string, string | number | null>;
+/** One row of {@link outboxGaugesQuery}: the counts of outboxStats, the oldest deliverable row's age, the actions log's rows by action. */
+type GaugeRow = Record<string, string | number | null> & { actions?: Record<string, number | string> | null };
+
+const ACTIONS_COUNTER = {
+  name: 'outbox.actions',
+  unit: '{action}',
+  description:
+    'Operator actions that changed the ledger, by outbox.action: the rows of the actions log, read from the table (every process reports the same: the CLI included).',
+} as const;
 
 const GAUGES = {
   pending: { name: 'outbox.intent.pending', unit: '{intent}', description: 'Intents not delivered and not retired.' },
@@ -149,7 +160,8 @@ function observations(
 /**
  * The statement behind {@link observeOutbox}: outboxStats' counts and, in the same round trip, the
  * age of the deliverable row with the smallest id — a walk of the pending index that stops at the
- * first row with attempts left, so it reads the poisoned rows before it, not the backlog.
+ * first row with attempts left, so it reads the poisoned rows before it, not the backlog — and the
+ * actions log's rows by action (a count of a table of operator actions: small).
  */
 export function outboxGaugesQuery(spec: OutboxSpec) {
   const row = rowStates();
@@ -158,7 +170,11 @@ export function outboxGaugesQuery(spec: OutboxSpec) {
       select extract(epoch from now() - created_at) from ${sql.raw(tableNames(spec).table)}
       where ${row.deliverable(countedMaxAttemptsSql(spec))}
       order by id limit 1
-    ) as oldest_deliverable_age_seconds
+    ) as oldest_deliverable_age_seconds, (
+      select jsonb_object_agg(a.action, a.n) from (
+        select action, count(*) as n from ${sql.raw(tableNames(spec).actionsTable)} group by action
+      ) a
+    ) as actions
     from (${outboxStatsQuery(spec)}) s`;
 }
 
@@ -184,7 +200,8 @@ function throttled<T>(read: () => Promise<T>, minIntervalMs: number): () => Prom
 /**
  * Reports an outbox's state as OpenTelemetry gauges (docs/metrics.md): pending, deliverable, poisoned
  * (by cause) and superseded intents, and the oldest pending and deliverable intent's age, each with the
- * `outbox.table` attribute. A collection reads the table with ONE query for all of them (none while
+ * `outbox.table` attribute; and the actions log's rows by action as the counter `outbox.actions`
+ * (what operators did, wherever they ran it). A collection reads the table with ONE query for all of them (none while
  * no SDK is installed), and reuses it for `minIntervalMs`. Every process that observes a table
  * reports the same numbers: aggregate across instances with `max`, never `sum`.
  *
@@ -215,6 +232,11 @@ export function observeOutbox(options: ObserveOutboxOptions): OutboxObserver {
       }),
     ]),
   ) as Record<GaugeKey, ObservableGauge>;
+  const actions: ObservableCounter = meter.createObservableCounter(ACTIONS_COUNTER.name, {
+    unit: ACTIONS_COUNTER.unit,
+    description: ACTIONS_COUNTER.description,
+    valueType: ValueType.INT,
+  });
   const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: spec.table };
   const read = throttled(async () => (await outboxGaugesQuery(spec).execute(db)).rows[0], minIntervalMs);
 
@@ -228,8 +250,11 @@ export function observeOutbox(options: ObserveOutboxOptions): OutboxObserver {
     }
     if (row === undefined) return;
     for (const o of observations(row)) result.observe(gauges[o.gauge], o.value, { ...attributes, ...o.attributes });
+    // Every action, 0 included: a series that starts at its first action would hide that one from rate().
+    for (const action of OUTBOX_ACTIONS)
+      result.observe(actions, Number(row.actions?.[action] ?? 0), { ...attributes, [ACTION_ATTRIBUTE]: action });
   };
-  const observables = Object.values(gauges);
+  const observables = [...Object.values(gauges), actions];
   meter.addBatchObservableCallback(callback, observables);
   return { stop: () => meter.removeBatchObservableCallback(callback, observables) };
 }

@@ -1,5 +1,6 @@
 // `@outbox/outbox/protocol`: the SQL the drainer, the reconciler and the CLI share with the table.
 // Not for application code, nor under the user API's semver.
+export { ACTIONS_LOG_STEP, actionsLogDdlV1 } from './actions-log-ddl.js';
 export {
   claimStatement,
   settleStatement,

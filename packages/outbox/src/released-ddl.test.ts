@@ -1,4 +1,5 @@
 import { describe, expect, test } from 'vitest';
+import { actionsLogDdlV1 } from './actions-log-ddl.js';
 import { defineOutbox } from './define-outbox.js';
 import { drainFunctionsDdl, type DrainFunctionVersions } from './drain-functions.js';
 import { enqueueFunctionDdl } from './enqueue-function.js';
@@ -48,6 +49,7 @@ describe.each(Object.entries(specs))('the released DDL of a %s', (name, spec) =>
       section('ledgerLifeDdlV1', ledgerLifeDdlV1(spec)),
       section('lateWriteVerificationDdl', lateWriteVerificationDdl(spec)),
       section('enqueueFunctionDdl v1', enqueueFunctionDdl(spec, 'v1')),
+      section('actionsLogDdlV1', actionsLogDdlV1(spec)),
     ].join('\n');
     await expect(text).toMatchFileSnapshot(`./__snapshots__/${name}.sql`);
   });

@@ -23,5 +23,6 @@ export function tableNames(spec: OutboxSpec) {
     enqueueFunction: `${quote(spec.schema)}.${quote(`${t}_enqueue`)}`,
     notifyFunction: `${quote(spec.schema)}.${quote(`${t}_notify`)}`,
     notifyTrigger: `${t}_notify`,
+    actionsTable: `${quote(spec.schema)}.${quote(`${t}_actions`)}`,
   };
 }

@@ -1,9 +1,11 @@
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
+import { actionsLogDdlV1 } from './actions-log-ddl.js';
 import { defineOutbox } from './define-outbox.js';
 import { createDrainFunctions } from './drain-functions.js';
 import { enqueue } from './enqueue.js';
+import { executeStatements } from './execute-statements.js';
 import { tableNames } from './table-names.js';
 import { freshOutboxes, verifyGaps } from './testing/outbox-tables.js';
 
@@ -147,6 +149,7 @@ describe('verifyOutboxTable refuses a partitioned outbox table (rows of two part
       `create trigger partitioned_notify after insert on edges.partitioned for each statement execute function edges.partitioned_notify()`,
     );
     await createDrainFunctions(t.db, spec);
+    await executeStatements(t.db, actionsLogDdlV1(spec));
 
     // Why: a 2020 partition whose rows are all delivered, among them vpc:old's register at ctid
     // (0,2) and, later, its deregister (access revoked)…

@@ -275,6 +275,29 @@ describe('verifyOutboxTable', () => {
       "function verify.hand_made_claim (the drainer's claim; created by createOutboxTable or createDrainFunctions)",
       "function verify.hand_made_settle (the drainer's settle; created by createOutboxTable or createDrainFunctions)",
       'function verify.hand_made_enqueue (enqueue; created by createOutboxTable or createDrainFunctions)',
+      'table verify.hand_made_actions (the actions log; created by createOutboxTable or the outboxMigrations step 0007_actions_log_v1)',
+    ]);
+  });
+
+  test('names a missing actions log, a column of it of another type, and a log made for another table', async () => {
+    const spec = await freshOutbox();
+    const log = tableNames(spec).actionsTable;
+    await run(`alter table ${log} alter column reason type varchar(200)`);
+    expect(await missing(spec)).toEqual([
+      `column reason of ${spec.table}_actions should be text, is character varying(200)`,
+    ]);
+    await run(`alter table ${log} alter column reason type text, drop column actor`);
+    expect(await missing(spec)).toEqual([`column actor text of ${spec.table}_actions (the actions log)`]);
+    await run(`drop table ${log}`);
+    expect(await missing(spec)).toEqual([
+      `table ${spec.table}_actions (the actions log; created by createOutboxTable or the outboxMigrations step 0007_actions_log_v1)`,
+    ]);
+    // A table of that name that is another outbox's log (copied by hand, say): its comment says whose it is.
+    const other = await freshOutbox();
+    await run(`create table ${log} (like ${tableNames(other).actionsTable} including all)`);
+    await run(`comment on table ${log} is 'operator actions (@outbox/outbox actions log v1 ${other.table})'`);
+    expect(await missing(spec)).toEqual([
+      `table ${spec.table}_actions is not the actions log this release creates for this spec (expected "(@outbox/outbox actions log v1 ${spec.table})" in its comment)`,
     ]);
   });
 });

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { ACTIONS_LOG_COLUMNS, ACTIONS_LOG_STEP, actionsLogMarker } from './actions-log-ddl.js';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { drainFunctionMarker } from './drain-functions.js';
@@ -91,10 +92,40 @@ const normalise = (text: string | null) =>
     .trim()
     .toLowerCase();
 
+/** What the actions log of `spec` lacks: the table, a column of its type, or this spec's marker in its comment. */
+async function actionsLogGaps(db: AnyKysely, spec: OutboxSpec): Promise<string[]> {
+  const name = `${spec.table}_actions`;
+  const log = await sql<{ oid: number | null; comment: string | null }>`
+    select c.oid, obj_description(c.oid, 'pg_class') as comment
+    from (select to_regclass(${`"${spec.schema}"."${spec.tableName}_actions"`})::oid as oid) r join pg_class c on c.oid = r.oid`.execute(
+    db,
+  );
+  const table = log.rows[0];
+  if (!table)
+    return [
+      `table ${name} (the actions log; created by createOutboxTable or the outboxMigrations step ${ACTIONS_LOG_STEP})`,
+    ];
+  const columns = await sql<{ name: string; type: string }>`
+    select a.attname as name, format_type(a.atttypid, a.atttypmod) as type from pg_attribute a
+    where a.attrelid = ${table.oid} and a.attnum > 0 and not a.attisdropped`.execute(db);
+  const types = new Map(columns.rows.map((c) => [c.name, c.type]));
+  const gaps = Object.entries(ACTIONS_LOG_COLUMNS).flatMap(([column, type]) => {
+    const actual = types.get(column);
+    if (actual === undefined) return [`column ${column} ${type} of ${name} (the actions log)`];
+    return actual === type ? [] : [`column ${column} of ${name} should be ${type}, is ${actual}`];
+  });
+  if (gaps.length === 0 && !(table.comment ?? '').includes(actionsLogMarker(spec)))
+    gaps.push(
+      `table ${name} is not the actions log this release creates for this spec (expected "${actionsLogMarker(spec)}" in its comment)`,
+    );
+  return gaps;
+}
+
 /**
  * Checks that the live table behind `spec` is what the drainer and the reconciler rely on: a plain
  * table with the contract's columns and defaults, the partial indexes, the NOTIFY trigger on the
- * spec's channel and this release's drainer functions (docs/outbox-sql.md lists each check). Throws
+ * spec's channel, this release's drainer and enqueue functions, and the actions log beside it
+ * (docs/outbox-sql.md lists each check). Throws
  * one {@link OutboxTableError} listing every gap; then an {@link OutboxConfigError} (`maxAttempts`)
  * when the table records another `maxAttempts` than the spec. Drainer and reconciler call it at start.
  * @example
@@ -201,6 +232,7 @@ export async function verifyOutboxTable(db: AnyKysely, spec: OutboxSpec): Promis
       );
     }
   }
+  missing.push(...(await actionsLogGaps(db, spec)));
   if (missing.length > 0) throw new OutboxTableError(spec.table, missing);
 
   const recorded = await recordedMaxAttempts(db, spec);

@@ -1,5 +1,5 @@
 import { sql, type Transaction } from 'kysely';
-import { OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
+import { OutboxConfigError, type AnyKysely, type OutboxActionTrace, type OutboxSpec } from '@outbox/outbox';
 import {
   assertRecordedMaxAttempts,
   compareIds,
@@ -10,6 +10,7 @@ import {
   type ClosedAs,
   type PoisonCause,
 } from '@outbox/outbox/protocol';
+import { checkedRecord } from './action-record.js';
 import { DiscardRefusedError, RetireRefusedError, type DiscardRefusal, type RetireRefusal } from './errors.js';
 import type { Logger } from './logger.js';
 import { toIntent, type RedrivenIntent } from './redrive.js';
@@ -89,11 +90,13 @@ function discardRefusal(row: CloseRow | undefined): DiscardRefusal | undefined {
 const MODES = {
   retired: {
     verb: 'retire',
+    action: 'retire',
     refusal: retireRefusal,
     error: (table: string, refused: { id: string; refusal: RetireRefusal }[]) => new RetireRefusedError(table, refused),
   },
   discarded: {
     verb: 'discard',
+    action: 'discard',
     refusal: discardRefusal,
     error: (table: string, refused: { id: string; refusal: DiscardRefusal }[]) =>
       new DiscardRefusedError(table, refused),
@@ -108,6 +111,7 @@ const isId = (id: string) => ID.test(id) && BigInt(id) <= 2n ** 63n - 1n;
  * behind a pass), the partitions' row locks and their advisory locks (docs/design.md §6): `retired`
  * takes superseded rows, waiting for drainers; `discarded` takes the others and refuses a partition
  * a drainer holds instead of waiting. The rows stay as evidence; poisoned rows are never heads.
+ * With `record`, the actions log gets its row in the same transaction.
  */
 export async function closePoisoned(
   db: AnyKysely,
@@ -116,6 +120,7 @@ export async function closePoisoned(
   ids: readonly (string | number | bigint)[],
   reason: string,
   logger: Logger,
+  record?: OutboxActionTrace,
 ): Promise<RedrivenIntent[]> {
   const mode = MODES[closedAs];
   if (typeof reason !== 'string' || reason.trim() === '') {
@@ -124,6 +129,7 @@ export async function closePoisoned(
       `${mode.verb} on ${spec.table}: give a reason (a non-empty string): it is kept as evidence`,
     );
   }
+  const trace = checkedRecord(spec, record, mode.action, reason.trim());
   if (!Array.isArray(ids) || ids.length === 0)
     throw new OutboxConfigError('ids', `${mode.verb} on ${spec.table}: expected a non-empty array of outbox ids`);
   if (ids.length > MAX_RETIRE_IDS)
@@ -173,10 +179,12 @@ export async function closePoisoned(
       // Only a hand-edited row can be poisoned and head; give its partition its real head back.
       const repair = [...new Set([...rows.values()].filter((r) => r.is_head).map((r) => r.key))];
       if (repair.length > 0) await resetHeads(trx, spec, repair);
-      return wanted
+      const intents = wanted
         .map((id) => rows.get(id) as CloseRow)
         .sort((a, b) => compareIds(String(a.id), String(b.id)))
         .map(toIntent);
+      await trace?.record(trx, { ids: intents.map((i) => i.id), counts: { [closedAs]: intents.length } });
+      return intents;
     });
   const fields = {
     table: spec.table,

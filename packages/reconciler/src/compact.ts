@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
-import { OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
+import { OutboxConfigError, type AnyKysely, type OutboxActionTrace, type OutboxSpec } from '@outbox/outbox';
 import { planByIndex, rowStates, tableNames } from '@outbox/outbox/protocol';
+import { checkedRecord } from './action-record.js';
 import type { Logger } from './logger.js';
 
 const DAY_MS = 86_400_000;
@@ -23,6 +24,12 @@ export interface CompactOptions {
   readonly logger?: Logger;
   /** Stops the run between two batches (what was deleted stays deleted). */
   readonly signal?: AbortSignal;
+  /**
+   * A `traceOutboxAction` of `compact`: each batch that deletes rows adds its counts to the run's
+   * row of the actions log in the batch's own transaction, so a run stopped half way (Ctrl-C, an
+   * error) is recorded as far as it went. Default none; ignored by a dry run.
+   */
+  readonly record?: OutboxActionTrace;
 }
 
 /** What one compaction run did (a dry run: would do). */
@@ -139,6 +146,7 @@ export async function compactOutbox(options: CompactOptions): Promise<Compaction
   if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000)
     throw new OutboxConfigError('batchSize', `expected an integer from 1 to 10000, got ${String(options.batchSize)}`);
   const dryRun = options.dryRun === true;
+  const record = dryRun ? undefined : checkedRecord(spec, options.record, 'compact');
   const verifyAfter = (await columnPresent(spec, 'verify_after').execute(db)).rows[0]?.present === true;
 
   const totals = { deleted: 0, delivered: 0, closed: 0, scanned: 0, batches: 0, skipped: false, dryRun };
@@ -152,7 +160,13 @@ export async function compactOutbox(options: CompactOptions): Promise<Compaction
         .execute(async (trx) => {
           // Every read here has an index in its order: never a scan or a sort of the table.
           await planByIndex().execute(trx);
-          return statement.execute(trx);
+          const result = await statement.execute(trx);
+          const done = result.rows[0];
+          if (record && done && done.delivered + done.closed > 0) {
+            const counts = { deleted: done.delivered + done.closed, delivered: done.delivered, closed: done.closed };
+            await record.record(trx, { counts });
+          }
+          return result;
         })
     ).rows[0];
     if (!row?.granted) {

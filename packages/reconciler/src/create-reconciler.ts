@@ -1,6 +1,7 @@
 import {
   OutboxConfigError,
   verifyOutboxTable,
+  type OutboxActionTrace,
   type OutboxSpec,
   type AnyKysely,
   type MeterOptions,
@@ -61,12 +62,23 @@ export interface ReconcilerConfig extends MeterOptions {
 export interface Reconciler {
   /** One pass (one at a time per process; `skipped` when another process's runs): revives, reports superseded and waiting rows. */
   redrivePoisoned(options?: RedriveOptions): Promise<RedriveResult>;
-  /** Closes superseded intents with a reason, all or nothing; a {@link RetireRefusedError} names every id refused. */
-  retire(ids: readonly (string | number | bigint)[], reason: string): Promise<readonly RedrivenIntent[]>;
-  /** Closes poisoned intents NOT superseded, with a reason: their tuples are never written (logged at WARN). {@link DiscardRefusedError} names refusals. */
+  /**
+   * Closes superseded intents with a reason, all or nothing; a {@link RetireRefusedError} names every id refused.
+   * `record` (a `traceOutboxAction` of `retire` with the same reason) writes the actions log's row in the same transaction.
+   */
+  retire(
+    ids: readonly (string | number | bigint)[],
+    reason: string,
+    options?: { readonly record?: OutboxActionTrace },
+  ): Promise<readonly RedrivenIntent[]>;
+  /**
+   * Closes poisoned intents NOT superseded, with a reason: their tuples are never written (logged at WARN). {@link DiscardRefusedError} names refusals.
+   * `record` (a `traceOutboxAction` of `discard` with the same reason) writes the actions log's row in the same transaction.
+   */
   discardPoisoned(options: {
     readonly ids: readonly (string | number | bigint)[];
     readonly reason: string;
+    readonly record?: OutboxActionTrace;
   }): Promise<readonly RedrivenIntent[]>;
   /** One compaction run now, with the schedule's settings unless overridden. */
   compact(options?: Omit<CompactOptions, 'db' | 'spec'>): Promise<CompactionResult>;
@@ -236,10 +248,11 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
       options?.dryRun
         ? enqueuePass(() => redrivePoisoned(ctx, options))
         : metrics.pass(spec.table, () => enqueuePass(() => redrivePoisoned(ctx, options))),
-    retire: (ids, reason) => enqueuePass(() => closePoisoned(db, spec, 'retired', ids, reason, logger)),
+    retire: (ids, reason, options) =>
+      enqueuePass(() => closePoisoned(db, spec, 'retired', ids, reason, logger, options?.record)),
     discardPoisoned: (options) =>
       metrics.discard(spec.table, () =>
-        enqueuePass(() => closePoisoned(db, spec, 'discarded', options?.ids, options?.reason, logger)),
+        enqueuePass(() => closePoisoned(db, spec, 'discarded', options?.ids, options?.reason, logger, options?.record)),
       ),
     compact,
     async start() {

@@ -1,5 +1,5 @@
 import { sql, type Transaction } from 'kysely';
-import { OutboxConfigError, type AnyKysely, type OutboxSpec } from '@outbox/outbox';
+import { OutboxConfigError, type AnyKysely, type OutboxActionTrace, type OutboxSpec } from '@outbox/outbox';
 import {
   assertRecordedMaxAttempts,
   compareIds,
@@ -11,6 +11,7 @@ import {
   type PoisonCause,
   type RepeatedLines,
 } from '@outbox/outbox/protocol';
+import { checkedRecord } from './action-record.js';
 import type { Logger } from './logger.js';
 import {
   decideCandidates,
@@ -81,6 +82,12 @@ export interface RedriveOptions {
   readonly reason?: string;
   /** Report from one snapshot, changing and locking nothing. Default false. */
   readonly dryRun?: boolean;
+  /**
+   * A `traceOutboxAction` of `redrive`: a pass that revives rows or asks refused ones to retry
+   * records it in the actions log, in its own transaction (the passes of one trace make one row).
+   * Default none; ignored by a dry run.
+   */
+  readonly record?: OutboxActionTrace;
 }
 
 /** What a pass needs besides its options. */
@@ -166,14 +173,20 @@ async function lockCandidatePartitions(
   return new Set(rows.filter((r) => !r.granted).map((r) => r.key));
 }
 
-async function pass(trx: Transaction<unknown>, ctx: PassContext, options: RedriveOptions): Promise<RedriveResult> {
+/** `changes.requested`: the refused rows the pass asked to retry (a change the result does not list). */
+async function pass(
+  trx: Transaction<unknown>,
+  ctx: PassContext,
+  options: RedriveOptions,
+  changes: { requested: number },
+): Promise<RedriveResult> {
   const { spec } = ctx;
   const start = (await tryLockReconciler(spec).execute(trx)).rows[0];
   if (!start?.granted) return SKIPPED;
   // Checked again once the row locks are granted.
   if (start.recorded !== null && Number(start.recorded) !== spec.maxAttempts)
     throw maxAttemptsChangedError(spec, Number(start.recorded), 'reconciler');
-  if (options.refused) await requestRefusedRevivals(spec).execute(trx);
+  if (options.refused) changes.requested = (await requestRefusedRevivals(spec).execute(trx)).rows.length;
   const check: SuccessorCheck = { partitionIndex: start.successor_index };
   const step2 = classify((await selectPoisoned(spec, ctx.batchSize, check).execute(trx)).rows, ctx.batchSize);
   const { candidates, superseded, moreSuperseded, waitingFields } = step2;
@@ -286,7 +299,7 @@ function logPass(ctx: PassContext, options: RedriveOptions, result: RedriveResul
   }
 }
 
-/** Runs one redrive pass (docs/design.md §6) in one READ COMMITTED transaction, or a dry run, and logs what it did. */
+/** Runs one redrive pass (docs/design.md §6) in one READ COMMITTED transaction, or a dry run, and logs what it did (and records it, with `record`). */
 export async function redrivePoisoned(ctx: PassContext, options: RedriveOptions = {}): Promise<RedriveResult> {
   if (options.refused && !options.dryRun && (typeof options.reason !== 'string' || options.reason.trim() === '')) {
     throw new OutboxConfigError(
@@ -295,10 +308,22 @@ export async function redrivePoisoned(ctx: PassContext, options: RedriveOptions 
     );
   }
   if (options.dryRun) return dryRun(ctx, options);
+  const record = checkedRecord(ctx.spec, options.record, 'redrive');
   const result = await ctx.db
     .transaction()
     .setIsolationLevel('read committed')
-    .execute((trx) => pass(trx, ctx, options));
+    .execute(async (trx) => {
+      const changes = { requested: 0 };
+      const done = await pass(trx, ctx, options, changes);
+      // A pass that changed nothing leaves no trace: the log is of changes.
+      if (record && (done.revived.length > 0 || changes.requested > 0)) {
+        await record.record(trx, {
+          ids: done.revived.map((r) => r.id),
+          counts: { revived: done.revived.length, requested: changes.requested },
+        });
+      }
+      return done;
+    });
   logPass(ctx, options, result);
   return result;
 }

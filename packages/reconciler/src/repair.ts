@@ -3,9 +3,11 @@ import {
   MAX_INTENTS_PER_ENQUEUE,
   OutboxConfigError,
   type EnqueueInput,
+  type OutboxActionTrace,
   type TupleKey,
 } from '@outbox/outbox';
 import { lockPartitions } from '@outbox/outbox/protocol';
+import { checkedRecord } from './action-record.js';
 import {
   auditContext,
   integerOption,
@@ -36,6 +38,12 @@ export interface RepairOptions extends AuditTarget {
   readonly sampleSize?: number;
   /** Told what was enqueued (INFO). Default: silent. */
   readonly logger?: Logger;
+  /**
+   * A `traceOutboxAction` of `repair`: each batch that enqueues corrections records them (ids and
+   * counts) in the actions log in its own transaction, all of the run's in one row. Default none;
+   * ignored by a dry run.
+   */
+  readonly record?: OutboxActionTrace;
 }
 
 /** The correction of one partition: `writes` = expected − live, `deletes` = live − expected. */
@@ -95,6 +103,7 @@ async function repairBatch(
   ctx: AuditContext,
   keys: readonly string[],
   budget: { readonly maxDeletes: number; deletes: number; partitions: number; readonly enqueued: string[] },
+  record: OutboxActionTrace | undefined,
 ): Promise<{ corrected: PartitionCorrection[]; pending: number; agreed: number; totals: Totals }> {
   return ctx.db
     .transaction()
@@ -126,6 +135,7 @@ async function repairBatch(
       for (let from = 0; from < intents.length; from += MAX_INTENTS_PER_ENQUEUE) {
         ids.push(...(await enqueueMany(trx, ctx.spec, intents.slice(from, from + MAX_INTENTS_PER_ENQUEUE))));
       }
+      if (record && ids.length > 0) await record.record(trx, { ids, counts: { ...totals } });
       budget.deletes += totals.deletes;
       budget.partitions += corrected.filter((c) => c.deletes.length > 0).length;
       budget.enqueued.push(...ids);
@@ -138,6 +148,7 @@ async function repairBatch(
  * intents `{ writes: expected − live, deletes: live − expected }`, decided under the partitions'
  * enqueue locks from what is read then (docs/agreement.md). Dry run by default; a run deleting
  * more than `maxDeletes` is refused with a {@link RepairBudgetError} before enqueuing anything.
+ * With `record`, what it enqueued is in the actions log, committed with it.
  *
  * @example
  * const plan = await repairOutbox({ db, spec: vpcOutbox, owner, reader }); // dry run
@@ -151,6 +162,7 @@ export async function repairOutbox(options: RepairOptions): Promise<RepairResult
   const maxDeletes = integerOption('maxDeletes', options.maxDeletes, 100, 0, Number.MAX_SAFE_INTEGER);
   const batchSize = integerOption('batchSize', options.batchSize, 50, 1, 1_000);
   const sampleSize = integerOption('sampleSize', options.sampleSize, 20, 0, 1_000);
+  const record = dryRun ? undefined : checkedRecord(ctx.spec, options.record, 'repair');
 
   const { findings } = await findDrift(ctx, options.partitionKeys);
   const planned = findings.drifted
@@ -188,7 +200,7 @@ export async function repairOutbox(options: RepairOptions): Promise<RepairResult
   let agreed = 0;
   const keys = planned.map((c) => c.partitionKey);
   for (let from = 0; from < keys.length; from += batchSize) {
-    const batch = await repairBatch(ctx, keys.slice(from, from + batchSize), budget);
+    const batch = await repairBatch(ctx, keys.slice(from, from + batchSize), budget, record);
     done.push(...batch.corrected);
     for (const field of ['partitions', 'intents', 'writes', 'deletes'] as const) totals[field] += batch.totals[field];
     pending += batch.pending;

@@ -1,3 +1,6 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { join } from 'node:path';
 import { enqueue } from '@outbox/outbox';
 import { serviceClient, startService, type RunningService } from '@outbox/service-kit';
 import { serviceOptionsFor } from '@outbox/service-kit/testing';
@@ -13,8 +16,23 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { vpcService } from './index.js';
 
 // /metrics against real Postgres and OpenFGA: what a Prometheus scraping the service reads, after a
-// scripted run (deliveries, a refusal, a redrive pass, a discard, a failed pass, an audit).
+// scripted run (deliveries, a refusal, a redrive pass, a discard, a failed pass, an audit, and a
+// discard by an operator's `outbox discard` in a process of its own).
 const t = useTestDatabase();
+
+/** `pnpm outbox <args>` from the repository's root, as an operator runs it: another process than the service's. */
+async function outboxCli(args: readonly string[]): Promise<{ code: number | null; output: string }> {
+  const child = spawn('pnpm', ['--silent', 'outbox', ...args], {
+    cwd: join(import.meta.dirname, '..', '..', '..'),
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, output };
+}
 const fga = useOpenFgaStore();
 const spec = vpcService.outbox;
 const table = { outbox_table: spec.table };
@@ -49,6 +67,27 @@ beforeAll(async () => {
       reason: 'never meant to be granted (metrics test)',
     }),
   ).toHaveLength(1);
+  // Another refused intent, discarded by an operator with the CLI: its process has no /metrics, the actions log counts it.
+  const byOperator = await t.db.transaction().execute((trx) =>
+    enqueue(trx, spec, {
+      partitionKey: 'vpc:refused-too',
+      payload: { writes: [{ user: 'user:alice', relation: 'no_such_relation', object: 'vpc:refused-too' }] },
+    }),
+  );
+  await expect(
+    service.outbox.drainer.flush({ partitionKey: 'vpc:refused-too', timeoutMs: 10_000 }),
+  ).rejects.toMatchObject({ name: 'FlushPoisonedError' });
+  const cli = await outboxCli([
+    'discard',
+    byOperator,
+    '--reason',
+    'not wanted (metrics test)',
+    '--yes',
+    '--actor',
+    'metrics-test',
+    ...['--database-url', t.url, '--table', spec.table, '--partition-column', spec.partitionColumn],
+  ]);
+  expect(cli.code, cli.output).toBe(0);
   // A pass against a table that went away fails (and counts); the table comes back.
   await sql.raw(`alter table ${spec.table} rename to gone_for_a_moment`).execute(t.db);
   try {
@@ -73,10 +112,12 @@ describe('/metrics', () => {
       ['outbox_drainer_delivered_total', table, 2],
       ['outbox_drainer_delivery_lag_count', table, 2], // one per delivered intent
       ['outbox_drainer_delivery_lag_bucket', { ...table, le: '+Inf' }, 2],
-      ['outbox_drainer_poisoned_total', table, 1],
+      ['outbox_drainer_poisoned_total', table, 2], // the two refused intents
       ['outbox_reconciler_passes_total', { ...table, outbox_pass_result: 'completed' }, 1],
       ['outbox_reconciler_revived_total', table, 0],
-      ['outbox_reconciler_discarded_total', table, 1],
+      ['outbox_reconciler_discarded_total', table, 1], // the service's own discardPoisoned, not the CLI's
+      ['outbox_actions_total', { ...table, outbox_action: 'discard' }, 1], // the CLI's, from the actions log
+      ['outbox_actions_total', { ...table, outbox_action: 'redrive' }, 0],
       ['outbox_audit_drifted', { ...table, outbox_audit_mode: 'incremental' }, 0],
       ['outbox_intent_deliverable', table, 0],
       ['outbox_intent_poisoned', cause('exhausted'), 0],

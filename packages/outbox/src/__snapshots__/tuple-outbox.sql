@@ -1330,3 +1330,22 @@ begin
 end
 $fn$
 ;
+
+-- ==== actionsLogDdlV1
+
+create table "iam"."fga_outbox_actions" (
+      id     bigint generated always as identity primary key,
+      at     timestamptz not null default now(),
+      actor  text not null,
+      action text not null,
+      ids    jsonb not null default '[]',
+      counts jsonb not null default '{}',
+      reason text,
+      constraint "fga_outbox_actions_actor_check" check (btrim(actor) <> '' and actor !~ '[[:cntrl:]]'),
+      constraint "fga_outbox_actions_action_check" check (action in ('redrive', 'retire', 'discard', 'repair', 'compact')),
+      constraint "fga_outbox_actions_reason_check" check (action not in ('retire', 'discard') or coalesce(btrim(reason), '') <> ''),
+      constraint "fga_outbox_actions_ids_check" check (jsonb_typeof(ids) = 'array'),
+      constraint "fga_outbox_actions_counts_check" check (jsonb_typeof(counts) = 'object')
+    );
+
+comment on table "iam"."fga_outbox_actions" is 'operator actions that changed iam.fga_outbox: who, what, which ids, how many, why (@outbox/outbox actions log v1 iam.fga_outbox)';
