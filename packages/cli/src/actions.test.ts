@@ -158,6 +158,14 @@ describe('each change is one row of the actions log', () => {
   });
 });
 
+/** Each row's delivery, closing, attempts and revival request, in id order: what an action would change. */
+const rowStates = async (spec: OutboxSpec) =>
+  (
+    await sql<{ id: string; state: string }>`select id::text,
+      row(sent_at, retired_at, attempt_count, revive_requested)::text as state
+      from ${sql.raw(tableNames(spec).table)} order by id`.execute(t.db)
+  ).rows;
+
 describe('nothing changed, nothing recorded', () => {
   test.each([
     ['an empty --actor', ''],
@@ -165,14 +173,7 @@ describe('nothing changed, nothing recorded', () => {
     ['a --actor with an escape sequence', 'alice\u001b[31m'],
   ])('%s is exit 2 for every command that changes rows, before anything is changed', async (_what, actor) => {
     const b = await scriptedBacklog(t.db);
-    const before = (
-      await sql<{
-        id: string;
-        state: string;
-      }>`select id::text, row(sent_at, retired_at, attempt_count, revive_requested)::text as state from ${sql.raw(tableNames(b.spec).table)} order by id`.execute(
-        t.db,
-      )
-    ).rows;
+    const before = await rowStates(b.spec);
     for (const args of [
       ['discard', b.poisoned, '--reason', 'x', '--yes'],
       ['retire', b.superseded, '--reason', 'x', '--yes'],
@@ -187,14 +188,7 @@ describe('nothing changed, nothing recorded', () => {
       );
       expect(run.stdout).toBe('');
     }
-    const after = (
-      await sql<{
-        id: string;
-        state: string;
-      }>`select id::text, row(sent_at, retired_at, attempt_count, revive_requested)::text as state from ${sql.raw(tableNames(b.spec).table)} order by id`.execute(
-        t.db,
-      )
-    ).rows;
+    const after = await rowStates(b.spec);
     expect(after).toEqual(before);
     expect(await log(b.spec)).toEqual([]);
   });
