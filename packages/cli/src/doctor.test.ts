@@ -230,6 +230,14 @@ describe('doctor names what is missing and prints the DDL that recreates it', ()
     expect(script).toMatch(/create or replace function "cli"\."[a-z0-9_]+_enqueue"\(/);
   });
 
+  test('a dropped actions log: named, and recreated as the migrations create it', async () => {
+    const script = await dropAndRepair(
+      (n) => [`drop table ${n.actionsTable}`],
+      (broken) => [`table ${broken.table}_actions (the actions log;`],
+    );
+    expect(script).toMatch(/^ *create table if not exists "cli"\."[a-z0-9_]+_actions" \(/m);
+  });
+
   test('a dropped table: named, and the whole DDL printed (its functions, which outlive it, replaced)', async () => {
     await dropAndRepair(
       (n) => [`drop table ${n.table}`],

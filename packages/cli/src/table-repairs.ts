@@ -1,5 +1,5 @@
 import { outboxTableDdl, type OutboxSpec } from '@outbox/outbox';
-import { tableNames } from '@outbox/outbox/protocol';
+import { ACTIONS_LOG_STEP, tableNames } from '@outbox/outbox/protocol';
 
 /**
  * What recreates one gap `verifyOutboxTable` reported: statements of `outboxTableDdl` (the DDL the
@@ -32,11 +32,22 @@ function ddlElements(spec: OutboxSpec) {
   const n = tableNames(spec);
   // The NOTIFY function is replaced, not created: it outlives a dropped table or trigger.
   const notify = `create function ${n.notifyFunction}()`;
+  // The actions log is a table of its own: a dropped outbox table may have left it, kept as evidence.
+  const actionsLog = `create table ${n.actionsTable} (`;
   const all = outboxTableDdl(spec)
     .map((statement) => statement.trim().replace(/;\s*$/, ''))
     .map((statement) =>
-      statement.startsWith(notify) ? statement.replace('create function', 'create or replace function') : statement,
+      statement.startsWith(notify)
+        ? statement.replace('create function', 'create or replace function')
+        : statement.startsWith(actionsLog)
+          ? statement.replace('create table', 'create table if not exists')
+          : statement,
     );
+  const actionsLogDdl = all.filter(
+    (statement) =>
+      statement.startsWith(`create table if not exists ${n.actionsTable} (`) ||
+      statement.startsWith(`comment on table ${n.actionsTable} is `),
+  );
   const indexes: DdlIndex[] = [];
   const functions = new Map<string, string>();
   /** Column → its definition (`payload jsonb not null`, quoted as the DDL quotes it). */
@@ -73,7 +84,7 @@ function ddlElements(spec: OutboxSpec) {
       }
     }
   }
-  return { n, all, indexes, functions, definitions, checks, comments, trigger };
+  return { n, all, indexes, functions, definitions, checks, comments, trigger, actionsLogDdl };
 }
 
 /**
@@ -110,6 +121,11 @@ export function gapRepairs(spec: OutboxSpec, gaps: readonly string[]): GapRepair
     const index = ddl.indexes.find((i) => gap.startsWith(`partial index (${i.columns}) where ${i.predicate} (`));
     if (index) return sql([`drop index if exists "${spec.schema}"."${index.name}"`, index.statement]);
     if (gap.includes('AFTER INSERT trigger')) return sql(ddl.trigger);
+    if (
+      gap ===
+      `table ${spec.table}_actions (the actions log; created by createOutboxTable or the outboxMigrations step ${ACTIONS_LOG_STEP})`
+    )
+      return sql(ddl.actionsLogDdl);
     const fn = /^function (\S+) /.exec(gap);
     const statement = fn && ddl.functions.get(fn[1] as string);
     if (statement) return sql([statement]);
