@@ -68,7 +68,8 @@ export interface Findings {
   readonly compared: number;
   readonly liveTuples: number;
   readonly candidates: number;
-  readonly pending: number;
+  /** Partitions skipped as pending (or changed while confirmed): what a continuous audit looks at again. */
+  readonly pending: readonly string[];
   readonly drifted: readonly DriftedPartition[];
 }
 
@@ -132,7 +133,7 @@ export function auditReport(
     partitionsCompared: findings.compared,
     liveTuplesRead: findings.liveTuples,
     candidates: findings.candidates,
-    skippedPending: findings.pending,
+    skippedPending: findings.pending.length,
     drifted: findings.drifted.length,
     missing: kind(known, (p) => p.missing, sampleSize),
     unexpected: kind(known, (p) => p.unexpected, sampleSize),

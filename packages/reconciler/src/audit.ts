@@ -43,7 +43,7 @@ async function fullFindings(ctx: AuditContext): Promise<{ findings: Findings }> 
       compared: scan.compared,
       liveTuples: scan.liveTuples,
       candidates: scan.candidates.length + scan.pending.length,
-      pending: scan.pending.length + confirmed.pending.length,
+      pending: [...scan.pending, ...confirmed.pending],
       drifted: confirmed.drifted,
     },
   };
@@ -62,7 +62,7 @@ export async function findDrift(
       compared: keys.size,
       liveTuples: 0,
       candidates: keys.size,
-      pending: confirmed.pending.length,
+      pending: confirmed.pending,
       drifted: confirmed.drifted,
     },
   };
@@ -79,6 +79,7 @@ function logOutcome(logger: Logger | undefined, report: AuditReport): void {
     orphanObjects: report.orphans.objects,
     skippedPending: report.skippedPending,
     reads: report.reads,
+    durationMs: report.durationMs,
   };
   if (report.drifted > 0)
     logger.warn(`audit of ${report.outbox}: OpenFGA differs from the owner in ${report.drifted} partition(s)`, fields);
@@ -130,15 +131,19 @@ async function changedPartitions(
   }
 }
 
-/**
- * An audit of what changed in OpenFGA since the last one (the owner types' changelog from stored
- * tokens); the first run per type is a full audit. An owner row changed without an intent is
- * found only by a full audit: run one now and then (docs/agreement.md).
- *
- * @example
- * const report = await auditOutboxIncremental({ db, spec: vpcOutbox, owner, reader });
- */
-export async function auditOutboxIncremental(options: IncrementalAuditOptions): Promise<AuditReport> {
+/** What {@link incrementalAudit} takes besides the options: what a continuous audit carries between runs. */
+export interface IncrementalAuditRun {
+  /** Partitions to confirm whatever the changelog says: those an earlier run could not judge (pending) or found drifted. */
+  readonly recheck?: Iterable<string>;
+  /** Scan the whole store this time (a continuous audit's first run, when too much is pending to recheck). */
+  readonly full?: boolean;
+}
+
+/** @internal the incremental audit, with every drifted and pending key (the report only samples them). */
+export async function incrementalAudit(
+  options: IncrementalAuditOptions,
+  run: IncrementalAuditRun = {},
+): Promise<{ report: AuditReport; findings: Findings; ctx: AuditContext }> {
   const startedAt = new Date();
   const ctx = auditContext(options);
   const sampleSize = integerOption('sampleSize', options.sampleSize, 20, 0, 1_000);
@@ -146,11 +151,11 @@ export async function auditOutboxIncremental(options: IncrementalAuditOptions): 
   auditCursorTableName(table);
   const stored = await readAuditCursors(ctx.db, table, ctx.spec.table);
   const startTime = new Date(startedAt.getTime() - START_TIME_MARGIN_MS);
-  const first = ctx.owner.objectTypes.some((type) => !stored.has(type));
+  const first = run.full === true || ctx.owner.objectTypes.some((type) => !stored.has(type));
   const scanAbove = integerOption('scanAbove', options.scanAbove, 2_000, 0, 100_000_000);
 
   // The changelog first, to its end: a change after that is read by the next run, even one made during the scan.
-  const changed = new Set<string>();
+  const changed = new Set<string>(run.recheck ?? []);
   const next = new Map<string, AuditCursor>();
   for (const type of ctx.owner.objectTypes) {
     next.set(type, await changedPartitions(ctx, type, stored.get(type) ?? { startTime }, changed));
@@ -165,5 +170,18 @@ export async function auditOutboxIncremental(options: IncrementalAuditOptions): 
     sampleSize,
   );
   logOutcome(options.logger, report);
-  return report;
+  return { report, findings, ctx };
+}
+
+/**
+ * An audit of what changed in OpenFGA since the last one (the owner types' changelog from stored
+ * tokens); the first run per type is a full audit. An owner row changed without an intent is
+ * found only by a full audit: run one now and then (docs/agreement.md). A partition skipped as
+ * pending is not looked at again unless it changes: `createContinuousAudit` carries it over.
+ *
+ * @example
+ * const report = await auditOutboxIncremental({ db, spec: vpcOutbox, owner, reader });
+ */
+export async function auditOutboxIncremental(options: IncrementalAuditOptions): Promise<AuditReport> {
+  return (await incrementalAudit(options)).report;
 }

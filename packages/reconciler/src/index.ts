@@ -24,5 +24,11 @@ export type { AuditReads, AuditTarget } from './audit-context.js';
 export { auditOutbox, auditOutboxIncremental, type AuditOptions, type IncrementalAuditOptions } from './audit.js';
 export type { AuditReport, DriftKind, OrphanSample, PartitionSample } from './audit-report.js';
 export { AUDIT_CURSOR_TABLE, auditCursorTableDdl } from './audit-cursor.js';
+export {
+  createContinuousAudit,
+  type ContinuousAudit,
+  type ContinuousAuditOptions,
+  type ContinuousAuditRun,
+} from './continuous-audit.js';
 export { repairOutbox, type PartitionCorrection, type RepairOptions, type RepairResult } from './repair.js';
 export { RepairBudgetError } from './repair-errors.js';

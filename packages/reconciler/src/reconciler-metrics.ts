@@ -5,6 +5,7 @@ import manifest from '../package.json' with { type: 'json' };
 import type { AuditReport } from './audit-report.js';
 import type { RedriveResult, RedrivenIntent } from './redrive.js';
 import type { RepairResult } from './repair.js';
+import type { RepairBudgetError } from './repair-errors.js';
 
 const meterOf = (options: MeterOptions): Meter =>
   resolveMeter(options, { name: manifest.name, version: manifest.version });
@@ -81,8 +82,15 @@ export function reconcilerWorkMetrics(options: MeterOptions, table: string): Rec
 export interface ReconcilerMetrics {
   /** Counts the drifted tuples an audit found, by kind, and keeps its drifted partitions as the gauge of its table and mode. */
   recordAudit(report: AuditReport): void;
-  /** Counts the tuples a repair enqueued to write and to delete; a dry run enqueued nothing and counts nothing. */
+  /** Counts the tuples a repair enqueued to write and to delete, and the partitions it corrected; a dry run enqueued nothing and counts nothing. */
   recordRepair(result: RepairResult): void;
+  /** Counts a repair refused for its delete budget ({@link RepairBudgetError}): nothing enqueued, a human decides. */
+  recordRepairRefused(error: RepairBudgetError): void;
+  /**
+   * Starts the repair counters of `table` at 0, for a process that repairs on a timer (the
+   * services): `increase()` then sees its first repair or refusal. Recording one starts them too.
+   */
+  startRepairs(table: string): void;
 }
 
 /**
@@ -109,6 +117,28 @@ export function createReconcilerMetrics(options: MeterOptions = {}): ReconcilerM
     '{tuple}',
     'Tuples repairs enqueued corrections for, by outbox.repair.operation: write or delete.',
   );
+  const partitionsRepaired = counter(
+    meter,
+    'outbox.repair.partitions_repaired',
+    '{partition}',
+    'Drifted partitions repairs enqueued corrections for.',
+  );
+  const refused = counter(
+    meter,
+    'outbox.repair.refused',
+    '{repair}',
+    'Repairs refused because they would delete more tuples than their budget (maxDeletes): nothing enqueued.',
+  );
+  const started = new Set<string>();
+  const startRepairs = (table: string) => {
+    if (started.has(table)) return;
+    started.add(table);
+    const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: table };
+    for (const operation of ['write', 'delete'])
+      repaired.add(0, { ...attributes, 'outbox.repair.operation': operation });
+    partitionsRepaired.add(0, attributes);
+    refused.add(0, attributes);
+  };
   const drifted = meter.createObservableGauge('outbox.audit.drifted', {
     unit: '{partition}',
     description:
@@ -129,9 +159,16 @@ export function createReconcilerMetrics(options: MeterOptions = {}): ReconcilerM
     },
     recordRepair(result) {
       if (result.dryRun) return;
+      startRepairs(result.outbox);
       const attributes: Attributes = { [OUTBOX_TABLE_ATTRIBUTE]: result.outbox };
       repaired.add(result.writes, { ...attributes, 'outbox.repair.operation': 'write' });
       repaired.add(result.deletes, { ...attributes, 'outbox.repair.operation': 'delete' });
+      partitionsRepaired.add(result.partitions, attributes);
     },
+    recordRepairRefused(error) {
+      startRepairs(error.table);
+      refused.add(1, { [OUTBOX_TABLE_ATTRIBUTE]: error.table });
+    },
+    startRepairs,
   };
 }

@@ -18,6 +18,7 @@ import {
   type AuditTarget,
 } from './audit-context.js';
 import { findDrift } from './audit.js';
+import type { Findings } from './audit-report.js';
 import { pendingPartitions } from './audit-pending.js';
 import { diffTuples } from './audit-tuples.js';
 import type { Logger } from './logger.js';
@@ -156,15 +157,48 @@ async function repairBatch(
  */
 export async function repairOutbox(options: RepairOptions): Promise<RepairResult> {
   const ctx = auditContext(options);
+  const settings = repairSettings(options);
+  const record = settings.dryRun ? undefined : checkedRecord(ctx.spec, options.record, 'repair');
+  const { findings } = await findDrift(ctx, options.partitionKeys);
+  return repairFindings(ctx, findings, settings, options.logger, record);
+}
+
+/** {@link RepairOptions}' settings, validated, with their defaults. */
+export interface RepairSettings {
+  readonly dryRun: boolean;
+  readonly maxDeletes: number;
+  readonly batchSize: number;
+  readonly sampleSize: number;
+}
+
+/** @internal validates and defaults what repair takes besides its target. */
+export function repairSettings(
+  options: Pick<RepairOptions, 'dryRun' | 'maxDeletes' | 'batchSize' | 'sampleSize'>,
+): RepairSettings {
   const dryRun = options.dryRun ?? true;
   if (typeof dryRun !== 'boolean')
     throw new OutboxConfigError('dryRun', `expected a boolean, got ${JSON.stringify(dryRun)}`);
-  const maxDeletes = integerOption('maxDeletes', options.maxDeletes, 100, 0, Number.MAX_SAFE_INTEGER);
-  const batchSize = integerOption('batchSize', options.batchSize, 50, 1, 1_000);
-  const sampleSize = integerOption('sampleSize', options.sampleSize, 20, 0, 1_000);
-  const record = dryRun ? undefined : checkedRecord(ctx.spec, options.record, 'repair');
+  return {
+    dryRun,
+    maxDeletes: integerOption('maxDeletes', options.maxDeletes, 100, 0, Number.MAX_SAFE_INTEGER),
+    batchSize: integerOption('batchSize', options.batchSize, 50, 1, 1_000),
+    sampleSize: integerOption('sampleSize', options.sampleSize, 20, 0, 1_000),
+  };
+}
 
-  const { findings } = await findDrift(ctx, options.partitionKeys);
+/**
+ * @internal repairs what an audit just confirmed (`findings`), without confirming it again: the
+ * batches re-read every partition under its lock anyway. Throws {@link RepairBudgetError} past the
+ * budget, before enqueuing anything.
+ */
+export async function repairFindings(
+  ctx: AuditContext,
+  findings: Findings,
+  { dryRun, maxDeletes, batchSize, sampleSize }: RepairSettings,
+  logger: Logger | undefined,
+  /** The actions log's trace of an operator's repair; none for the services' own (not an operator action). */
+  record?: OutboxActionTrace,
+): Promise<RepairResult> {
   const planned = findings.drifted
     .map((p): PartitionCorrection => ({ partitionKey: p.partitionKey, writes: p.missing, deletes: p.unexpected }))
     .sort((a, b) => (a.partitionKey < b.partitionKey ? -1 : a.partitionKey > b.partitionKey ? 1 : 0));
@@ -176,7 +210,7 @@ export async function repairOutbox(options: RepairOptions): Promise<RepairResult
       ...base,
       dryRun,
       ...plan,
-      skippedPending: findings.pending,
+      skippedPending: findings.pending.length,
       agreed: 0,
       withinBudget,
       enqueued: [],
@@ -196,7 +230,7 @@ export async function repairOutbox(options: RepairOptions): Promise<RepairResult
   const budget = { maxDeletes, deletes: 0, partitions: 0, enqueued: [] as string[] };
   const done: PartitionCorrection[] = [];
   const totals: Totals = { partitions: 0, intents: 0, writes: 0, deletes: 0 };
-  let pending = findings.pending;
+  let pending = findings.pending.length;
   let agreed = 0;
   const keys = planned.map((c) => c.partitionKey);
   for (let from = 0; from < keys.length; from += batchSize) {
@@ -217,7 +251,7 @@ export async function repairOutbox(options: RepairOptions): Promise<RepairResult
     sample: done.slice(0, sampleSize),
     reads: { ...ctx.reads },
   };
-  options.logger?.info(
+  logger?.info(
     `repair of ${ctx.spec.table}: enqueued ${result.intents} intent(s) in ${result.partitions} partition(s)`,
     {
       outbox: result.outbox,

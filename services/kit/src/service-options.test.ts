@@ -19,6 +19,8 @@ describe('service options', () => {
       drainIntervalMs: 1_000,
       redriveIntervalMs: 60_000,
       auditIntervalMs: 300_000,
+      repairDrift: true,
+      repairMaxDeletes: 100,
       flushOnWrite: true,
       flushTimeoutMs: 5_000,
     });
@@ -32,6 +34,8 @@ describe('service options', () => {
       DRAIN_INTERVAL_MS: '250',
       REDRIVE_INTERVAL_MS: '5000',
       AUDIT_INTERVAL_MS: '0',
+      REPAIR_DRIFT: 'false',
+      REPAIR_MAX_DELETES: '5',
       FLUSH_ON_WRITE: 'false',
       FLUSH_TIMEOUT_MS: '100',
       OPENFGA_MODEL_ID: 'model',
@@ -43,6 +47,8 @@ describe('service options', () => {
       drainIntervalMs: 250,
       redriveIntervalMs: 5_000,
       auditIntervalMs: 0,
+      repairDrift: false,
+      repairMaxDeletes: 5,
       flushOnWrite: false,
       flushTimeoutMs: 100,
     });
@@ -64,6 +70,8 @@ describe('service options', () => {
     expect(field(() => serviceOptionsFromEnv(1, { ...env, OPENFGA_STORE_ID: undefined }))).toBe('OPENFGA_STORE_ID');
     expect(field(() => serviceOptionsFromEnv(1, { ...env, PORT: 'eighty' }))).toBe('PORT');
     expect(field(() => serviceOptionsFromEnv(1, { ...env, FLUSH_ON_WRITE: 'maybe' }))).toBe('FLUSH_ON_WRITE');
+    expect(field(() => serviceOptionsFromEnv(1, { ...env, REPAIR_DRIFT: 'sometimes' }))).toBe('REPAIR_DRIFT');
+    expect(field(() => serviceOptionsFromEnv(1, { ...env, REPAIR_MAX_DELETES: '-1' }))).toBe('REPAIR_MAX_DELETES');
     expect(field(() => serviceOptionsFromEnv(1, { ...env, AUDIT_INTERVAL_MS: '99999999999' }))).toBe(
       'AUDIT_INTERVAL_MS',
     );

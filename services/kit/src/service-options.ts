@@ -37,9 +37,28 @@ export interface ServiceOptions {
    * Milliseconds between incremental audits of OpenFGA against the service's own rows (with the
    * reconciler's timer, for a service that has an owner mapping). Default 300000: drift someone
    * made around the outbox shows at WARN within minutes, at one ReadChanges per type when nothing
-   * changed. 0 or false: no audit. Repair stays an operator's decision (`repairOutbox`, the CLI).
+   * changed. 0 or false: no audit. Each audit also repairs the drift it found (`repairDrift`), so
+   * a partition with nothing pending agrees with the owner within
+   * **T = `auditIntervalMs` + two audit runs + `drainIntervalMs` + one delivery**: at most 5 min
+   * 1 s plus two audit runs with the defaults, under 10 min while a run takes under 2 min (each
+   * logs its `durationMs`; docs/agreement.md, "The bound T").
    */
   readonly auditIntervalMs?: number | false;
+  /**
+   * Repair the drift each audit finds, through the outbox (an ordinary intent per correction,
+   * `payload.source = "repair"`). Default true: drift, a late write beyond the drainer's horizon
+   * included, is corrected within T without an operator. False: detection only (WARN and the
+   * `outbox.audit.drifted` gauge; an operator repairs with `outbox repair`).
+   */
+  readonly repairDrift?: boolean;
+  /**
+   * Most tuples one automatic repair may delete. Default 100, like `repairOutbox`'s `maxDeletes`:
+   * deleting revokes access, and mass "unexpected" drift is more often a mistake (an owner database
+   * restored from an old backup, the wrong store) than real grants. Past it nothing is enqueued,
+   * the refusal is logged at ERROR and counted (`outbox.repair.refused`, the `OutboxRepairRefused`
+   * alert), every audit again until a human repairs it.
+   */
+  readonly repairMaxDeletes?: number;
   /** Start the reconciler's timer. Default true. */
   readonly runReconciler?: boolean;
   /** Milliseconds between compactions of the outbox (docs/ledger.md), on the reconciler's timer. Default 3600000; 0 turns compaction off. */
@@ -181,6 +200,8 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
       options.auditIntervalMs === false
         ? 0
         : integer('auditIntervalMs', options.auditIntervalMs, 300_000, 0, 86_400_000),
+    repairDrift: options.repairDrift ?? true,
+    repairMaxDeletes: integer('repairMaxDeletes', options.repairMaxDeletes, 100, 0, 1_000_000_000),
     runReconciler: options.runReconciler ?? true,
     compactIntervalMs: integer('compactIntervalMs', options.compactIntervalMs, 3_600_000, 0, 86_400_000),
     retentionMs: integer('retentionMs', options.retentionMs, 30 * 86_400_000, 0, 36_500 * 86_400_000),
@@ -210,6 +231,8 @@ export const SERVICE_ENV = Object.freeze({
   DRAIN_INTERVAL_MS: 'drainIntervalMs (default 1000)',
   REDRIVE_INTERVAL_MS: 'redriveIntervalMs (default 60000)',
   AUDIT_INTERVAL_MS: 'auditIntervalMs (default 300000; 0: no audit)',
+  REPAIR_DRIFT: 'repairDrift, true|false (default true: each audit repairs the drift it found)',
+  REPAIR_MAX_DELETES: 'repairMaxDeletes (default 100)',
   COMPACT_INTERVAL_MS: 'compactIntervalMs (default 3600000; 0: no compaction)',
   RETENTION_MS: 'retentionMs (default 2592000000, 30 days)',
   FLUSH_ON_WRITE: 'flushOnWrite, true|false (default true)',
@@ -267,6 +290,8 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     drainIntervalMs: number('DRAIN_INTERVAL_MS'),
     redriveIntervalMs: number('REDRIVE_INTERVAL_MS'),
     auditIntervalMs: number('AUDIT_INTERVAL_MS'),
+    repairDrift: flag('REPAIR_DRIFT'),
+    repairMaxDeletes: number('REPAIR_MAX_DELETES'),
     compactIntervalMs: number('COMPACT_INTERVAL_MS'),
     retentionMs: number('RETENTION_MS'),
     flushOnWrite: flag('FLUSH_ON_WRITE'),
@@ -296,6 +321,7 @@ const ENV_OF_OPTION: Readonly<Record<string, string>> = {
   drainIntervalMs: 'DRAIN_INTERVAL_MS',
   redriveIntervalMs: 'REDRIVE_INTERVAL_MS',
   auditIntervalMs: 'AUDIT_INTERVAL_MS',
+  repairMaxDeletes: 'REPAIR_MAX_DELETES',
   compactIntervalMs: 'COMPACT_INTERVAL_MS',
   retentionMs: 'RETENTION_MS',
   flushTimeoutMs: 'FLUSH_TIMEOUT_MS',

@@ -12,7 +12,7 @@ import {
 import { createOpenFgaSink, createOpenFgaTupleReader } from '@outbox/openfga';
 import { outboxStats, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
 import {
-  auditOutboxIncremental,
+  createContinuousAudit,
   createReconciler,
   type AuditReport,
   type OutboxOwner,
@@ -36,8 +36,9 @@ export interface ServiceOutbox {
   /** Redrives on its timer; its `start` and `stop` also run the incremental audit's timer (with an owner). */
   readonly reconciler: Reconciler;
   /**
-   * One incremental audit now (`auditOutboxIncremental`): drift logged at WARN, never repaired here
-   * (repair is an operator's decision). Undefined without an owner mapping.
+   * One audit now, as the timer runs it (`createContinuousAudit`): the incremental audit, drift
+   * logged at WARN and repaired through the outbox within the delete budget (unless `repair` is
+   * off). Undefined without an owner mapping.
    */
   audit(): Promise<AuditReport | undefined>;
   /**
@@ -76,6 +77,12 @@ export interface ServiceOutboxConfig {
   readonly owner?: OutboxOwner;
   /** Milliseconds between incremental audits, with `owner`. Default 300000 (see `ServiceOptions`); 0: none. */
   readonly auditIntervalMs?: number;
+  /**
+   * What each audit repairs: the drift it found, deleting at most `maxDeletes` tuples (past it:
+   * nothing, an ERROR and `outbox.repair.refused`). Default `{ maxDeletes: 100 }`; false:
+   * detection only. See `ServiceOptions.repairDrift` for the bound T it gives.
+   */
+  readonly repair?: false | { readonly maxDeletes: number };
   readonly logger: Logger;
   /** Where the drainer's and the reconciler's instruments go (docs/metrics.md). Default: the global provider. */
   readonly meterProvider?: MeterProvider;
@@ -84,7 +91,7 @@ export interface ServiceOutboxConfig {
 }
 
 /** Incremental audits every `intervalMs`, one at a time, from `start` to `stop`; a failed one is logged and the next runs on time. */
-function auditTimer(run: () => Promise<unknown>, intervalMs: number, logger: Logger) {
+function auditTimer(run: () => Promise<unknown>, intervalMs: number, logger: Logger, onStart: () => void) {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<unknown> | undefined;
   let started = false;
@@ -106,6 +113,7 @@ function auditTimer(run: () => Promise<unknown>, intervalMs: number, logger: Log
     start() {
       if (started || intervalMs === 0) return;
       started = true;
+      onStart();
       tick();
     },
     async stop() {
@@ -167,15 +175,38 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     storeId: config.openfga.storeId,
     ...(config.openfga.credentials ? { credentials: config.openfga.credentials } : {}),
   });
-  // Drift at WARN (the audit logs it), a clean run at INFO.
-  const audit = owner
-    ? async () => {
-        const report = await auditOutboxIncremental({ db, spec, owner, reader, logger });
-        config.reconcilerMetrics?.recordAudit(report);
-        return report;
-      }
-    : async () => undefined;
-  const audits = auditTimer(audit, owner ? (config.auditIntervalMs ?? 300_000) : 0, logger);
+  // Drift at WARN (the audit logs it), a clean run at INFO; each repair at WARN, a refused one at ERROR.
+  const repair = config.repair ?? { maxDeletes: 100 };
+  const continuous = owner
+    ? createContinuousAudit({
+        db,
+        spec,
+        owner,
+        reader,
+        logger,
+        repair,
+        ...(config.reconcilerMetrics ? { metrics: config.reconcilerMetrics } : {}),
+      })
+    : undefined;
+  // The corrections' insert NOTIFYs a listening drainer; one without LISTEN takes them on its timer.
+  const audit = async () => (continuous ? (await continuous.run()).report : undefined);
+  const auditIntervalMs = owner ? (config.auditIntervalMs ?? 300_000) : 0;
+  // T, from the settings: what the operator can count on (docs/agreement.md, "The bound T").
+  const boundMs = auditIntervalMs + config.drainIntervalMs;
+  const audits = auditTimer(audit, auditIntervalMs, logger, () =>
+    logger.info(
+      repair
+        ? `audit every ${auditIntervalMs} ms, repairing drift through the outbox (at most ${repair.maxDeletes} deletes a run): a partition with nothing pending agrees with the owner within T = ${boundMs} ms + two audit runs and a delivery`
+        : `audit every ${auditIntervalMs} ms, detection only: drift is logged, not repaired`,
+      {
+        outbox: spec.table,
+        auditIntervalMs,
+        repairDrift: repair !== false,
+        drainIntervalMs: config.drainIntervalMs,
+        ...(repair ? { repairMaxDeletes: repair.maxDeletes } : {}),
+      },
+    ),
+  );
   const reconciler: Reconciler = {
     ...redriver,
     async start() {

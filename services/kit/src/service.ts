@@ -159,6 +159,7 @@ export async function startService<N extends string>(
     retryBackoff: resolved.retryBackoff,
     ...(definition.owner ? { owner: definition.owner } : {}),
     auditIntervalMs: resolved.auditIntervalMs,
+    repair: resolved.repairDrift && { maxDeletes: resolved.repairMaxDeletes },
     logger,
     meterProvider: metrics.meterProvider,
     reconcilerMetrics: metrics.agreement,

@@ -176,6 +176,7 @@ describe('the alerting rules (docs/prometheus/outbox-alerts.yml)', () => {
       'OutboxOldestDeliverableAgeHigh',
       'OutboxPoisoned',
       'OutboxDrift',
+      'OutboxRepairRefused',
       'OutboxDrainPassesFailing',
       'OutboxReconcilerPassesFailing',
     ]);
