@@ -2,8 +2,8 @@ import type { RedrivenIntent } from '@outbox/reconciler';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 
 /*
- * The JSON document each command prints with --json: one per run, on stdout. docs/cli.md shows
- * them; the tests check real output against these schemas, so the two cannot part. A field is
+ * The JSON document each command prints with --json: one per run, on stdout. docs/cli.md points
+ * here; the tests check real output against these schemas, so the two cannot part. A field is
  * only ever added (scripts read these): a renamed or removed field is a new major version.
  */
 
@@ -361,7 +361,7 @@ export const DoctorOutput = Type.Object({ ok: Type.Boolean(), checks: Type.Array
 export type DoctorOutput = Static<typeof DoctorOutput>;
 export type DoctorCheck = Static<typeof DoctorCheck>;
 
-/** Every command's --json schema, by command: what docs/cli.md documents and the tests check. */
+/** Every command's --json schema, by command: what docs/cli.md points to and the tests check. */
 export const OUTPUT_SCHEMAS = Object.freeze({
   status: StatusOutput,
   list: ListOutput,
