@@ -41,9 +41,9 @@ export interface Exploration {
   readonly maxSamples: number;
 }
 
-/** The test's (`pnpm model`): about 12 s of CPU for the protocol, 7 s for the mutant, on a 2-core machine. */
+/** The test's (`pnpm model`): about 12 s of CPU for the protocol, 7 s for the mutant, 5 s for the replays. */
 export const TEST_EXPLORATION: Exploration = { seed: 42, maxSteps: 30, maxSamples: 300 };
-/** `pnpm model:long`: deeper histories, ten times as many. */
+/** `pnpm model:long`: deeper histories, ten times as many (about 70 s of CPU, the protocol's nearly all). */
 export const LONG_EXPLORATION: Exploration = { seed: 42, maxSteps: 40, maxSamples: 3_000 };
 
 /** How a quint command ended, and what it printed. */
