@@ -75,11 +75,12 @@ let worlds = 0;
 /**
  * A fresh owner table, outbox and OpenFGA store, with the create and delete paths that write the
  * owner's row and its intent in one transaction, a drain, and out-of-band access to the store.
+ * `maxAttempts` is the outbox's (default 3).
  */
-export async function auditWorld(db: Db) {
+export async function auditWorld(db: Db, options: { readonly maxAttempts?: number } = {}) {
   worlds += 1;
   const table = `reconciler.audit_resources_${worlds}`;
-  const spec: OutboxSpec = await createTestOutbox(db, { maxAttempts: 3 }); // creates the schema
+  const spec: OutboxSpec = await createTestOutbox(db, { maxAttempts: options.maxAttempts ?? 3 }); // creates the schema
   await sql
     .raw(`create table ${table} (id text primary key, project_id text not null, owner text not null)`)
     .execute(db);
@@ -106,6 +107,9 @@ export async function auditWorld(db: Db) {
     owner,
     reader,
     client,
+    /** The store and its model, for a sink of the test's own. */
+    storeId,
+    authorizationModelId,
     table,
     target: { db, spec, owner, reader },
     /** The create path: the row and its register intent, in one transaction. */
