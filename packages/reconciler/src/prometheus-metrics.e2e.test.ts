@@ -55,6 +55,15 @@ describe('the metrics, scraped by Prometheus', () => {
       });
     };
     const up = drainerOn();
+    const listening = createDrainer({
+      db: t.db,
+      spec,
+      sink: createOpenFgaSink({ client: world.client }),
+      interval: 3_600_000,
+      listen: { connectionString: t.url },
+      logger: recordingLogger(),
+      meterProvider,
+    });
     const down = drainerOn(`http://127.0.0.1:${await freePort()}`); // nothing listens: every write fails transiently
     const drain = async (drainer: typeof up) => {
       const result = await drainer.drainOnce();
@@ -142,6 +151,8 @@ describe('the metrics, scraped by Prometheus', () => {
       reconcilerMetrics.recordRepair(await repairOutbox({ ...world.target, dryRun: false }));
       expect(await drain(up)).toMatchObject({ delivered: 3 });
       reconcilerMetrics.recordAudit(await auditOutbox(world.target));
+      // A drainer holding LISTEN, for its gauge (nothing is left that it could claim).
+      await listening.start();
 
       scraped = await scrape();
       const full = { ...table, outbox_audit_mode: 'full' };
@@ -170,6 +181,7 @@ describe('the metrics, scraped by Prometheus', () => {
         ['outbox_intent_poisoned', cause('refused'), 1],
         ['outbox_intent_superseded', table, 1],
         ['outbox_intent_oldest_deliverable_age', table, 0],
+        ['outbox_drainer_listening', table, 1],
       ];
       expect(expected.map(([name, labels]) => [name, labels, scraped.value(name, labels)])).toEqual(expected);
 
@@ -238,6 +250,7 @@ describe('the metrics, scraped by Prometheus', () => {
       await reconciler.stop();
       await up.stop();
       await down.stop();
+      await listening.stop();
       await meterProvider.shutdown(); // stops the exporter's server
     }
   });
