@@ -178,6 +178,7 @@ describe('the alerting rules (docs/prometheus/outbox-alerts.yml)', () => {
       'OutboxDrift',
       'OutboxDrainPassesFailing',
       'OutboxReconcilerPassesFailing',
+      'OutboxVacuumHeldBack',
     ]);
     for (const rule of rules) {
       expect(['warning', 'critical'], rule.alert).toContain(rule.labels?.severity);
