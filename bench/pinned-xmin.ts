@@ -19,8 +19,8 @@ const RATE = knob('BENCH_XMIN_RATE', 2_000);
 const PER_TRANSACTION = 10;
 const WRITERS = 4;
 const PARTITIONS = 1_000;
-/** After the writers stop, how long the drainer may take to deliver what is left (not counted in the rate). */
-const SETTLE_SECONDS = 30;
+/** After the writers stop, how long the drainer may take to deliver what is left (its own figure, not in the rate). */
+const SETTLE_SECONDS = 120;
 
 /**
  * CPU time used so far, in ms, by this process and the stack's Postgres (the postmaster `servers`
@@ -50,13 +50,17 @@ interface Run {
   readonly cpuMsPer1000: number | undefined;
   /** Enqueued but not delivered when the writers stopped. */
   readonly backlog: number;
+  /** Delivered per second after the writers stopped, until nothing was left or SETTLE_SECONDS passed; and what was left then. */
+  readonly catchUp: { readonly rate: number; readonly left: number; readonly seconds: number };
+  /** Every enqueue transaction (10 intents), in ms, sorted. */
+  readonly enqueues: readonly number[];
   readonly deadTuples: number;
   readonly liveTuples: number;
   readonly autovacuums: number;
   readonly claimIndexMb: number;
   readonly tableMb: number;
-  /** A claim that finds nothing due, once everything is delivered (median of 20, rolled back): what each wake-up pays. */
-  readonly emptyClaimMs: number;
+  /** A claim after the drain (median of 20, rolled back), and the rows it found: none once everything is delivered, when it is what each wake-up pays. */
+  readonly lastClaim: { readonly ms: number; readonly rows: number };
 }
 
 /** The table's dead and live row versions, autovacuum runs, and sizes, as the statistics have them now. */
@@ -114,6 +118,7 @@ async function run(
     await drainer.start();
     const cpuBefore = cpuMs(servers);
     let enqueued = 0;
+    const enqueues: number[] = [];
     const { seconds } = await paceWriters({
       writers: WRITERS,
       rate: RATE / PER_TRANSACTION,
@@ -123,7 +128,9 @@ async function run(
           const partitionKey = `vpc:${(i * PER_TRANSACTION + j) % PARTITIONS}`;
           return { partitionKey, payload: payloadFor(partitionKey) };
         });
+        const began = performance.now();
         await writerDb.transaction().execute((trx) => enqueueMany(trx, spec, intents));
+        enqueues.push(performance.now() - began);
         enqueued += intents.length;
       },
     });
@@ -131,15 +138,22 @@ async function run(
     counting = false;
     const cpuAfter = cpuMs(servers);
     // What is left is delivered before the table is measured, within a bound: a lost intent would be
-    // a bug, a slow one the figure above.
-    const deadline = performance.now() + SETTLE_SECONDS * 1000;
+    // a bug, a slow one the catch-up figure.
+    const catchUpFrom = performance.now();
+    const deadline = catchUpFrom + SETTLE_SECONDS * 1000;
     while (delivered < enqueued && performance.now() < deadline) await sleep(50);
+    const catchUpSeconds = (performance.now() - catchUpFrom) / 1000;
+    const catchUp = {
+      rate: (delivered - deliveredInTime) / Math.max(0.001, catchUpSeconds),
+      left: enqueued - delivered,
+      seconds: catchUpSeconds,
+    };
     await drainer.stop();
     await Promise.all([drainerDb.destroy(), writerDb.destroy()]);
     // Their backends have exited and flushed their statistics; give the collector's readers a moment.
     await sleep(1_500);
     const state = await tableState(db, spec);
-    const emptyClaimMs = await emptyClaim(db, spec);
+    const lastClaim = await claimAfter(db, spec);
     return {
       enqueued,
       seconds,
@@ -150,29 +164,32 @@ async function run(
           ? undefined
           : ((cpuAfter - cpuBefore) / Math.max(1, deliveredInTime)) * 1000,
       backlog: enqueued - deliveredInTime,
+      catchUp,
+      enqueues: sorted(enqueues),
       ...state,
-      emptyClaimMs,
+      lastClaim,
     };
   } finally {
     await holder.end(); // ends the pinning transaction with its session
   }
 }
 
-/** The median of 20 claims of 100 on `spec`'s table, each rolled back: nothing is due once it is drained. */
-async function emptyClaim(db: AnyKysely, spec: OutboxSpec): Promise<number> {
+/** The median of 20 claims of 100 on `spec`'s table, each rolled back, and the rows the last one found. */
+async function claimAfter(db: AnyKysely, spec: OutboxSpec): Promise<{ ms: number; rows: number }> {
   const took: number[] = [];
+  let rows = 0;
   for (let i = 0; i < 20; i += 1) {
     await db
       .transaction()
       .execute(async (trx) => {
         const began = performance.now();
-        await claimBatch(trx, spec, 100);
+        rows = (await claimBatch(trx, spec, 100)).intents.length;
         took.push(performance.now() - began);
         throw new Error('rollback');
       })
       .catch(() => undefined);
   }
-  return median(took);
+  return { ms: median(took), rows };
 }
 
 const mean = (values: readonly number[]) => values.reduce((sum, v) => sum + v, 0) / Math.max(1, values.length);
@@ -184,11 +201,17 @@ export async function benchPinnedXmin(): Promise<SectionResult> {
     const url = await createDatabase(stack.postgresUrl, `bench_xmin_${Date.now()}`);
     const db = kysely(url, 2);
     const unpinned = await run(url, db, stack.pids, 'unpinned', false);
-    console.error('[bench] xmin unpinned', JSON.stringify({ ...unpinned, claims: unpinned.claims.length }));
+    console.error(
+      '[bench] xmin unpinned',
+      JSON.stringify({ ...unpinned, claims: unpinned.claims.length, enqueues: unpinned.enqueues.length }),
+    );
     await sql`drop table bench.xmin_unpinned`.execute(db);
     await sql`checkpoint`.execute(db);
     const pinned = await run(url, db, stack.pids, 'pinned', true);
-    console.error('[bench] xmin pinned', JSON.stringify({ ...pinned, claims: pinned.claims.length }));
+    console.error(
+      '[bench] xmin pinned',
+      JSON.stringify({ ...pinned, claims: pinned.claims.length, enqueues: pinned.enqueues.length }),
+    );
     await db.destroy();
 
     const rate = (r: Run) => r.delivered / r.seconds;
@@ -208,7 +231,22 @@ export async function benchPinnedXmin(): Promise<SectionResult> {
       ],
       ['**claim, mean** (ms)', (r) => ms(mean(r.claims)), (r) => mean(r.claims)],
       ['**claim, p99** (ms)', (r) => ms(p99(r)), p99],
-      ['a claim that finds nothing, at the end (median of 20, ms)', (r) => ms(r.emptyClaimMs), (r) => r.emptyClaimMs],
+      [
+        'after the writers stopped: what was left, delivered in (s), at (rows/s)',
+        (r) =>
+          `${r.catchUp.left > 0 ? `${count(r.catchUp.left)} still left after` : 'all in'} ${r.catchUp.seconds.toFixed(1)} s${r.backlog >= 1_000 ? `, ${count(r.catchUp.rate)}/s` : ''}`,
+        (r) => (r.backlog >= 1_000 ? r.catchUp.rate : undefined),
+      ],
+      [
+        'enqueue transaction of 10, mean / p99 (ms)',
+        (r) => `${ms(mean(r.enqueues))} / ${ms(percentile(r.enqueues, 0.99))}`,
+        (r) => mean(r.enqueues),
+      ],
+      [
+        'a claim after the drain (median of 20, rolled back; rows found), ms',
+        (r) => `${ms(r.lastClaim.ms)} (${r.lastClaim.rows} rows)`,
+        (r) => r.lastClaim.ms,
+      ],
       [
         "CPU per 1,000 delivered (this process and the stack's Postgres, ms)",
         (r) => (r.cpuMsPer1000 === undefined ? '—' : ms(r.cpuMsPer1000)),
@@ -226,8 +264,8 @@ export async function benchPinnedXmin(): Promise<SectionResult> {
       `${WRITERS} writers offer ${count(RATE)} intents/s (${PER_TRANSACTION} a transaction, ${count(PARTITIONS)} partitions); one drainer, defaults`,
       "(LISTEN, batch 100, 3 open batches), no-op sink; stock Postgres and autovacuum (the table's own settings,",
       `naptime 60 s). *Pinned*: another session ran \`begin isolation level repeatable read; select 1\` before the table`,
-      'was created and stayed idle in transaction until the end. Each run on a fresh table, unpinned first; the',
-      'table is measured after the drainer delivered what was left, with the pin still held.',
+      'was created and stayed idle in transaction until the end. Each run on a fresh table, unpinned first. When the',
+      `writers stop the drainer has up to ${SETTLE_SECONDS} s more to deliver what is left; then the table is measured, the pin still held.`,
       '',
       '| | unpinned | pinned | pinned ÷ unpinned |',
       '| --- | ---: | ---: | ---: |',
