@@ -2,7 +2,7 @@ import { cpus, loadavg } from 'node:os';
 import { summaryTable, type SectionResult, type TargetRow } from './summary.js';
 
 /**
- * `pnpm bench [section]…` (drain, openfga, reconciler, latency, e2e, write-path, enqueue, memory, compaction, audit): runs the benchmarks against a fresh stock (fsync on) Postgres and a real
+ * `pnpm bench [section]…` (drain, openfga, reconciler, latency, e2e, write-path, enqueue, memory, compaction, audit, xmin): runs the benchmarks against a fresh stock (fsync on) Postgres and a real
  * OpenFGA, and prints markdown for docs/BENCHMARKS.md: the summary of every target the sections
  * measured first, then each section. A section returns its markdown, or that and its summary rows.
  */
@@ -17,6 +17,7 @@ const sections: Record<string, () => Promise<string | SectionResult>> = {
   memory: async () => (await import('./memory.js')).benchMemory(),
   compaction: async () => (await import('./compaction.js')).benchCompaction(),
   audit: async () => (await import('./audit.js')).benchAudit(),
+  xmin: async () => (await import('./pinned-xmin.js')).benchPinnedXmin(),
 };
 
 const load = () =>

@@ -1,4 +1,5 @@
 import { OutboxTableError, verifyOutboxTable } from '@outbox/outbox';
+import { XMIN_HOLDERS_SQL } from '@outbox/outbox/protocol';
 import { sql } from 'kysely';
 import type { CheckedConfig } from './config.js';
 import type { DoctorCheck } from './output-schemas.js';
@@ -129,26 +130,45 @@ export async function migrationsCheck(target: Target, config: CheckedConfig): Pr
   return pass(`all ${expected.names.length} migrations applied`);
 }
 
+/** `seconds` as `2 h 5 min`, `12 min 3 s` or `40 s`. */
+function age(seconds: number): string {
+  const [h, m, s] = [Math.floor(seconds / 3600), Math.floor((seconds % 3600) / 60), seconds % 60];
+  return h > 0 ? `${h} h ${m} min` : m > 0 ? `${m} min ${s} s` : `${s} s`;
+}
+
 /**
- * Transactions open longer than `minutes` that hold a snapshot (`backend_xmin`), and prepared ones:
- * both keep vacuum from removing delivered rows' dead entries, and claims slow down (docs/design.md §4).
+ * The oldest transaction open longer than `minutes` that holds back vacuum (XMIN_HOLDERS_SQL: a
+ * snapshot in this database, a transaction id anywhere, a prepared transaction), named so that it can
+ * be ended: until it ends vacuum removes no delivered row's dead entry and claims slow down (docs/design.md §4).
  */
 export async function longTransactionsCheck(target: Target, minutes: number): Promise<Check> {
-  const result = await sql<{ pid: number | null; who: string; age_seconds: number }>`
-    select pid, coalesce(nullif(application_name, ''), usename::text, '?') || ' (' || coalesce(state, '?') || ')' as who,
-      extract(epoch from now() - xact_start)::int as age_seconds
-    from pg_catalog.pg_stat_activity
-    where xact_start < now() - make_interval(mins => ${minutes}) and backend_xmin is not null and pid <> pg_backend_pid()
-    union all
-    select null, 'prepared ' || gid, extract(epoch from now() - prepared)::int
-    from pg_catalog.pg_prepared_xacts where prepared < now() - make_interval(mins => ${minutes})
-    order by age_seconds desc limit 5`.execute(target.db);
-  if (result.rows.length === 0) return pass(`no transaction older than ${minutes} min holds back vacuum`);
-  const list = result.rows
-    .map((r) => `${r.pid === null ? '' : `pid ${r.pid} `}${r.who} ${Math.round(r.age_seconds / 60)} min`)
-    .join(', ');
+  const result = await sql<{
+    pid: number | null;
+    application_name: string | null;
+    state: string | null;
+    database: string | null;
+    gid: string | null;
+    age_seconds: number;
+    others: number;
+  }>`
+    select pid, application_name, state, database, gid, extract(epoch from now() - since)::int as age_seconds,
+      (count(*) over () - 1)::int as others
+    from (${sql.raw(XMIN_HOLDERS_SQL)}) h
+    where since < now() - make_interval(mins => ${minutes})
+    order by since limit 1`.execute(target.db);
+  const oldest = result.rows[0];
+  if (!oldest) return pass(`no transaction older than ${minutes} min holds back vacuum`);
+  const others = oldest.others > 0 ? `; ${oldest.others} more open longer than ${minutes} min` : '';
+  const since = `open ${age(Math.max(0, oldest.age_seconds))}`;
+  if (oldest.pid === null)
+    return fail(
+      `the oldest transaction holding back vacuum is prepared: gid ${oldest.gid} in database ${oldest.database}, ${since}${others}`,
+      `connected to ${oldest.database}, ROLLBACK PREPARED (or COMMIT PREPARED, if its coordinator says so) the SQL below: until then delivered rows' dead entries pile up in the claim index`,
+      `rollback prepared '${(oldest.gid ?? '').replaceAll("'", "''")}';`,
+    );
   return fail(
-    `transactions older than ${minutes} min hold back vacuum: ${list}`,
-    'end them (pg_terminate_backend(pid), or COMMIT/ROLLBACK PREPARED): until then delivered rows pile up in the claim index',
+    `the oldest transaction holding back vacuum: pid ${oldest.pid}, application_name ${oldest.application_name ? JSON.stringify(oldest.application_name) : '(none)'}, ${oldest.state ?? 'state unknown'}, in ${oldest.database}, ${since}${others}`,
+    `end it with the SQL below (its session is closed and its work rolled back), then find why it stayed open (idle_in_transaction_session_timeout ends such sessions): until then delivered rows' dead entries pile up in the claim index`,
+    `select pg_terminate_backend(${oldest.pid});`,
   );
 }

@@ -11,6 +11,7 @@ import { assertOutputSchema } from './testing/output-schema-check.js';
 import { jsonOf, runCli } from './testing/run-outbox.js';
 import type { OutboxSpec } from '@outbox/outbox';
 import pg from 'pg';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 // doctor: one line per check, pass or fail with what to do, exit 1 on a failure.
 const t = useTestDatabase();
@@ -132,23 +133,77 @@ describe('doctor', () => {
     });
   });
 
-  test('a transaction holding a snapshot fails the long-transaction check with its pid', async () => {
+  test('a transaction holding a snapshot fails the long-transaction check, naming the oldest holder and the SQL that ends it', async () => {
     const holder = new pg.Client({ connectionString: t.url, application_name: 'stuck-report' });
+    holder.on('error', () => undefined); // terminated below
     await holder.connect();
     try {
       await holder.query('begin isolation level repeatable read');
       await holder.query('select 1');
       const pid = (await holder.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]?.pid;
+      await sleep(2_100); // older than anything the CLI's own sessions, or another test's, hold
       const run = await doctor(configWith('ok.json', {}), '--long-transaction-minutes', '0');
       expect(run.code).toBe(1);
       expect(run.stdout).toMatch(
         new RegExp(
-          `FAIL  long transactions \\(.*\\): transactions older than 0 min hold back vacuum: .*pid ${pid} stuck-report \\(idle in transaction\\) 0 min`,
+          `FAIL  long transactions \\(.*\\): the oldest transaction holding back vacuum: pid ${pid}, application_name "stuck-report", idle in transaction, in ${t.name}, open [2-9] s`,
+        ),
+      );
+      expect(run.stdout).toContain(`→ end it with the SQL below`);
+      expect(run.stdout).toContain(`\n        select pg_terminate_backend(${pid});\n`);
+      const json = jsonOf(await doctor(configWith('ok.json', {}), '--long-transaction-minutes', '0', '--json')) as Doc;
+      expect(byCheck(json, 'long transactions')).toMatchObject({
+        status: 'fail',
+        sql: `select pg_terminate_backend(${pid});`,
+      });
+      // Not yet older than the default 5 minutes.
+      const later = await doctor(configWith('ok.json', {}), '--json');
+      expect(byCheck(jsonOf(later) as Doc, 'long transactions')).toMatchObject({ status: 'pass' });
+      // The SQL, run as printed, ends it.
+      await sql.raw(`select pg_terminate_backend(${pid})`).execute(t.db);
+      await expect(holder.query('select 1')).rejects.toThrow();
+    } finally {
+      await holder.end().catch(() => undefined);
+    }
+  });
+
+  test("another database's snapshot does not hold back this one's vacuum; its transaction id does", async () => {
+    const other = new URL(t.url);
+    other.pathname = '/postgres';
+    const elsewhere = new pg.Client({ connectionString: other.toString(), application_name: 'other-database' });
+    const here = new pg.Client({ connectionString: t.url, application_name: 'this-database' });
+    await elsewhere.connect();
+    await here.connect();
+    elsewhere.on('error', () => undefined);
+    try {
+      const pidOf = async (client: pg.Client) =>
+        (await client.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]?.pid;
+      const [elsewherePid, herePid] = [await pidOf(elsewhere), await pidOf(here)];
+      await elsewhere.query('begin isolation level repeatable read');
+      await elsewhere.query('select 1'); // a snapshot only
+      await sleep(1_100);
+      await here.query('begin isolation level repeatable read');
+      await here.query('select 1');
+      await sleep(1_100);
+      const oldest = async () => {
+        const run = await doctor(configWith('ok.json', {}), '--long-transaction-minutes', '0', '--json');
+        return byCheck(jsonOf(run) as Doc, 'long transactions');
+      };
+      // The older snapshot is in another database: this database's vacuum does not wait for it.
+      expect((await oldest())?.detail).toMatch(
+        new RegExp(`^the oldest transaction holding back vacuum: pid ${herePid}, `),
+      );
+      // Once it writes, it has a transaction id, which every snapshot here counts as running.
+      await elsewhere.query('select pg_current_xact_id()');
+      expect((await oldest())?.detail).toMatch(
+        new RegExp(
+          `^the oldest transaction holding back vacuum: pid ${elsewherePid}, application_name "other-database", idle in transaction, in postgres, `,
         ),
       );
     } finally {
-      await holder.query('rollback');
-      await holder.end();
+      await elsewhere.query('rollback').catch(() => undefined);
+      await here.query('rollback').catch(() => undefined);
+      await Promise.all([elsewhere.end(), here.end()]);
     }
   });
 });

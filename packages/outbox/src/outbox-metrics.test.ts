@@ -3,6 +3,7 @@ import { metrics } from '@opentelemetry/api';
 import { pointsOf, pointValue, testMeterProvider } from '@outbox/test-observability';
 import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
 import { afterEach, describe, expect, test } from 'vitest';
 import manifest from '../package.json' with { type: 'json' };
 import { OUTBOX_ACTIONS } from './actions-log-ddl.js';
@@ -102,6 +103,41 @@ describe('observeOutbox', () => {
       expect(causes).toEqual([0, 0]);
     } finally {
       observer.stop();
+    }
+  });
+
+  test('outbox.database.oldest_xmin_age is the age of the oldest transaction holding a snapshot in the database, in the same one query', async () => {
+    const spec = await fresh();
+    const { db, statements } = countingDb();
+    const observer = observeOutbox({ db, spec, meterProvider: sdk.meterProvider, minIntervalMs: 0 });
+    const xminAge = async () =>
+      pointValue(await sdk.collect(), 'outbox.database.oldest_xmin_age', { 'outbox.table': spec.table }) ?? NaN;
+    const holder = new pg.Client({ connectionString: t.url, application_name: 'stuck-report' });
+    await holder.connect();
+    try {
+      // Idle in transaction with a snapshot, as a forgotten REPEATABLE READ report would be.
+      await holder.query('begin isolation level repeatable read');
+      await holder.query('select 1');
+      await sleep(2_100);
+      const held = await xminAge();
+      expect(held).toBeGreaterThanOrEqual(2);
+      expect(held).toBeLessThan(30);
+      expect(statements).toHaveLength(1);
+      await sleep(1_000);
+      expect(await xminAge()).toBeGreaterThanOrEqual(held + 1); // it grows while the transaction stays open
+      const points = await sdk.collect();
+      expect(pointsOf(points, 'outbox.database.oldest_xmin_age', { 'outbox.table': spec.table })[0]).toMatchObject({
+        scope: '@outbox/outbox',
+        kind: 'gauge',
+        unit: 's',
+      });
+      // Ended: nothing of that age is left (0 unless another test's transaction is open at that moment).
+      await holder.query('rollback');
+      expect(await xminAge()).toBeLessThan(held);
+    } finally {
+      await holder.end();
+      observer.stop();
+      await db.destroy();
     }
   });
 

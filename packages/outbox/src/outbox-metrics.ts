@@ -20,6 +20,7 @@ import { countedMaxAttemptsSql } from './max-attempts.js';
 import { rowStates } from './row-states.js';
 import { outboxStatsQuery } from './stats.js';
 import { tableNames } from './table-names.js';
+import { XMIN_HOLDERS_SQL } from './xmin-holders.js';
 
 /**
  * Where an @outbox library records its metrics (docs/metrics.md). Both unset: the global meter
@@ -126,6 +127,12 @@ const GAUGES = {
     unit: 's',
     description: 'Age of the oldest deliverable intent: how far delivery lags.',
   },
+  oldestXminAge: {
+    name: 'outbox.database.oldest_xmin_age',
+    unit: 's',
+    description:
+      "Age of the oldest transaction holding back vacuum in the outbox's database (a snapshot or a transaction id; prepared ones included): delivered rows' dead entries pile up in the claim index until it ends.",
+  },
 } as const;
 
 type GaugeKey = keyof typeof GAUGES;
@@ -154,14 +161,17 @@ function observations(
     value('superseded', 'superseded'),
     value('oldestPendingAge', 'oldest_pending_age_seconds'),
     value('oldestDeliverableAge', 'oldest_deliverable_age_seconds'),
+    value('oldestXminAge', 'oldest_xmin_age_seconds'),
   ];
 }
 
 /**
  * The statement behind {@link observeOutbox}: outboxStats' counts and, in the same round trip, the
  * age of the deliverable row with the smallest id — a walk of the pending index that stops at the
- * first row with attempts left, so it reads the poisoned rows before it, not the backlog — and the
- * actions log's rows by action (a count of a table of operator actions: small).
+ * first row with attempts left, so it reads the poisoned rows before it, not the backlog — the
+ * actions log's rows by action (a count of a table of operator actions: small), and the age of the
+ * oldest transaction holding back vacuum (a read of pg_stat_activity and pg_prepared_xacts: memory,
+ * one row per session).
  */
 export function outboxGaugesQuery(spec: OutboxSpec) {
   const row = rowStates();
@@ -174,7 +184,9 @@ export function outboxGaugesQuery(spec: OutboxSpec) {
       select jsonb_object_agg(a.action, a.n) from (
         select action, count(*) as n from ${sql.raw(tableNames(spec).actionsTable)} group by action
       ) a
-    ) as actions
+    ) as actions, (
+      select greatest(0, coalesce(extract(epoch from now() - min(since)), 0)) from (${sql.raw(XMIN_HOLDERS_SQL)}) h
+    ) as oldest_xmin_age_seconds
     from (${outboxStatsQuery(spec)}) s`;
 }
 
@@ -199,8 +211,8 @@ function throttled<T>(read: () => Promise<T>, minIntervalMs: number): () => Prom
 
 /**
  * Reports an outbox's state as OpenTelemetry gauges (docs/metrics.md): pending, deliverable, poisoned
- * (by cause) and superseded intents, and the oldest pending and deliverable intent's age, each with the
- * `outbox.table` attribute; and the actions log's rows by action as the counter `outbox.actions`
+ * (by cause) and superseded intents, the oldest pending and deliverable intent's age, and the age of
+ * the oldest transaction holding back vacuum in its database, each with the `outbox.table` attribute; and the actions log's rows by action as the counter `outbox.actions`
  * (what operators did, wherever they ran it). A collection reads the table with ONE query for all of them (none while
  * no SDK is installed), and reuses it for `minIntervalMs`. Every process that observes a table
  * reports the same numbers: aggregate across instances with `max`, never `sum`.

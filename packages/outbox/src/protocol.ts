@@ -47,3 +47,4 @@ export { sqlLiteral } from './sql-literal.js';
 export { outboxStatsQuery } from './stats.js';
 export { tableNames } from './table-names.js';
 export type { OutboxRow } from './types.js';
+export { XMIN_HOLDERS_SQL } from './xmin-holders.js';

@@ -179,6 +179,7 @@ describe('the alerting rules (docs/prometheus/outbox-alerts.yml)', () => {
       'OutboxRepairRefused',
       'OutboxDrainPassesFailing',
       'OutboxReconcilerPassesFailing',
+      'OutboxVacuumHeldBack',
     ]);
     for (const rule of rules) {
       expect(['warning', 'critical'], rule.alert).toContain(rule.labels?.severity);
