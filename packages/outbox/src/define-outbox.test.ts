@@ -1,6 +1,7 @@
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
+import { OUTBOX_COLUMN_NAMES } from './columns.js';
 import {
   defineOutbox,
   REGISTER_OUTBOX_PARTITION,
@@ -69,7 +70,7 @@ describe('defineOutbox', () => {
     }
   });
 
-  test.each(['id', 'payload', 'created_at', 'attempt_count', 'sent_at', 'is_head'])(
+  test.each(['id', 'payload', 'created_at', 'attempt_count', 'sent_at', 'is_head', ...OUTBOX_COLUMN_NAMES])(
     'partitionColumn cannot take the name of a column the table has anyway: %s',
     (partitionColumn) => {
       const error = refusal({ table: 'vpc.outbox', partitionColumn });
@@ -77,6 +78,12 @@ describe('defineOutbox', () => {
       expect(error.message).toContain('own columns');
     },
   );
+
+  test('partitionColumn cannot be verify_after, which the late-write step adds (it once could, and that step failed)', () => {
+    const error = refusal({ table: 'vpc.outbox', partitionColumn: 'verify_after' });
+    expect(error.field).toBe('partitionColumn');
+    expect(error.message).toContain('"verify_after" is one of the outbox table\'s own columns');
+  });
 
   test.each([
     ['no schema', 'fga_register_outbox'],

@@ -1,6 +1,6 @@
+import { OUTBOX_COLUMN_NAMES } from './columns.js';
 import { OutboxConfigError } from './errors.js';
 import { integerInRange } from './integer-in-range.js';
-import { LEDGER_COLUMNS } from './ledger-life-ddl.js';
 
 /** The partition column of a register-outbox: one row per FGA object, keyed on its global id. */
 export const REGISTER_OUTBOX_PARTITION = 'resource_id';
@@ -47,19 +47,6 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
 // Leaves room for the derived index, trigger and function names within Postgres' 63 bytes.
 const MAX_TABLE_NAME = 40;
 const MAX_IDENTIFIER = 63;
-const CONTRACT_COLUMNS = [
-  'id',
-  'payload',
-  'created_at',
-  'next_attempt_at',
-  'attempt_count',
-  'last_error',
-  'sent_at',
-  'retired_at',
-  'retired_reason',
-  'is_head',
-  ...LEDGER_COLUMNS,
-] as const;
 
 function identifier(field: string, value: unknown, max = MAX_IDENTIFIER, part = ''): string {
   const what = part ? `${part}: ` : '';
@@ -120,10 +107,10 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
     );
   }
   const partitionColumn = identifier('partitionColumn', input.partitionColumn);
-  if ((CONTRACT_COLUMNS as readonly string[]).includes(partitionColumn)) {
+  if ((OUTBOX_COLUMN_NAMES as readonly string[]).includes(partitionColumn)) {
     throw new OutboxConfigError(
       'partitionColumn',
-      `"${partitionColumn}" is one of the outbox table's own columns (${CONTRACT_COLUMNS.join(', ')}): name the partition column something else`,
+      `"${partitionColumn}" is one of the outbox table's own columns (${OUTBOX_COLUMN_NAMES.join(', ')}): name the partition column something else`,
     );
   }
   const channel = identifier('channel', input.channel ?? `${schema}_${tableName}`);

@@ -1,15 +1,6 @@
+import { columnsAddedBy } from './columns.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { tableNames } from './table-names.js';
-
-/** The ledger columns' names: why a row is poisoned, how often it was revived, how it was closed. */
-export const LEDGER_COLUMNS = [
-  'poison_cause',
-  'poison_code',
-  'revival_count',
-  'revive_after',
-  'revive_requested',
-  'closed_as',
-] as const;
 
 /** `poison_cause` values: out of transient attempts, or refused for good by the sink. */
 export type PoisonCause = 'exhausted' | 'refused';
@@ -17,7 +8,8 @@ export type PoisonCause = 'exhausted' | 'refused';
 export type ClosedAs = 'retired' | 'discarded';
 
 /**
- * The ledger's life, version 1 (docs/ledger.md): the columns above and the delivered-rows index
+ * The ledger's life, version 1 (docs/ledger.md): its columns (why a row is poisoned, how often it
+ * was revived, how it was closed: the step `0003_ledger_life` of columns.ts) and the delivered-rows index
  * compaction reads. Frozen. Metadata-only on a large table except the index: build that one
  * `concurrently` beforehand (`if not exists` keeps it); the checks are NOT VALID (every existing
  * row is NULL there) so that they scan nothing.
@@ -44,7 +36,7 @@ export function ledgerLifeDdlV1(spec: OutboxSpec): string[] {
 /** Undoes {@link ledgerLifeDdlV1}: the index, then the columns (their checks go with them). Frozen. */
 export function dropLedgerLifeDdlV1(spec: OutboxSpec): string[] {
   const n = tableNames(spec);
-  const columns = ['poison_cause', 'poison_code', 'revival_count', 'revive_after', 'revive_requested', 'closed_as'];
+  const columns = columnsAddedBy('0003_ledger_life');
   return [
     `drop index if exists "${spec.schema}"."${n.deliveredIndex}"`,
     `alter table ${n.table} ${columns.map((column) => `drop column if exists ${column}`).join(', ')}`,

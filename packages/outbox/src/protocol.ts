@@ -30,13 +30,7 @@ export {
   recordedMaxAttemptsSql,
 } from './max-attempts.js';
 export { OUTBOX_TABLE_ATTRIBUTE, outboxGaugesQuery, resolveMeter, startAtZero } from './outbox-metrics.js';
-export {
-  dropLedgerLifeDdlV1,
-  ledgerLifeDdlV1,
-  LEDGER_COLUMNS,
-  type ClosedAs,
-  type PoisonCause,
-} from './ledger-life-ddl.js';
+export { dropLedgerLifeDdlV1, ledgerLifeDdlV1, type ClosedAs, type PoisonCause } from './ledger-life-ddl.js';
 export { outboxTableDdlV1 } from './outbox-table-ddl.js';
 export { lockPartitions, partitionLockKey } from './partition-lock.js';
 export { partitionRangeSql } from './partition-range.js';

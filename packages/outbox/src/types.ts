@@ -1,8 +1,14 @@
 import type { ColumnType, Generated } from 'kysely';
+import type { OutboxColumnName } from './columns.js';
 import type { IntentPayload } from './payload.js';
 
+/** `T` when it has exactly the columns of columns.ts: a column added there and not here fails to compile. */
+type ExactlyTheColumns<
+  T extends Record<OutboxColumnName, unknown> & Record<Exclude<keyof T, OutboxColumnName>, never>,
+> = T;
+
 /** Columns every outbox table shares (docs/design.md §4). Ids are bigints, read as strings. */
-interface OutboxColumns {
+type OutboxColumns = ExactlyTheColumns<{
   id: ColumnType<string, never, never>;
   payload: ColumnType<IntentPayload, IntentPayload | string, IntentPayload | string>;
   created_at: ColumnType<Date, never, never>;
@@ -28,7 +34,7 @@ interface OutboxColumns {
   closed_as: 'retired' | 'discarded' | null;
   /** The drainer's: when to check this delivery against a late write (docs/agreement.md). Never write it by hand. */
   verify_after: Date | null;
-}
+}>;
 
 /** Kysely table type of a register-outbox, keyed on `resource_id`. */
 export interface RegisterOutboxTable extends OutboxColumns {

@@ -1,34 +1,17 @@
 import { sql } from 'kysely';
 import { ACTIONS_LOG_COLUMNS, ACTIONS_LOG_STEP, actionsLogMarker } from './actions-log-ddl.js';
 import type { AnyKysely } from './any-kysely.js';
+import { OUTBOX_COLUMN_NAMES, OUTBOX_COLUMNS } from './columns.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { drainFunctionMarker } from './drain-functions.js';
 import { enqueueFunctionMarker } from './enqueue-function.js';
 import { OutboxConfigError, OutboxTableError } from './errors.js';
 import { recordedMaxAttempts } from './max-attempts.js';
 
-/** Column → the type `format_type` reports for it. */
+/** Column → the type `format_type` reports for it: the table's own columns, the partition column after `id`. */
 function expectedColumns(spec: OutboxSpec): Record<string, string> {
-  return {
-    id: 'bigint',
-    [spec.partitionColumn]: 'text',
-    payload: 'jsonb',
-    created_at: 'timestamp with time zone',
-    next_attempt_at: 'timestamp with time zone',
-    attempt_count: 'integer',
-    last_error: 'text',
-    sent_at: 'timestamp with time zone',
-    retired_at: 'timestamp with time zone',
-    retired_reason: 'text',
-    is_head: 'boolean',
-    poison_cause: 'text',
-    poison_code: 'text',
-    revival_count: 'integer',
-    revive_after: 'timestamp with time zone',
-    revive_requested: 'boolean',
-    closed_as: 'text',
-    verify_after: 'timestamp with time zone',
-  };
+  const own = Object.fromEntries(OUTBOX_COLUMN_NAMES.map((name) => [name, OUTBOX_COLUMNS[name].type]));
+  return { id: OUTBOX_COLUMNS.id.type, [spec.partitionColumn]: 'text', ...own };
 }
 
 interface IndexRow {
