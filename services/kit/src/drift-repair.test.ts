@@ -18,6 +18,7 @@ import {
   useTestDatabase,
   type DelayingProxy,
 } from '@outbox/test-stack';
+import { storedOn } from '@outbox/test-stack/openfga';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import { Type } from 'typebox';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -88,10 +89,8 @@ async function createVpc(service: RunningService, name: string): Promise<string>
   return `vpc:${reply.body.id}`;
 }
 
-async function storedOn(object: string): Promise<string[]> {
-  const { tuples } = await fga.client.read({ object });
-  return tuples.map((x) => `${x.key.user} ${x.key.relation} ${x.key.object}`).sort();
-}
+/** What OpenFGA holds on `object`, as `user relation object` lines. */
+const stored = (object: string) => storedOn(fga.client, object);
 
 const expectedOf = (object: string) => [`project:${PROJECT} project ${object}`, `user:alice owner ${object}`];
 
@@ -124,12 +123,12 @@ const delivered = (object: string) =>
 /** Waits until OpenFGA holds `expected` on `object` (at most T from now); how long it took. */
 async function correctedWithinT(object: string, expected: readonly string[]): Promise<number> {
   const from = Date.now();
-  const stored = await eventually(
-    () => storedOn(object),
+  const held = await eventually(
+    () => stored(object),
     (s) => s.join() === expected.join(),
     T_MS,
   );
-  expect(stored, `OpenFGA on ${object}, ${T_MS} ms after the drift`).toEqual(expected);
+  expect(held, `OpenFGA on ${object}, ${T_MS} ms after the drift`).toEqual(expected);
   return Date.now() - from;
 }
 
@@ -225,7 +224,7 @@ describe('a late write released past the late-write check (it looked once, saw a
       10_000,
     );
     deliveredAt = Date.now();
-    for (const object of objects) expect(await storedOn(object)).toEqual([]); // the ledger's word: revoked
+    for (const object of objects) expect(await stored(object)).toEqual([]); // the ledger's word: revoked
     await b.start();
     // The check comes due 5 s after the deliveries, reads OpenFGA (nothing there yet), and clears.
     const stamped = async () =>
@@ -256,7 +255,7 @@ describe('a late write released past the late-write check (it looked once, saw a
       proxy.resume();
       // A's Write lands: the revoked grant is back (or already repaired away, on a quick audit).
       const landed = await eventually(
-        async () => (await storedOn(object)).length > 0 || (await ledger(object)).some((r) => r.source === 'repair'),
+        async () => (await stored(object)).length > 0 || (await ledger(object)).some((r) => r.source === 'repair'),
         (yes) => yes,
         10_000,
       );
@@ -294,7 +293,7 @@ describe('drift made around the outbox', () => {
 
   test('a tuple deleted straight in OpenFGA is written again within T, by a repair intent', async () => {
     const object = await createVpc(service, 'deleted');
-    expect(await storedOn(object)).toEqual(expectedOf(object));
+    expect(await stored(object)).toEqual(expectedOf(object));
     const owner = tuple(`user:alice owner ${object}`);
     await fga.client.write({ deletes: [owner] });
     expect(await correctedWithinT(object, expectedOf(object))).toBeLessThan(T_MS);
@@ -355,7 +354,7 @@ describe('a mass deletion beyond the delete budget', () => {
       expect(await refusals()).toBeGreaterThan(refusedBefore! + 1);
       expect(errors()).toHaveLength(1);
       expect(await ledger(object)).toHaveLength(before);
-      expect(await storedOn(object)).toHaveLength(12);
+      expect(await stored(object)).toHaveLength(12);
       await fga.client.write({ deletes: intruders });
     } finally {
       await stopped(service);
