@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { ACTIONS_WITH_REASON, OUTBOX_ACTIONS, type OutboxAction } from './actions-log-ddl.js';
+import { ACTIONS_WITH_REASON, OUTBOX_ACTIONS, type OutboxAction } from './schema/actions-log-ddl.js';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError } from './errors.js';

@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { columnsAddedBy, OUTBOX_COLUMN_NAMES, OUTBOX_COLUMNS, type ColumnStep } from './columns.js';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
-import { createOutboxTable, outboxMigrations } from './migration.js';
+import { createOutboxTable, outboxMigrations } from './schema/migration.js';
 
 const t = useTestDatabase();
 

@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { defineOutbox } from './define-outbox.js';
 import { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 import { OutboxConfigError, OutboxTableError } from './errors.js';
-import { createOutboxTable, dropOutboxTable } from './migration.js';
+import { createOutboxTable, dropOutboxTable } from './schema/migration.js';
 import type { AnyKysely } from './any-kysely.js';
 
 const t = useTestDatabase();

@@ -1,10 +1,10 @@
 import { sql, type Transaction } from 'kysely';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
-import { ENQUEUE_FUNCTION_STEP } from './enqueue-function.js';
+import { ENQUEUE_FUNCTION_STEP } from './schema/enqueue-function.js';
 import { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
 import { validatePartitionKey, validatePayload, type IntentPayload } from './payload.js';
-import { SQLSTATE, sqlState } from './sqlstate.js';
+import { SQLSTATE, sqlState } from './protocol/sqlstate.js';
 import { tableNames } from './table-names.js';
 
 /** One intent to enqueue. */

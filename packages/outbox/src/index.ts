@@ -1,5 +1,5 @@
 // The user API. What only the drainer, the reconciler and the CLI use: ./protocol.ts.
-export { OUTBOX_ACTIONS, type OutboxAction } from './actions-log-ddl.js';
+export { OUTBOX_ACTIONS, type OutboxAction } from './schema/actions-log-ddl.js';
 export {
   readOutboxActions,
   recordOutboxAction,
@@ -22,7 +22,7 @@ export {
 } from './define-outbox.js';
 export { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
 export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
-export { createDrainFunctions } from './drain-functions.js';
+export { createDrainFunctions } from './schema/drain-functions.js';
 export {
   createOutboxTable,
   dropOutboxTable,
@@ -31,8 +31,8 @@ export {
   outboxTableDdl,
   type OutboxMigration,
   type OutboxMigrationsOptions,
-} from './migration.js';
-export type { OutboxTableOptions } from './outbox-table-ddl.js';
+} from './schema/migration.js';
+export type { OutboxTableOptions } from './schema/outbox-table-ddl.js';
 export { setMaxAttempts, type SetMaxAttemptsOptions, type SetMaxAttemptsResult } from './max-attempts.js';
 export {
   MAX_TUPLES_PER_INTENT,
@@ -45,4 +45,4 @@ export type { Logger } from './logger.js';
 export { observeOutbox, type MeterOptions, type ObserveOutboxOptions, type OutboxObserver } from './outbox-metrics.js';
 export { outboxStats, type OutboxStats } from './stats.js';
 export type { RegisterOutboxTable, TupleOutboxTable } from './types.js';
-export { verifyOutboxTable } from './verify.js';
+export { verifyOutboxTable } from './schema/verify.js';

@@ -5,12 +5,12 @@ import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { enqueue, enqueueMany, type EnqueueInput } from './enqueue.js';
 import { OutboxConfigError } from './errors.js';
-import { promoteHeads } from './heads.js';
+import { promoteHeads } from './protocol/heads.js';
 import { recordedMaxAttempts, setMaxAttempts } from './max-attempts.js';
-import { createOutboxTable } from './migration.js';
+import { createOutboxTable } from './schema/migration.js';
 import { outboxStats } from './stats.js';
 import { tableNames } from './table-names.js';
-import { verifyOutboxTable } from './verify.js';
+import { verifyOutboxTable } from './schema/verify.js';
 import type { AnyKysely } from './any-kysely.js';
 
 const t = useTestDatabase();

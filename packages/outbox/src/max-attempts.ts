@@ -3,7 +3,7 @@ import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError, OutboxTableError } from './errors.js';
 import { integerInRange } from './integer-in-range.js';
-import { rowStates } from './row-states.js';
+import { rowStates } from './protocol/row-states.js';
 import { tableNames } from './table-names.js';
 
 // The table records its maxAttempts in the comment on attempt_count (docs/outbox-sql.md).

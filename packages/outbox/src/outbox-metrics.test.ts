@@ -6,7 +6,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterEach, describe, expect, test } from 'vitest';
 import manifest from '../package.json' with { type: 'json' };
-import { OUTBOX_ACTIONS } from './actions-log-ddl.js';
+import { OUTBOX_ACTIONS } from './schema/actions-log-ddl.js';
 import { recordOutboxAction } from './actions-log.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError } from './errors.js';

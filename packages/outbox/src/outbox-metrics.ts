@@ -10,17 +10,17 @@ import {
 } from '@opentelemetry/api';
 import { sql } from 'kysely';
 import manifest from '../package.json' with { type: 'json' };
-import { OUTBOX_ACTIONS } from './actions-log-ddl.js';
+import { OUTBOX_ACTIONS } from './schema/actions-log-ddl.js';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { OutboxConfigError } from './errors.js';
 import { integerInRange } from './integer-in-range.js';
 import type { Logger } from './logger.js';
 import { countedMaxAttemptsSql } from './max-attempts.js';
-import { rowStates } from './row-states.js';
+import { rowStates } from './protocol/row-states.js';
 import { outboxStatsQuery } from './stats.js';
 import { tableNames } from './table-names.js';
-import { XMIN_HOLDERS_SQL } from './xmin-holders.js';
+import { XMIN_HOLDERS_SQL } from './protocol/xmin-holders.js';
 
 /**
  * Where an @outbox library records its metrics (docs/metrics.md). Both unset: the global meter

@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, test } from 'vitest';
 import { defineOutbox } from './define-outbox.js';
 import { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 import { PayloadError } from './errors.js';
-import { createOutboxTable } from './migration.js';
+import { createOutboxTable } from './schema/migration.js';
 import {
   MAX_TUPLES_PER_INTENT,
   validatePartitionKey,

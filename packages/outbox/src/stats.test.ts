@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { defineOutbox, type OutboxSpec } from './define-outbox.js';
 import { setMaxAttempts } from './max-attempts.js';
-import { createOutboxTable } from './migration.js';
+import { createOutboxTable } from './schema/migration.js';
 import { outboxStats, outboxStatsQuery } from './stats.js';
 import { tableNames } from './table-names.js';
 import { freshOutboxes } from './testing/outbox-tables.js';

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import type { AnyKysely } from './any-kysely.js';
 import type { OutboxSpec } from './define-outbox.js';
 import { countedMaxAttemptsSql } from './max-attempts.js';
-import { coveringSuccessor, rowStates } from './row-states.js';
+import { coveringSuccessor, rowStates } from './protocol/row-states.js';
 import { tableNames } from './table-names.js';
 
 /** What an outbox holds, by the states of docs/design.md §2. */

@@ -3,8 +3,8 @@ import { sql } from 'kysely';
 import type { AnyKysely } from '../any-kysely.js';
 import { defineOutbox, type OutboxSpec, type OutboxSpecInput } from '../define-outbox.js';
 import { OutboxTableError } from '../errors.js';
-import { createOutboxTable } from '../migration.js';
-import { verifyOutboxTable } from '../verify.js';
+import { createOutboxTable } from '../schema/migration.js';
+import { verifyOutboxTable } from '../schema/verify.js';
 
 /**
  * A function that creates a new outbox table in `schema` on each call (`<schema>.outbox_<n>`, a

@@ -1,12 +1,12 @@
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { defineOutbox, type OutboxSpec } from './define-outbox.js';
+import { defineOutbox, type OutboxSpec } from '../define-outbox.js';
 import { createDrainFunctions, drainFunctionMarker } from './drain-functions.js';
 import { enqueueFunctionMarker } from './enqueue-function.js';
-import { OutboxTableError } from './errors.js';
+import { OutboxTableError } from '../errors.js';
 import { createOutboxTable, dropOutboxTable } from './migration.js';
-import { tableNames } from './table-names.js';
+import { tableNames } from '../table-names.js';
 import { verifyOutboxTable } from './verify.js';
 
 const t = useTestDatabase();

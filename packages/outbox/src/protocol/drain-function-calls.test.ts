@@ -2,10 +2,10 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { claimStatement, settleStatement, type ClaimedRow, type ClaimOptions } from './drain-function-calls.js';
-import type { OutboxSpec } from './define-outbox.js';
-import { enqueueMany } from './enqueue.js';
-import { tableNames } from './table-names.js';
-import { freshOutboxes, headFlags } from './testing/outbox-tables.js';
+import type { OutboxSpec } from '../define-outbox.js';
+import { enqueueMany } from '../enqueue.js';
+import { tableNames } from '../table-names.js';
+import { freshOutboxes, headFlags } from '../testing/outbox-tables.js';
 
 // The drainer's calls of the claim and settle functions, as claimStatement and settleStatement write them.
 

@@ -1,6 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { OutboxSpec } from './define-outbox.js';
-import { tableNames } from './table-names.js';
+import type { OutboxSpec } from '../define-outbox.js';
+import { tableNames } from '../table-names.js';
 
 type MaxAttempts = number | RawBuilder<number>;
 

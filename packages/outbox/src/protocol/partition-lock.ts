@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { OutboxSpec } from './define-outbox.js';
+import type { OutboxSpec } from '../define-outbox.js';
 
 /** The advisory-lock key of one partition, `hash('<table> <key>')`; every taker locks in its order (no deadlocks). */
 export function partitionLockKey(spec: OutboxSpec, key: RawBuilder<unknown>): RawBuilder<bigint> {

@@ -1,11 +1,11 @@
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
-import { defineOutbox, type OutboxSpec } from './define-outbox.js';
+import { defineOutbox, type OutboxSpec } from '../define-outbox.js';
 import { createOutboxTable } from './migration.js';
-import { tableNames } from './table-names.js';
-import { rowsRead } from './testing/rows-read.js';
-import type { AnyKysely } from './any-kysely.js';
+import { tableNames } from '../table-names.js';
+import { rowsRead } from '../testing/rows-read.js';
+import type { AnyKysely } from '../any-kysely.js';
 
 /*
  * The drainer's claim and settle functions look partitions up on the partition-head index, one probe

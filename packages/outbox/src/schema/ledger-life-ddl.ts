@@ -1,6 +1,6 @@
-import { columnsAddedBy } from './columns.js';
-import type { OutboxSpec } from './define-outbox.js';
-import { tableNames } from './table-names.js';
+import { columnsAddedBy } from '../columns.js';
+import type { OutboxSpec } from '../define-outbox.js';
+import { tableNames } from '../table-names.js';
 
 /** `poison_cause` values: out of transient attempts, or refused for good by the sink. */
 export type PoisonCause = 'exhausted' | 'refused';

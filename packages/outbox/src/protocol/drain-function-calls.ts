@@ -1,8 +1,8 @@
-import type { OutboxSpec } from './define-outbox.js';
-import { recordedMaxAttemptsText } from './max-attempts.js';
-import type { IntentPayload } from './payload.js';
+import type { OutboxSpec } from '../define-outbox.js';
+import { recordedMaxAttemptsText } from '../max-attempts.js';
+import type { IntentPayload } from '../payload.js';
 import { sqlLiteral } from './sql-literal.js';
-import { tableNames } from './table-names.js';
+import { tableNames } from '../table-names.js';
 
 // The drainer's two calls per batch: literals passed by name, one simple-protocol message each.
 

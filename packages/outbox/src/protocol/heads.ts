@@ -1,9 +1,9 @@
 import { sql } from 'kysely';
-import type { AnyKysely } from './any-kysely.js';
-import type { OutboxSpec } from './define-outbox.js';
+import type { AnyKysely } from '../any-kysely.js';
+import type { OutboxSpec } from '../define-outbox.js';
 import { settleStatement, type SettleOptions } from './drain-function-calls.js';
 import { rowStates } from './row-states.js';
-import { tableNames } from './table-names.js';
+import { tableNames } from '../table-names.js';
 
 /** A partition after {@link promoteHeads}: its head, or null when it has nothing deliverable left. */
 export interface PromotedHead {

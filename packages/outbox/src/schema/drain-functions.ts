@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
-import type { AnyKysely } from './any-kysely.js';
-import type { OutboxSpec } from './define-outbox.js';
+import type { AnyKysely } from '../any-kysely.js';
+import type { OutboxSpec } from '../define-outbox.js';
 import { enqueueFunctionDdl } from './enqueue-function.js';
 import { executeStatements } from './execute-statements.js';
-import { expandSqlTemplate } from './sql-template.js';
-import { tableNames } from './table-names.js';
+import { expandSqlTemplate } from '../sql-template.js';
+import { tableNames } from '../table-names.js';
 
 // The build inlines each of these reads (tsup.config.base.ts): the bundle carries the SQL.
 const TEMPLATES = {

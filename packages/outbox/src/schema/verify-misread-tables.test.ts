@@ -2,12 +2,12 @@ import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { describe, expect, test } from 'vitest';
 import { actionsLogDdlV1 } from './actions-log-ddl.js';
-import { defineOutbox } from './define-outbox.js';
+import { defineOutbox } from '../define-outbox.js';
 import { createDrainFunctions } from './drain-functions.js';
-import { enqueue } from './enqueue.js';
+import { enqueue } from '../enqueue.js';
 import { executeStatements } from './execute-statements.js';
-import { tableNames } from './table-names.js';
-import { freshOutboxes, verifyGaps } from './testing/outbox-tables.js';
+import { tableNames } from '../table-names.js';
+import { freshOutboxes, verifyGaps } from '../testing/outbox-tables.js';
 
 // verifyOutboxTable refuses the tables a drainer would misread: rows never delivered, a shared ctid.
 

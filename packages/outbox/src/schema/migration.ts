@@ -1,13 +1,13 @@
 import { ACTIONS_LOG_STEP, actionsLogDdlV1 } from './actions-log-ddl.js';
-import type { AnyKysely } from './any-kysely.js';
-import type { OutboxSpec } from './define-outbox.js';
+import type { AnyKysely } from '../any-kysely.js';
+import type { OutboxSpec } from '../define-outbox.js';
 import { DRAIN_FUNCTION_SIGNATURES, drainFunctionsDdl } from './drain-functions.js';
 import { ENQUEUE_FUNCTION_SIGNATURES, ENQUEUE_FUNCTION_STEP, enqueueFunctionDdl } from './enqueue-function.js';
 import { executeStatements } from './execute-statements.js';
 import { lateWriteVerificationDdl } from './late-write-ddl.js';
 import { dropLedgerLifeDdlV1, ledgerLifeDdlV1 } from './ledger-life-ddl.js';
 import { outboxTableDdlV1, type OutboxTableOptions } from './outbox-table-ddl.js';
-import { tableNames } from './table-names.js';
+import { tableNames } from '../table-names.js';
 
 /**
  * The DDL of this release's outbox table and functions; it changes between releases (see {@link outboxMigrations}).

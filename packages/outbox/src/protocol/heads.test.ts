@@ -2,10 +2,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { afterEach, beforeAll, describe, expect, test } from 'vitest';
-import { defineOutbox } from './define-outbox.js';
-import { enqueue, enqueueMany, type EnqueueInput } from './enqueue.js';
+import { defineOutbox } from '../define-outbox.js';
+import { enqueue, enqueueMany, type EnqueueInput } from '../enqueue.js';
 import { promoteHeads, resetHeads } from './heads.js';
-import { createOutboxTable } from './migration.js';
+import { createOutboxTable } from '../schema/migration.js';
 
 const t = useTestDatabase();
 const spec = defineOutbox({ table: 'app.outbox', partitionColumn: 'resource_id', maxAttempts: 5 });

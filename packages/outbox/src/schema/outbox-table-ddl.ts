@@ -1,6 +1,6 @@
-import type { OutboxSpec } from './define-outbox.js';
-import { maxAttemptsCommentDdl } from './max-attempts.js';
-import { tableNames } from './table-names.js';
+import type { OutboxSpec } from '../define-outbox.js';
+import { maxAttemptsCommentDdl } from '../max-attempts.js';
+import { tableNames } from '../table-names.js';
 
 /** Options of the outbox table's DDL. */
 export interface OutboxTableOptions {

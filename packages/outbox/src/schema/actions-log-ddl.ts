@@ -1,5 +1,5 @@
-import type { OutboxSpec } from './define-outbox.js';
-import { tableNames } from './table-names.js';
+import type { OutboxSpec } from '../define-outbox.js';
+import { tableNames } from '../table-names.js';
 
 /**
  * What an operator can do to the ledger, as the actions log names it: a redrive pass that revived

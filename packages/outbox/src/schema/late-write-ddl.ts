@@ -1,5 +1,5 @@
-import type { OutboxSpec } from './define-outbox.js';
-import { tableNames } from './table-names.js';
+import type { OutboxSpec } from '../define-outbox.js';
+import { tableNames } from '../table-names.js';
 
 /**
  * What late-write verification adds to a version-1 table (docs/agreement.md, "Late writes"), one

@@ -1,12 +1,12 @@
 import { sql } from 'kysely';
 import { ACTIONS_LOG_COLUMNS, ACTIONS_LOG_STEP, actionsLogMarker } from './actions-log-ddl.js';
-import type { AnyKysely } from './any-kysely.js';
-import { OUTBOX_COLUMN_NAMES, OUTBOX_COLUMNS } from './columns.js';
-import type { OutboxSpec } from './define-outbox.js';
+import type { AnyKysely } from '../any-kysely.js';
+import { OUTBOX_COLUMN_NAMES, OUTBOX_COLUMNS } from '../columns.js';
+import type { OutboxSpec } from '../define-outbox.js';
 import { drainFunctionMarker } from './drain-functions.js';
 import { enqueueFunctionMarker } from './enqueue-function.js';
-import { OutboxConfigError, OutboxTableError } from './errors.js';
-import { recordedMaxAttempts } from './max-attempts.js';
+import { OutboxConfigError, OutboxTableError } from '../errors.js';
+import { recordedMaxAttempts } from '../max-attempts.js';
 
 /** Column → the type `format_type` reports for it: the table's own columns, the partition column after `id`. */
 function expectedColumns(spec: OutboxSpec): Record<string, string> {

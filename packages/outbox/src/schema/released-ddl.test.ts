@@ -1,12 +1,12 @@
 import { describe, expect, test } from 'vitest';
 import { actionsLogDdlV1 } from './actions-log-ddl.js';
-import { defineOutbox } from './define-outbox.js';
+import { defineOutbox } from '../define-outbox.js';
 import { drainFunctionsDdl, type DrainFunctionVersions } from './drain-functions.js';
 import { enqueueFunctionDdl } from './enqueue-function.js';
 import { ledgerLifeDdlV1 } from './ledger-life-ddl.js';
 import { lateWriteVerificationDdl } from './late-write-ddl.js';
 import { outboxTableDdlV1 } from './outbox-table-ddl.js';
-import { tableNames } from './table-names.js';
+import { tableNames } from '../table-names.js';
 
 /*
  * The DDL of every released version, as Postgres receives it: a released version never changes

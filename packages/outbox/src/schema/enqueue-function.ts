@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
-import type { OutboxSpec } from './define-outbox.js';
-import { recordedMaxAttemptsText } from './max-attempts.js';
-import { expandSqlTemplate } from './sql-template.js';
-import { tableNames } from './table-names.js';
+import type { OutboxSpec } from '../define-outbox.js';
+import { recordedMaxAttemptsText } from '../max-attempts.js';
+import { expandSqlTemplate } from '../sql-template.js';
+import { tableNames } from '../table-names.js';
 
 // The build inlines each of these reads (tsup.config.base.ts): the bundle carries the SQL.
 const TEMPLATES = {
