@@ -79,17 +79,17 @@ async function quiesce(db: Db): Promise<void> {
 }
 
 async function fill(db: Db, spec: OutboxSpec, layout: Layout): Promise<void> {
-  const n = tableNames(spec);
-  for (const statement of layout.fill) await sql.raw(statement.replaceAll('{table}', n.table)).execute(db);
-  await sql.raw(`vacuum analyze ${n.table}`).execute(db);
+  const names = tableNames(spec);
+  for (const statement of layout.fill) await sql.raw(statement.replaceAll('{table}', names.table)).execute(db);
+  await sql.raw(`vacuum analyze ${names.table}`).execute(db);
   await quiesce(db);
 }
 
 /** Puts back what a pass changed: the revived rows poisoned again, their successors head again. */
 async function restore(db: Db, spec: OutboxSpec, result: RedriveResult): Promise<void> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   await db.transaction().execute(async (trx) => {
-    await sql`update ${sql.raw(n.table)} set attempt_count = ${MAX_ATTEMPTS}, last_error = 'OpenFGA unreachable', is_head = false
+    await sql`update ${sql.raw(names.table)} set attempt_count = ${MAX_ATTEMPTS}, last_error = 'OpenFGA unreachable', is_head = false
       where id = any(${result.revived.map((r) => r.id)}::bigint[])`.execute(trx);
     await resetHeads(
       trx,
@@ -97,7 +97,7 @@ async function restore(db: Db, spec: OutboxSpec, result: RedriveResult): Promise
       result.revived.map((r) => r.partitionKey),
     );
   });
-  await sql.raw(`vacuum analyze ${n.table}`).execute(db);
+  await sql.raw(`vacuum analyze ${names.table}`).execute(db);
 }
 
 /** Statements of the last passes, with their durations (Kysely's query log). */
@@ -212,9 +212,9 @@ export async function benchReconciler(): Promise<SectionResult> {
       );
 
       const byDefault = await measure(db, spec);
-      const n = tableNames(spec);
-      await sql.raw(`create index "${n.partitionIndex}" on ${n.table} (${n.partition}, id)`).execute(db);
-      await sql.raw(`analyze ${n.table}`).execute(db);
+      const names = tableNames(spec);
+      await sql.raw(`create index "${names.partitionIndex}" on ${names.table} (${names.partition}, id)`).execute(db);
+      await sql.raw(`analyze ${names.table}`).execute(db);
       await quiesce(db);
       const withBtree = await measure(db, spec);
 

@@ -83,7 +83,11 @@ for (const dir of packageDirs) {
   const graph = arrows(shipped);
   const arrowCount = [...graph.values()].reduce((sum, targets) => sum + targets.size, 0);
   const long = all.reduce(
-    (sum, file) => sum + readFileSync(file, 'utf8').split('\n').filter((line) => line.length > 120).length,
+    (sum, file) =>
+      sum +
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((line) => line.length > 120).length,
     0,
   );
   const exportsText = entries(dir)
@@ -95,8 +99,6 @@ for (const dir of packageDirs) {
   totalFiles += shipped.length;
   totalArrows += arrowCount;
   totalLong += long;
-  console.log(
-    `${relative(root, dir)}\t${shipped.length}\t${arrowCount}\t${circleText || 0}\t${long}\t${exportsText}`,
-  );
+  console.log(`${relative(root, dir)}\t${shipped.length}\t${arrowCount}\t${circleText || 0}\t${long}\t${exportsText}`);
 }
 console.log(`total\t${totalFiles}\t${totalArrows}\t\t${totalLong}`);

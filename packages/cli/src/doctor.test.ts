@@ -226,9 +226,9 @@ describe('doctor names what is missing and prints the DDL that recreates it', ()
     named: (broken: OutboxSpec) => readonly string[],
   ) {
     const broken = await createBacklogTable(t.db);
-    const n = tableNames(broken);
+    const names = tableNames(broken);
     const config = configWith(`${broken.tableName}.json`, {}, {}, broken.table);
-    for (const statement of drop(n)) await sql.raw(statement).execute(t.db);
+    for (const statement of drop(names)) await sql.raw(statement).execute(t.db);
 
     const run = await doctor(config);
     expect(run.code, run.stdout + run.stderr).toBe(1);
@@ -262,7 +262,7 @@ describe('doctor names what is missing and prints the DDL that recreates it', ()
 
   test('a dropped NOTIFY trigger: named, and recreated (its function replaced, not created twice)', async () => {
     const script = await dropAndRepair(
-      (n) => [`drop trigger "${n.notifyTrigger}" on ${n.table}`],
+      (names) => [`drop trigger "${names.notifyTrigger}" on ${names.table}`],
       (broken) => [`statement-level AFTER INSERT trigger calling pg_notify('${broken.channel}', '')`],
     );
     expect(script).toContain('create or replace function');
@@ -271,7 +271,7 @@ describe('doctor names what is missing and prints the DDL that recreates it', ()
 
   test('a dropped partition-head index: named by its columns and predicate, and recreated', async () => {
     const script = await dropAndRepair(
-      (n) => [`drop index ${n.table.split('.')[0]}."${n.partitionHeadIndex}"`],
+      (names) => [`drop index ${names.table.split('.')[0]}."${names.partitionHeadIndex}"`],
       () => ['partial index (resource_id, id) where sent_at is null and retired_at is null (partition head)'],
     );
     expect(script).toMatch(/create index "[a-z0-9_]+_partition_head_idx"/);
@@ -279,7 +279,7 @@ describe('doctor names what is missing and prints the DDL that recreates it', ()
 
   test('a dropped enqueue function: named, and recreated as this release creates it', async () => {
     const script = await dropAndRepair(
-      (n) => [`drop function ${n.enqueueFunction}`],
+      (names) => [`drop function ${names.enqueueFunction}`],
       (broken) => [`function ${broken.table}_enqueue (enqueue;`],
     );
     expect(script).toMatch(/create or replace function "cli"\."[a-z0-9_]+_enqueue"\(/);
@@ -287,7 +287,7 @@ describe('doctor names what is missing and prints the DDL that recreates it', ()
 
   test('a dropped actions log: named, and recreated as the migrations create it', async () => {
     const script = await dropAndRepair(
-      (n) => [`drop table ${n.actionsTable}`],
+      (names) => [`drop table ${names.actionsTable}`],
       (broken) => [`table ${broken.table}_actions (the actions log;`],
     );
     expect(script).toMatch(/^ *create table if not exists "cli"\."[a-z0-9_]+_actions" \(/m);
@@ -295,21 +295,21 @@ describe('doctor names what is missing and prints the DDL that recreates it', ()
 
   test('a dropped table: named, and the whole DDL printed (its functions, which outlive it, replaced)', async () => {
     await dropAndRepair(
-      (n) => [`drop table ${n.table}`],
+      (names) => [`drop table ${names.table}`],
       (broken) => [`the table ${broken.table} itself (it does not exist)`],
     );
   });
 
   test('several gaps at once — indexes, the drainer functions, a column, a NOTIFY on another channel — one script', async () => {
     await dropAndRepair(
-      (n) => [
-        `drop index ${n.table.split('.')[0]}."${n.pendingIndex}"`,
-        `drop index ${n.table.split('.')[0]}."${n.claimIndex}"`,
-        `drop index ${n.table.split('.')[0]}."${n.deliveredIndex}"`,
-        `drop function ${n.claimFunction}`,
-        `drop function ${n.settleFunction}`,
-        `alter table ${n.table} drop column retired_reason, drop column verify_after`,
-        `create or replace function ${n.notifyFunction}() returns trigger language plpgsql as $$ begin perform pg_notify('elsewhere', ''); return null; end $$`,
+      (names) => [
+        `drop index ${names.table.split('.')[0]}."${names.pendingIndex}"`,
+        `drop index ${names.table.split('.')[0]}."${names.claimIndex}"`,
+        `drop index ${names.table.split('.')[0]}."${names.deliveredIndex}"`,
+        `drop function ${names.claimFunction}`,
+        `drop function ${names.settleFunction}`,
+        `alter table ${names.table} drop column retired_reason, drop column verify_after`,
+        `create or replace function ${names.notifyFunction}() returns trigger language plpgsql as $$ begin perform pg_notify('elsewhere', ''); return null; end $$`,
       ],
       (broken) => [
         'column retired_reason text',

@@ -93,10 +93,10 @@ async function drainTarget(
 /** The first delivered intents, one line each: `#12 vpc:…: 2 write(s), 0 delete(s)`. */
 async function deliveredLines(target: Target, ids: readonly string[]): Promise<string[]> {
   if (ids.length === 0) return [];
-  const n = tableNames(target.spec);
+  const names = tableNames(target.spec);
   const named = ids.slice(0, NAMED_DELIVERIES);
   const rows = await sql<{ id: string; key: string; payload: { writes?: unknown[]; deletes?: unknown[] } }>`
-    select id::text as id, ${sql.raw(n.partition)} as key, payload from ${sql.raw(n.table)} where id = any(${named}::bigint[]) order by id`.execute(
+    select id::text as id, ${sql.raw(names.partition)} as key, payload from ${sql.raw(names.table)} where id = any(${named}::bigint[]) order by id`.execute(
     target.db,
   );
   const lines = rows.rows.map(

@@ -2,7 +2,7 @@ import { type OutboxSpec } from '@outbox/outbox';
 import { tableNames } from '@outbox/outbox/protocol';
 import { sql, type RawBuilder } from 'kysely';
 import type { ListedRow, RowState } from './output-schemas.js';
-import { countedMax, rowStateSql, stateFilterSql, supersededBySql, type StateFilter } from './row-states.js';
+import { countedMax, rowStateSql, stateFilterSql, supersededBySql, type StateFilter } from './state-filters.js';
 import type { Target } from './targets.js';
 
 /** Which rows `list` reads. */
@@ -30,8 +30,8 @@ interface RowRecord {
 
 /** The columns every listed row carries, over `t`. */
 function rowColumns(spec: OutboxSpec): RawBuilder<unknown> {
-  const n = tableNames(spec);
-  return sql`t.id::text as id, t.${sql.raw(n.partition)} as key, ${rowStateSql(spec)} as state, t.attempt_count,
+  const names = tableNames(spec);
+  return sql`t.id::text as id, t.${sql.raw(names.partition)} as key, ${rowStateSql(spec)} as state, t.attempt_count,
     t.created_at, t.next_attempt_at, t.sent_at, t.retired_at, t.last_error, t.poison_cause, t.poison_code`;
 }
 
@@ -53,14 +53,14 @@ function listed(row: RowRecord): ListedRow {
 
 /** Up to `limit` rows in id order, and whether more matched. */
 export async function listRows(target: Target, filter: RowFilter): Promise<{ rows: ListedRow[]; more: boolean }> {
-  const n = tableNames(target.spec);
+  const names = tableNames(target.spec);
   const where: RawBuilder<unknown>[] = [sql`true`];
   if (filter.state) where.push(stateFilterSql(target.spec, filter.state));
-  if (filter.key !== undefined) where.push(sql`t.${sql.raw(n.partition)} = ${filter.key}`);
+  if (filter.key !== undefined) where.push(sql`t.${sql.raw(names.partition)} = ${filter.key}`);
   if (filter.fromId !== undefined) where.push(sql`t.id >= ${filter.fromId}::bigint`);
   if (filter.toId !== undefined) where.push(sql`t.id <= ${filter.toId}::bigint`);
   const result = await sql<RowRecord>`
-    select ${rowColumns(target.spec)} from ${sql.raw(n.table)} t
+    select ${rowColumns(target.spec)} from ${sql.raw(names.table)} t
     where ${sql.join(where, sql` and `)}
     order by t.id limit ${filter.limit + 1}`.execute(target.db);
   return { rows: result.rows.slice(0, filter.limit).map(listed), more: result.rows.length > filter.limit };
@@ -68,7 +68,7 @@ export async function listRows(target: Target, filter: RowFilter): Promise<{ row
 
 /** One row in full, or undefined when no row has that id. */
 export async function showRow(target: Target, id: string) {
-  const n = tableNames(target.spec);
+  const names = tableNames(target.spec);
   const result = await sql<
     RowRecord & {
       payload: unknown;
@@ -80,7 +80,7 @@ export async function showRow(target: Target, id: string) {
   >`
     select ${rowColumns(target.spec)}, t.payload, t.retired_reason, t.is_head, ${countedMax(target.spec)} as max_attempts,
       case when ${stateFilterSql(target.spec, 'superseded')} then ${supersededBySql(target.spec)} end as superseded_by
-    from ${sql.raw(n.table)} t where t.id = ${id}::bigint`.execute(target.db);
+    from ${sql.raw(names.table)} t where t.id = ${id}::bigint`.execute(target.db);
   const row = result.rows[0];
   if (!row) return undefined;
   return {
@@ -95,9 +95,9 @@ export async function showRow(target: Target, id: string) {
 
 /** The rows with these ids (those that exist), in id order: what a confirmation shows. */
 export async function rowsById(target: Target, ids: readonly string[]): Promise<ListedRow[]> {
-  const n = tableNames(target.spec);
+  const names = tableNames(target.spec);
   const result = await sql<RowRecord>`
-    select ${rowColumns(target.spec)} from ${sql.raw(n.table)} t where t.id = any(${[...ids]}::bigint[]) order by t.id`.execute(
+    select ${rowColumns(target.spec)} from ${sql.raw(names.table)} t where t.id = any(${[...ids]}::bigint[]) order by t.id`.execute(
     target.db,
   );
   return result.rows.map(listed);

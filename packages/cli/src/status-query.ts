@@ -1,7 +1,7 @@
 import { outboxStatsQuery, tableNames } from '@outbox/outbox/protocol';
 import { sql } from 'kysely';
 import type { StatusOutbox } from './output-schemas.js';
-import { backingOffCountSql } from './row-states.js';
+import { backingOffCountSql } from './state-filters.js';
 import type { Target } from './targets.js';
 
 /** What {@link outboxStatus} reads: an outbox by name, its spec, its database (and that database's URL, masked, to print). */
@@ -24,11 +24,11 @@ const LAST_DELIVERY_WINDOW = 1_000;
  * process.stdout.write(statusTable([row], new Date()));
  */
 export async function outboxStatus(target: StatusTarget): Promise<StatusOutbox> {
-  const n = tableNames(target.spec);
+  const names = tableNames(target.spec);
   const result = await sql<Record<string, string | number | Date | null>>`
     select stats.*,
       ${backingOffCountSql(target.spec)} as backing_off,
-      (select max(sent_at) from (select sent_at from ${sql.raw(n.table)} where sent_at is not null order by id desc limit ${sql.lit(LAST_DELIVERY_WINDOW)}) recent) as last_sent_at
+      (select max(sent_at) from (select sent_at from ${sql.raw(names.table)} where sent_at is not null order by id desc limit ${sql.lit(LAST_DELIVERY_WINDOW)}) recent) as last_sent_at
     from (${outboxStatsQuery(target.spec)}) stats`.execute(target.db);
   const row = result.rows[0] ?? {};
   const count = (key: string) => Number(row[key] ?? 0);

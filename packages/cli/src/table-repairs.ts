@@ -29,11 +29,11 @@ const NAME = '"?[a-z_][a-z0-9_]*"?';
 
 /** The DDL of `spec`, taken apart into what each statement creates. */
 function ddlElements(spec: OutboxSpec) {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   // The NOTIFY function is replaced, not created: it outlives a dropped table or trigger.
-  const notify = `create function ${n.notifyFunction}()`;
+  const notify = `create function ${names.notifyFunction}()`;
   // The actions log is a table of its own: a dropped outbox table may have left it, kept as evidence.
-  const actionsLog = `create table ${n.actionsTable} (`;
+  const actionsLog = `create table ${names.actionsTable} (`;
   const all = outboxTableDdl(spec)
     .map((statement) => statement.trim().replace(/;\s*$/, ''))
     .map((statement) =>
@@ -45,8 +45,8 @@ function ddlElements(spec: OutboxSpec) {
     );
   const actionsLogDdl = all.filter(
     (statement) =>
-      statement.startsWith(`create table if not exists ${n.actionsTable} (`) ||
-      statement.startsWith(`comment on table ${n.actionsTable} is `),
+      statement.startsWith(`create table if not exists ${names.actionsTable} (`) ||
+      statement.startsWith(`comment on table ${names.actionsTable} is `),
   );
   const indexes: DdlIndex[] = [];
   const functions = new Map<string, string>();
@@ -59,22 +59,22 @@ function ddlElements(spec: OutboxSpec) {
   for (const statement of all) {
     const index = /^create index (?:if not exists )?"([^"]+)" on \S+ \((.+?)\) where (.+)$/s.exec(statement);
     const fn = /create or replace function ("[^"]+"\."[^"]+")\(/.exec(statement);
-    const comment = new RegExp(`^comment on column ${escape(n.table)}\\.(${NAME}) is `).exec(statement);
+    const comment = new RegExp(`^comment on column ${escape(names.table)}\\.(${NAME}) is `).exec(statement);
     if (index) {
       const [, name, columns, predicate] = index as unknown as [string, string, string, string];
       indexes.push({ name, columns: unquote(columns), predicate: predicate.trim(), statement });
-    } else if (statement.startsWith(`create or replace function ${n.notifyFunction}()`)) trigger.push(statement);
+    } else if (statement.startsWith(`create or replace function ${names.notifyFunction}()`)) trigger.push(statement);
     else if (fn) functions.set(unquote(fn[1] as string), statement);
     else if (comment) comments.set(unquote(comment[1] as string), statement);
     else if (statement.startsWith('create trigger ')) {
-      trigger.push(`drop trigger if exists "${n.notifyTrigger}" on ${n.table}`, statement);
-    } else if (statement.startsWith(`create table ${n.table} (`)) {
+      trigger.push(`drop trigger if exists "${names.notifyTrigger}" on ${names.table}`, statement);
+    } else if (statement.startsWith(`create table ${names.table} (`)) {
       const body = statement.slice(statement.indexOf('(') + 1, statement.search(/\n\s*\) with \(/));
       for (const line of body.split('\n')) {
         const column = new RegExp(`^\\s*(${NAME})\\s+(.+?),?\\s*$`).exec(line);
         if (column) definitions.set(unquote(column[1] as string), `${column[1]} ${column[2]}`);
       }
-    } else if (statement.startsWith(`alter table ${n.table}`)) {
+    } else if (statement.startsWith(`alter table ${names.table}`)) {
       for (const line of statement.split('\n')) {
         const column = new RegExp(`add column\\s+(${NAME})\\s+([^,]+?)\\s*(?:,|$)`).exec(line);
         if (column)
@@ -84,7 +84,7 @@ function ddlElements(spec: OutboxSpec) {
       }
     }
   }
-  return { n, all, indexes, functions, definitions, checks, comments, trigger, actionsLogDdl };
+  return { names, all, indexes, functions, definitions, checks, comments, trigger, actionsLogDdl };
 }
 
 /**
@@ -99,7 +99,7 @@ function ddlElements(spec: OutboxSpec) {
  */
 export function gapRepairs(spec: OutboxSpec, gaps: readonly string[]): GapRepair[] {
   const ddl = ddlElements(spec);
-  const { n } = ddl;
+  const { names } = ddl;
   return gaps.map((gap): GapRepair => {
     const sql = (statements: readonly string[]) => ({ gap, sql: statements });
     const byHand = (what: string) => ({ gap, sql: [], byHand: what });
@@ -113,8 +113,8 @@ export function gapRepairs(spec: OutboxSpec, gaps: readonly string[]): GapRepair
       if (column[2]) return byHand(`alter column ${name} of ${spec.table} to the contract's \`${definition}\``);
       const comment = ddl.comments.get(name);
       return sql([
-        `alter table ${n.table} add column ${definition}`,
-        ...(ddl.checks.get(name) ?? []).map((check) => `alter table ${n.table} ${check}`),
+        `alter table ${names.table} add column ${definition}`,
+        ...(ddl.checks.get(name) ?? []).map((check) => `alter table ${names.table} ${check}`),
         ...(comment ? [comment] : []),
       ]);
     }

@@ -12,12 +12,12 @@ export interface IntentStatus {
 
 /** The statement behind {@link pendingIntentIds}, to run under `planByIndex()`. */
 export function pendingIntentIdsStatement(spec: OutboxSpec, partitionKey: string) {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   return sql<{ id: string }>`
     select x.id from (select ${partitionKey}::text as key) k
-    join ${sql.raw(n.table)} x on ${sql.raw(partitionRangeSql('x', n.partition, 'k.key'))}
+    join ${sql.raw(names.table)} x on ${sql.raw(partitionRangeSql('x', names.partition, 'k.key'))}
     where x.sent_at is null and x.retired_at is null and x.attempt_count < ${spec.maxAttempts}
-    order by x.${sql.raw(n.partition)}, x.id`;
+    order by x.${sql.raw(names.partition)}, x.id`;
 }
 
 /**

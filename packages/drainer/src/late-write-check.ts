@@ -41,10 +41,10 @@ export async function checkLateWrites(
   const { db, spec, sink } = config;
   if (!sink.readTuples) throw new Error('the sink cannot read its target back (no readTuples)');
   const readTuples = sink.readTuples.bind(sink);
-  const n = tableNames(spec);
-  const table = sql.raw(n.table);
-  const key = sql.raw(n.partition);
-  const range = (alias: string, k: string) => sql.raw(partitionRangeSql(alias, n.partition, k));
+  const names = tableNames(spec);
+  const table = sql.raw(names.table);
+  const key = sql.raw(names.partition);
+  const range = (alias: string, k: string) => sql.raw(partitionRangeSql(alias, names.partition, k));
   const delay = sql`${verifyDelayMs} * interval '1 millisecond'`;
 
   /** Per key: whether an intent is pending, and the newest delivered row (a probe each on the partition's indexes). */

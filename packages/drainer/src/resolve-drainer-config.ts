@@ -1,4 +1,5 @@
 import { OutboxConfigError, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
+import { integerInRange } from '@outbox/outbox/protocol';
 import type { BackoffOptions } from './backoff.js';
 import type { DrainerConfig, LateWritesOptions } from './drainer-config.js';
 import { drainerMetrics } from './drainer-metrics.js';
@@ -37,20 +38,6 @@ export interface ResolvedDrainerConfig {
   readonly lateWrites: false | { readonly verifyDelayMs: number };
   readonly logger: Logger;
   readonly emit: (event: DrainerEvent) => void;
-}
-
-/** `value` (or `fallback` when undefined) if it is an integer from `min` to `max`; else an OutboxConfigError naming `field`. */
-export function integerInRange(
-  field: string,
-  value: unknown,
-  range: { readonly fallback: number; readonly min: number; readonly max: number },
-): number {
-  const { fallback, min, max } = range;
-  const result = value ?? fallback;
-  if (typeof result !== 'number' || !Number.isInteger(result) || result < min || result > max) {
-    throw new OutboxConfigError(field, `expected an integer from ${min} to ${max}, got ${String(value)}`);
-  }
-  return result;
 }
 
 /** Checked: a NaN or negative delay would break or skip the retry spacing. */

@@ -2,6 +2,7 @@ import { OpenFgaClient, type UserClientConfigurationParams } from '@openfga/sdk'
 import type { Intent, Outcome, Sink, SinkContext } from '@outbox/drainer';
 import { deliverBisecting, fail, type DeliveryState } from './bisect.js';
 import { OpenFgaSinkConfigError } from './errors.js';
+import { integerInRange } from '@outbox/outbox/protocol';
 import {
   keysDeletedLater,
   packRound,
@@ -110,14 +111,6 @@ export const OPENFGA_SINK_DEFAULTS = {
 
 const CONNECTION_FIELDS = ['apiUrl', 'storeId', 'authorizationModelId', 'credentials'] as const;
 
-function integer(field: string, value: unknown, fallback: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
-    throw new OpenFgaSinkConfigError(field, `expected an integer from 1 to ${max}, got ${JSON.stringify(value)}`);
-  }
-  return value;
-}
-
 function nonEmpty(field: string, value: unknown): string {
   if (typeof value !== 'string' || value.trim() === '')
     throw new OpenFgaSinkConfigError(field, `expected a non-empty string, got ${JSON.stringify(value)}`);
@@ -211,24 +204,29 @@ export function createOpenFgaSink(config: OpenFgaSinkConfig): OpenFgaSink {
       'expected { client } or { apiUrl, storeId, authorizationModelId?, credentials? }',
     );
   }
-  const maxTuplesPerWrite = integer(
+  const maxTuplesPerWrite = integerInRange(
     'maxTuplesPerWrite',
     config.maxTuplesPerWrite,
-    OPENFGA_SINK_DEFAULTS.maxTuplesPerWrite,
-    100_000,
+    { fallback: OPENFGA_SINK_DEFAULTS.maxTuplesPerWrite, min: 1, max: 100_000 },
+    OpenFgaSinkConfigError,
   );
-  const timeoutMs = integer('timeoutMs', config.timeoutMs, OPENFGA_SINK_DEFAULTS.timeoutMs, 600_000);
-  const serverRequestTimeoutMs = integer(
+  const timeoutMs = integerInRange(
+    'timeoutMs',
+    config.timeoutMs,
+    { fallback: OPENFGA_SINK_DEFAULTS.timeoutMs, min: 1, max: 600_000 },
+    OpenFgaSinkConfigError,
+  );
+  const serverRequestTimeoutMs = integerInRange(
     'serverRequestTimeoutMs',
     config.serverRequestTimeoutMs,
-    OPENFGA_SINK_DEFAULTS.serverRequestTimeoutMs,
-    600_000,
+    { fallback: OPENFGA_SINK_DEFAULTS.serverRequestTimeoutMs, min: 1, max: 600_000 },
+    OpenFgaSinkConfigError,
   );
-  const maxConcurrentRequests = integer(
+  const maxConcurrentRequests = integerInRange(
     'maxConcurrentRequests',
     config.maxConcurrentRequests,
-    OPENFGA_SINK_DEFAULTS.maxConcurrentRequests,
-    64,
+    { fallback: OPENFGA_SINK_DEFAULTS.maxConcurrentRequests, min: 1, max: 64 },
+    OpenFgaSinkConfigError,
   );
   if (config.onRequest !== undefined && typeof config.onRequest !== 'function') {
     throw new OpenFgaSinkConfigError('onRequest', 'expected a function');

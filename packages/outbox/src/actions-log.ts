@@ -65,7 +65,7 @@ function checkedCounts(counts: unknown): Record<string, number> {
           'counts',
           `expected names like "revived" ([a-z][A-Za-z0-9_]*), got ${JSON.stringify(name)}`,
         );
-      return [name, integerInRange(`counts.${name}`, value, 0)];
+      return [name, integerInRange(`counts.${name}`, value, { min: 0 })];
     }),
   );
 }
@@ -251,7 +251,7 @@ export async function readOutboxActions(
   spec: OutboxSpec,
   options: ReadOutboxActionsOptions = {},
 ): Promise<OutboxActionEntry[]> {
-  const limit = integerInRange('limit', options.limit ?? 50, 1, 10_000);
+  const limit = integerInRange('limit', options.limit, { fallback: 50, min: 1, max: 10_000 });
   const result = await sql<EntryRow>`
     select ${RETURNING} from ${sql.raw(tableNames(spec).actionsTable)} order by id desc limit ${limit}`.execute(db);
   return result.rows.map((row) => entryOf(spec, row));

@@ -190,11 +190,11 @@ describe('defineOutbox: what it refuses, against the real Postgres', () => {
     // successor" into "has any successor at all": a poisoned row counted superseded by a delivered
     // row of another partition (the reconciler's own start check refuses it; outboxStats has none).
     const spec = await fresh();
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     await run(
-      `insert into ${n.table} (resource_id, payload, attempt_count) values ('vpc:a', '{}', 10), ('vpc:a', '{}', 10)`,
+      `insert into ${names.table} (resource_id, payload, attempt_count) values ('vpc:a', '{}', 10), ('vpc:a', '{}', 10)`,
     );
-    await run(`insert into ${n.table} (resource_id, payload, sent_at) values ('vpc:a', '{}', now())`);
+    await run(`insert into ${names.table} (resource_id, payload, sent_at) values ('vpc:a', '{}', now())`);
     const honest = Object.freeze({ ...spec, supersededCoverageSql: 'false' });
     const widened = Object.freeze({ ...spec, supersededCoverageSql: injected });
     expect((await outboxStats(t.db, honest)).superseded).toBe(0);

@@ -1,6 +1,7 @@
 import { OUTBOX_COLUMN_NAMES } from './columns.js';
 import { OutboxConfigError } from './errors.js';
 import { integerInRange } from './integer-in-range.js';
+import { balancedSql } from './protocol/balanced-sql.js';
 
 /** The partition column of a register-outbox: one row per FGA object, keyed on its global id. */
 export const REGISTER_OUTBOX_PARTITION = 'resource_id';
@@ -62,20 +63,6 @@ function identifier(field: string, value: unknown, max = MAX_IDENTIFIER, part = 
   return value;
 }
 
-// Parentheses balance outside quotes (a `'('` in a literal is text) and every quote closes.
-function balanced(text: string): boolean {
-  let depth = 0;
-  let quote: string | undefined;
-  for (const c of text) {
-    if (quote) {
-      if (c === quote) quote = undefined; // a doubled quote reopens on the next character
-    } else if (c === "'" || c === '"') quote = c;
-    else if (c === '(') depth += 1;
-    else if (c === ')' && --depth < 0) return false;
-  }
-  return depth === 0 && quote === undefined;
-}
-
 /**
  * Builds the spec of one outbox table, validated once: a wrong field fails at start with an
  * {@link OutboxConfigError} naming it.
@@ -114,7 +101,7 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
     );
   }
   const channel = identifier('channel', input.channel ?? `${schema}_${tableName}`);
-  const maxAttempts = integerInRange('maxAttempts', input.maxAttempts ?? 10, 1, 1_000);
+  const maxAttempts = integerInRange('maxAttempts', input.maxAttempts, { fallback: 10, min: 1, max: 1_000 });
   const coverage = input.supersededCoverageSql;
   if (coverage !== undefined) {
     if (typeof coverage !== 'string' || coverage.trim() === '') {
@@ -126,7 +113,7 @@ export function defineOutbox(input: OutboxSpecInput): OutboxSpec {
     if (coverage.includes(';') || coverage.includes('--') || coverage.includes('/*')) {
       throw new OutboxConfigError('supersededCoverageSql', 'must be one expression: no ";" and no comments');
     }
-    if (!balanced(coverage)) {
+    if (!balancedSql(coverage)) {
       throw new OutboxConfigError(
         'supersededCoverageSql',
         'must be one expression: its parentheses or quotes do not balance',

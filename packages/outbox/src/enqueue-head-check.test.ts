@@ -43,10 +43,10 @@ describe.each<Statistics>(['analyzed', 'never analyzed', 'vacuumed before the ba
   (statistics) => {
     test('an enqueue onto a key with 50k pending rows reads a handful of rows, and is still not head', async () => {
       const spec = await fresh();
-      const n = tableNames(spec);
+      const names = tableNames(spec);
       // A delivered history over 20k keys, then a 50k-row backlog on one hot key.
       await fill(
-        n.table,
+        names.table,
         statistics,
         `(resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`,
         `(resource_id, payload, is_head) select 'vpc:hot', '{}', g = 1 from generate_series(1, 50000) g`,
@@ -59,7 +59,7 @@ describe.each<Statistics>(['analyzed', 'never analyzed', 'vacuumed before the ba
       });
       expect(read).toBeLessThan(100);
       const last =
-        await sql<Head>`select resource_id, is_head from ${sql.raw(n.table)} where id > 250000 order by id`.execute(
+        await sql<Head>`select resource_id, is_head from ${sql.raw(names.table)} where id > 250000 order by id`.execute(
           t.db,
         );
       expect(last.rows).toEqual([
@@ -70,9 +70,9 @@ describe.each<Statistics>(['analyzed', 'never analyzed', 'vacuumed before the ba
 
     test("one hot key making up the whole table: a single-key enqueue of another key does not walk the hot key's backlog", async () => {
       const spec = await fresh();
-      const n = tableNames(spec);
+      const names = tableNames(spec);
       await fill(
-        n.table,
+        names.table,
         statistics,
         undefined,
         `(resource_id, payload, is_head) select 'vpc:hot', '{}', g = 1 from generate_series(1, 50000) g`,
@@ -92,9 +92,9 @@ describe.each<Statistics>(['analyzed', 'never analyzed', 'vacuumed before the ba
 
     test('many keys, each with one pending row: an enqueue of two keys reads a handful of rows', async () => {
       const spec = await fresh();
-      const n = tableNames(spec);
+      const names = tableNames(spec);
       await fill(
-        n.table,
+        names.table,
         statistics,
         undefined,
         `(resource_id, payload, is_head) select 'vpc:' || g, '{}', true from generate_series(1, 20000) g`,
@@ -114,14 +114,14 @@ describe.each<Statistics>(['analyzed', 'never analyzed', 'vacuumed before the ba
 describe('enqueue: the head check', () => {
   test('the check still skips poisoned rows: behind only poisoned rows the new row is head, behind a deliverable one it is not', async () => {
     const spec = await fresh();
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     await run(
-      `insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:a', '{}', 10 from generate_series(1, 5)`,
+      `insert into ${names.table} (resource_id, payload, attempt_count) select 'vpc:a', '{}', 10 from generate_series(1, 5)`,
     );
     await run(
-      `insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:b', '{}', 10 from generate_series(1, 5)`,
+      `insert into ${names.table} (resource_id, payload, attempt_count) select 'vpc:b', '{}', 10 from generate_series(1, 5)`,
     );
-    await run(`insert into ${n.table} (resource_id, payload, is_head) values ('vpc:b', '{}', true)`);
+    await run(`insert into ${names.table} (resource_id, payload, is_head) values ('vpc:b', '{}', true)`);
     await t.db.transaction().execute((trx) =>
       enqueueMany(trx, spec, [
         { partitionKey: 'vpc:a', payload },

@@ -80,11 +80,11 @@ async function insertIntents(
   const all = Array.from({ length: intents.length }, (_, i) => intents[i]);
   const keys = all.map((intent, i) => validatePartitionKey(intent?.partitionKey, `${at(i)}partitionKey`));
   const payloads = all.map((intent, i) => JSON.stringify(validatePayload(intent?.payload, `${at(i)}payload`)));
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   // One round trip: the function locks, then probes each key's head in a statement of its own (docs/outbox-sql.md, "Enqueue").
   const result = await sql<{ isolation: string; ids: string[] | null }>`
     select current_setting('transaction_isolation') as isolation,
-           ${sql.raw(n.enqueueFunction)}(${keys}::text[], ${payloads}::jsonb[], ${spec.maxAttempts}::integer) as ids`
+           ${sql.raw(names.enqueueFunction)}(${keys}::text[], ${payloads}::jsonb[], ${spec.maxAttempts}::integer) as ids`
     .execute(trx)
     .catch((error: unknown) => {
       throw sqlState(error) === SQLSTATE.UNDEFINED_FUNCTION ? missingEnqueueFunction(spec) : error;

@@ -1,18 +1,34 @@
 import { OutboxConfigError } from './errors.js';
 
+/** The bounds of one integer option; `fallback` stands in for an undefined value. */
+export interface IntegerRange {
+  readonly min: number;
+  /** Default: `Number.MAX_SAFE_INTEGER`. */
+  readonly max?: number;
+  readonly fallback?: number;
+}
+
+/** The config error a package throws: its own class, with the `(field, message)` constructor they all share. */
+export type ConfigErrorClass = new (field: string, message: string) => Error;
+
 /**
- * `value` if it is an integer from `min` to `max`, else an {@link OutboxConfigError} naming `field`.
+ * `value` (or `range.fallback` when it is undefined) if it is an integer from `min` to `max`, else a
+ * config error naming `field`: an {@link OutboxConfigError} unless the caller's package names its own.
+ * The one integer check of every package's options.
  * @example
- * const batchSize = integerInRange('batchSize', options.batchSize ?? 100, 1, 1_000);
+ * const batchSize = integerInRange('batchSize', options.batchSize, { fallback: 100, min: 1, max: 1_000 });
  */
 export function integerInRange(
   field: string,
   value: unknown,
-  min: number,
-  max: number = Number.MAX_SAFE_INTEGER,
+  range: IntegerRange,
+  configError: ConfigErrorClass = OutboxConfigError,
 ): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new OutboxConfigError(field, `expected an integer from ${min} to ${max}, got ${String(value)}`);
+  const { min, max = Number.MAX_SAFE_INTEGER, fallback } = range;
+  const result = value ?? fallback;
+  if (typeof result !== 'number' || !Number.isInteger(result) || result < min || result > max) {
+    const shown = typeof value === 'string' ? JSON.stringify(value) : String(value);
+    throw new configError(field, `expected an integer from ${min} to ${max}, got ${shown}`);
   }
-  return value;
+  return result;
 }

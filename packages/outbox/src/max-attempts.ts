@@ -91,7 +91,7 @@ export async function setMaxAttempts(
   spec: OutboxSpec,
   options: SetMaxAttemptsOptions = {},
 ): Promise<SetMaxAttemptsResult> {
-  if (options.from !== undefined) integerInRange('from', options.from, 1);
+  if (options.from !== undefined) integerInRange('from', options.from, { min: 1 });
   if (db.isTransaction) return changeMaxAttempts(db, spec, options);
   return db
     .transaction()
@@ -104,7 +104,7 @@ async function changeMaxAttempts(
   spec: OutboxSpec,
   options: SetMaxAttemptsOptions,
 ): Promise<SetMaxAttemptsResult> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const relation = `"${spec.schema}"."${spec.tableName}"`;
   const found = await sql<{ oid: number | null; isolation: string }>`
     select to_regclass(${relation})::oid as oid, current_setting('transaction_isolation') as isolation`.execute(trx);
@@ -119,7 +119,7 @@ async function changeMaxAttempts(
   if (oid === null || oid === undefined)
     throw new OutboxTableError(spec.table, [`the table ${spec.table} itself (it does not exist)`]);
 
-  await sql.raw(`lock table ${n.table} in exclusive mode`).execute(trx);
+  await sql.raw(`lock table ${names.table} in exclusive mode`).execute(trx);
 
   const recorded = await recordedMaxAttempts(trx, spec);
   if (recorded !== undefined && options.from !== undefined && options.from !== recorded) {
@@ -142,13 +142,13 @@ async function changeMaxAttempts(
   if (to > from) {
     // Poisoned under `from`, deliverable under `to`: kept poisoned.
     const result = await sql`
-      update ${sql.raw(n.table)} set attempt_count = ${to}
+      update ${sql.raw(names.table)} set attempt_count = ${to}
       where ${row.poisoned(from)} and ${row.attemptsLeft(to)}`.execute(trx);
     adjusted = Number(result.numAffectedRows ?? 0);
   } else if (to < from) {
     // Deliverable under `from`, poisoned under `to`: kept deliverable with one attempt left.
     const result = await sql`
-      update ${sql.raw(n.table)} set attempt_count = ${to - 1}
+      update ${sql.raw(names.table)} set attempt_count = ${to - 1}
       where ${row.deliverable(from)} and ${row.exhausted(to)}`.execute(trx);
     adjusted = Number(result.numAffectedRows ?? 0);
   }

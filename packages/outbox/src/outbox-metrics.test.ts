@@ -299,18 +299,18 @@ describe('observeOutbox', () => {
 describe('the gauges query on a large table', () => {
   test("costs little more than outboxStats': the oldest deliverable row is found behind the poisoned rows, not by a walk of the backlog", async () => {
     const spec = await fresh();
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     const run = (text: string) => sql.raw(text).execute(t.db);
     await run(
-      `insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`,
+      `insert into ${names.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`,
     );
     await run(
-      `insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 50) g`,
+      `insert into ${names.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 50) g`,
     );
     await run(
-      `insert into ${n.table} (resource_id, payload) select 'vpc:d' || g, '{}' from generate_series(1, 20000) g`,
+      `insert into ${names.table} (resource_id, payload) select 'vpc:d' || g, '{}' from generate_series(1, 20000) g`,
     );
-    await run(`analyze ${n.table}`);
+    await run(`analyze ${names.table}`);
     const pool = t.pool({ max: 1 });
     const blocks = async (query: { compile(db: typeof t.db): { sql: string; parameters: readonly unknown[] } }) => {
       const compiled = query.compile(t.db);

@@ -228,7 +228,7 @@ export function observeOutbox(options: ObserveOutboxOptions): OutboxObserver {
   if (!db) throw new OutboxConfigError('db', 'a Kysely instance is required');
   if (!spec || typeof spec.partitionColumn !== 'string')
     throw new OutboxConfigError('spec', 'expected the OutboxSpec from defineOutbox()');
-  const minIntervalMs = integerInRange('minIntervalMs', options.minIntervalMs ?? 10_000, 0);
+  const minIntervalMs = integerInRange('minIntervalMs', options.minIntervalMs, { fallback: 10_000, min: 0 });
   const logger = options.logger ?? {
     warn: (message: string, fields?: Record<string, unknown>) =>
       console.warn(`[outbox-metrics] ${message}`, fields ?? ''),

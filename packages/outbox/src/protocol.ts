@@ -15,12 +15,17 @@ export {
   LATEST_DRAIN_FUNCTIONS,
   type DrainFunctionVersions,
 } from './schema/drain-functions.js';
-export { ENQUEUE_FUNCTION_SIGNATURES, enqueueFunctionDdl, type EnqueueFunctionVersion } from './schema/enqueue-function.js';
+export {
+  ENQUEUE_FUNCTION_SIGNATURES,
+  enqueueFunctionDdl,
+  type EnqueueFunctionVersion,
+} from './schema/enqueue-function.js';
+export { balancedSql } from './protocol/balanced-sql.js';
 export { executeStatements } from './schema/execute-statements.js';
 export { promoteHeads, resetHeads, type PromotedHead } from './protocol/heads.js';
 export { compareIds } from './ids.js';
 export { planByIndex } from './protocol/index-plans.js';
-export { integerInRange } from './integer-in-range.js';
+export { integerInRange, type ConfigErrorClass, type IntegerRange } from './integer-in-range.js';
 export { lateWriteVerificationDdl } from './schema/late-write-ddl.js';
 export {
   assertRecordedMaxAttempts,

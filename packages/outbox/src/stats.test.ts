@@ -250,16 +250,16 @@ const run = (text: string) => sql.raw(text).execute(t.db);
 describe('outboxStats: bounded by one pass, not one pass per poisoned row', () => {
   test('100 old poisoned rows before 200k delivered rows: the table is read about once', async () => {
     const spec = await fresh();
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     await run(
-      `insert into ${n.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 100) g`,
+      `insert into ${names.table} (resource_id, payload, attempt_count) select 'vpc:p' || g, '{}', 10 from generate_series(1, 100) g`,
     );
-    await run(`insert into ${n.table} (resource_id, payload, attempt_count) values ('vpc:p1', '{}', 10)`);
+    await run(`insert into ${names.table} (resource_id, payload, attempt_count) values ('vpc:p1', '{}', 10)`);
     await run(
-      `insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`,
+      `insert into ${names.table} (resource_id, payload, sent_at) select 'vpc:' || (g % 20000), '{}', now() from generate_series(1, 200000) g`,
     );
-    await run(`insert into ${n.table} (resource_id, payload, sent_at) values ('vpc:p2', '{}', now())`);
-    await run(`analyze ${n.table}`);
+    await run(`insert into ${names.table} (resource_id, payload, sent_at) values ('vpc:p2', '{}', now())`);
+    await run(`analyze ${names.table}`);
     const pages = await sql<{ pages: number }>`
       select (pg_relation_size(${`"${spec.schema}"."${spec.tableName}"`}) / 8192)::int as pages`.execute(t.db);
     const query = outboxStatsQuery(spec).compile(t.db);

@@ -54,9 +54,9 @@ export async function outboxStats(db: AnyKysely, spec: OutboxSpec): Promise<Outb
  * The statement behind {@link outboxStats}, for EXPLAIN.
  */
 export function outboxStatsQuery(spec: OutboxSpec) {
-  const n = tableNames(spec);
-  const t = sql.raw(n.table);
-  const p = sql.raw(n.partition);
+  const names = tableNames(spec);
+  const t = sql.raw(names.table);
+  const p = sql.raw(names.partition);
   const max = countedMaxAttemptsSql(spec);
   const row = rowStates();
   return sql<Record<string, string | number | null>>`

@@ -11,7 +11,7 @@ export async function pendingPartitions(
   spec: OutboxSpec,
   keys: Iterable<string>,
 ): Promise<Set<string>> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const all = [...new Set(keys)];
   const pending = new Set<string>();
   for (let from = 0; from < all.length; from += KEYS_PER_STATEMENT) {
@@ -19,8 +19,8 @@ export async function pendingPartitions(
     const result = await sql<{ key: string }>`
       select u.k as key from unnest(${chunk}::text[]) as u(k)
       where exists (
-        select 1 from ${sql.raw(n.table)} x
-        where x.${sql.raw(n.partition)} = u.k and x.sent_at is null and x.retired_at is null)`.execute(trx);
+        select 1 from ${sql.raw(names.table)} x
+        where x.${sql.raw(names.partition)} = u.k and x.sent_at is null and x.retired_at is null)`.execute(trx);
     for (const row of result.rows) pending.add(row.key);
   }
   return pending;

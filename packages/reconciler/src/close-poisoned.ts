@@ -46,9 +46,9 @@ function classifyForClose(
   check: SuccessorCheck,
   locked: readonly string[] | undefined,
 ) {
-  const n = tableNames(spec);
-  const table = sql.raw(n.table);
-  const key = sql.raw(n.partition);
+  const names = tableNames(spec);
+  const table = sql.raw(names.table);
+  const key = sql.raw(names.partition);
   const wanted = sql`${[...ids]}::bigint[]`;
   const t = rowStates('t');
   const contended = locked
@@ -149,10 +149,10 @@ export async function closePoisoned(
     .transaction()
     .setIsolationLevel('read committed')
     .execute(async (trx: Transaction<unknown>) => {
-      const n = tableNames(spec);
+      const names = tableNames(spec);
       await sql`select pg_advisory_xact_lock(${reconcilerLockKey(spec)})`.execute(trx);
       const keys = await sql<{ key: string }>`
-      select distinct ${sql.raw(n.partition)} as key from ${sql.raw(n.table)} where id = any(${wanted}::bigint[])`.execute(
+      select distinct ${sql.raw(names.partition)} as key from ${sql.raw(names.table)} where id = any(${wanted}::bigint[])`.execute(
         trx,
       );
       const partitions = keys.rows.map((r) => r.key);
@@ -174,7 +174,7 @@ export async function closePoisoned(
       if (refused.length > 0) throw mode.error(spec.table, refused as never);
 
       await sql`
-      update ${sql.raw(n.table)} set retired_at = now(), retired_reason = ${reason.trim()}, closed_as = ${closedAs}, is_head = false
+      update ${sql.raw(names.table)} set retired_at = now(), retired_reason = ${reason.trim()}, closed_as = ${closedAs}, is_head = false
       where id = any(${wanted}::bigint[]) and ${rowStates().pending}`.execute(trx);
       // Only a hand-edited row can be poisoned and head; give its partition its real head back.
       const repair = [...new Set([...rows.values()].filter((r) => r.is_head).map((r) => r.key))];

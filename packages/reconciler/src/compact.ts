@@ -85,12 +85,12 @@ export interface BatchOptions {
  * batch reached rows created within the retention, past which nothing is old enough.
  */
 export function compactBatch(spec: OutboxSpec, after: string, options: BatchOptions) {
-  const n = tableNames(spec);
-  const table = sql.raw(n.table);
-  const key = sql.raw(n.partition);
+  const names = tableNames(spec);
+  const table = sql.raw(names.table);
+  const key = sql.raw(names.partition);
   const range = (alias: string) =>
     sql.raw(
-      `(${alias}.${n.partition}, ${alias}.id) >= (k.key, -9223372036854775808) and (${alias}.${n.partition}, ${alias}.id) <= (k.key, 9223372036854775807)`,
+      `(${alias}.${names.partition}, ${alias}.id) >= (k.key, -9223372036854775808) and (${alias}.${names.partition}, ${alias}.id) <= (k.key, 9223372036854775807)`,
     );
   const marked = options.verifyAfter ? sql` and t.verify_after is null` : sql``;
   const doomed = sql`

@@ -118,8 +118,8 @@ describe('compactOutbox', () => {
 describe('compactOutbox, what else it respects', () => {
   test('a row another feature still needs (verify_after set) stays, whatever its age', async () => {
     const spec = await createTestOutbox(t.db);
-    const n = tableNames(spec);
-    await sql.raw(`alter table ${n.table} add column if not exists verify_after timestamptz`).execute(t.db);
+    const names = tableNames(spec);
+    await sql.raw(`alter table ${names.table} add column if not exists verify_after timestamptz`).execute(t.db);
     const [marked, plain, last] = [
       await enqueueIntent(t.db, spec, 'vpc:1', register('1')),
       await enqueueIntent(t.db, spec, 'vpc:1', deregister('1')),
@@ -129,7 +129,7 @@ describe('compactOutbox, what else it respects', () => {
       await deliver(t.db, spec, id);
       await age(spec, id, 40);
     }
-    await sql`update ${sql.raw(n.table)} set verify_after = now() where id = ${marked}`.execute(t.db);
+    await sql`update ${sql.raw(names.table)} set verify_after = now() where id = ${marked}`.execute(t.db);
     expect(await compactOutbox({ db: t.db, spec })).toMatchObject({ deleted: 1, delivered: 1 });
     expect(await remaining(spec)).toEqual([marked, last]);
   });

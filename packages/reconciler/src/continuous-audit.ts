@@ -72,9 +72,9 @@ export function createContinuousAudit(options: ContinuousAuditOptions): Continuo
 
   /** Every partition pending in the ledger now, up to `scanAbove` + 1: what an earlier process may have skipped. */
   const pendingNow = async (): Promise<string[]> => {
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     const rows = await sql<{ key: string }>`
-      select distinct ${sql.raw(n.partition)} as key from ${sql.raw(n.table)} where ${rowStates().pending}
+      select distinct ${sql.raw(names.partition)} as key from ${sql.raw(names.table)} where ${rowStates().pending}
       limit ${scanAbove + 1}`.execute(db);
     return rows.rows.map((row) => row.key);
   };

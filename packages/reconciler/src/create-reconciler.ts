@@ -6,7 +6,7 @@ import {
   type AnyKysely,
   type MeterOptions,
 } from '@outbox/outbox';
-import { RepeatedLines } from '@outbox/outbox/protocol';
+import { integerInRange, RepeatedLines } from '@outbox/outbox/protocol';
 import { closePoisoned } from './close-poisoned.js';
 import { compactOutbox, type CompactOptions, type CompactionResult } from './compact.js';
 import { consoleLogger, type Logger } from './logger.js';
@@ -92,19 +92,6 @@ const MAX_BATCH_SIZE = 1_000;
 /** Node replaces a longer delay by 1 ms. */
 const MAX_TIMER_MS = 2_147_483_647;
 
-function positiveInteger(
-  field: string,
-  value: number | undefined,
-  fallback: number,
-  max = Number.MAX_SAFE_INTEGER,
-): number {
-  const result = value ?? fallback;
-  if (!Number.isInteger(result) || result < 1 || result > max) {
-    throw new OutboxConfigError(field, `expected an integer from 1 to ${max}, got ${String(value)}`);
-  }
-  return result;
-}
-
 /** A timer that runs `work` every `intervalMs`, never two at once; `stop` waits for the run in flight. */
 function repeating(intervalMs: number, work: () => Promise<unknown>) {
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -153,24 +140,28 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   if (config.modelId !== undefined && typeof config.modelId !== 'function')
     throw new OutboxConfigError('modelId', 'expected a function');
   const { db, spec } = config;
-  const interval = positiveInteger('interval', config.interval, 300_000, MAX_TIMER_MS);
+  const interval = integerInRange('interval', config.interval, { fallback: 300_000, min: 1, max: MAX_TIMER_MS });
   const logger = config.logger ?? consoleLogger;
   const spacing = {
-    baseMs: positiveInteger('revivalBackoff.baseMs', config.revivalBackoff?.baseMs, 60_000),
-    maxMs: positiveInteger('revivalBackoff.maxMs', config.revivalBackoff?.maxMs, 86_400_000),
+    baseMs: integerInRange('revivalBackoff.baseMs', config.revivalBackoff?.baseMs, { fallback: 60_000, min: 1 }),
+    maxMs: integerInRange('revivalBackoff.maxMs', config.revivalBackoff?.maxMs, { fallback: 86_400_000, min: 1 }),
   };
   const ctx: PassContext = {
     db,
     spec,
-    batchSize: positiveInteger('batchSize', config.batchSize, 500, MAX_BATCH_SIZE),
-    lockTimeoutMs: positiveInteger('lockTimeoutMs', config.lockTimeoutMs, 5_000, MAX_TIMER_MS),
+    batchSize: integerInRange('batchSize', config.batchSize, { fallback: 500, min: 1, max: MAX_BATCH_SIZE }),
+    lockTimeoutMs: integerInRange('lockTimeoutMs', config.lockTimeoutMs, {
+      fallback: 5_000,
+      min: 1,
+      max: MAX_TIMER_MS,
+    }),
     spacing,
     logger,
     repeats: new RepeatedLines(REPORT_REMINDER_MS),
   };
   const compaction = config.compaction || undefined;
   const compactEvery = compaction
-    ? positiveInteger('compaction.intervalMs', compaction.intervalMs, 3_600_000, MAX_TIMER_MS)
+    ? integerInRange('compaction.intervalMs', compaction.intervalMs, { fallback: 3_600_000, min: 1, max: MAX_TIMER_MS })
     : undefined;
 
   let verified: Promise<void> | undefined;

@@ -64,14 +64,14 @@ describe('the batch cut', () => {
   });
   test('a partition whose earliest row fails again after a revival goes behind other partitions', async () => {
     const spec = await createTestOutbox(t.db);
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     const write = (object: string) => ({ writes: [{ user: 'project:p1', relation: 'project', object }] });
     const p1 = await enqueueIntent(t.db, spec, 'vpc:p', write('vpc:p'));
     const p2 = await enqueueIntent(t.db, spec, 'vpc:p', write('vpc:p'));
     const q1 = await enqueueIntent(t.db, spec, 'vpc:q', write('vpc:q'));
     for (const id of [p1, p2, q1]) await poison(t.db, spec, id, 'validation_error');
     // Least recently attempted: p's rows, then q's.
-    await sql`update ${sql.raw(n.table)} set next_attempt_at = now() - (interval '1 minute' * (10 - id + ${p1}))
+    await sql`update ${sql.raw(names.table)} set next_attempt_at = now() - (interval '1 minute' * (10 - id + ${p1}))
       where id = any(${[p1, p2, q1]}::bigint[])`.execute(t.db);
     const reconciler = createReconciler({ db: t.db, spec, batchSize: 1, logger: recordingLogger() });
     expect(ids((await reconciler.redrivePoisoned()).revived)).toEqual([p1]);

@@ -25,9 +25,9 @@ const ids = (rows: readonly { id: string }[]) => rows.map((r) => r.id);
 
 /** The heads a drainer's claim would read (it claims only heads, due first). */
 async function claimable(spec: OutboxSpec): Promise<string[]> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const result = await sql<{ id: string }>`
-    select id::text as id from ${sql.raw(n.table)}
+    select id::text as id from ${sql.raw(names.table)}
     where is_head and next_attempt_at <= now() and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}
     order by id`.execute(t.db);
   return ids(result.rows);

@@ -81,8 +81,8 @@ describe('a successor being delivered while the pass runs', () => {
 
   test('a row committed after the pass locked the partition and claimed by a drainer defers the revival', async () => {
     const spec = await createTestOutbox(t.db);
-    const n = tableNames(spec);
-    const table = sql.raw(n.table);
+    const names = tableNames(spec);
+    const table = sql.raw(names.table);
     const reg = await enqueueIntent(t.db, spec, 'vpc:d', register('d'));
     await poison(t.db, spec, reg);
 
@@ -100,7 +100,7 @@ describe('a successor being delivered while the pass runs', () => {
       // Meanwhile a deregister lands (by hand: the real enqueue would queue behind the lock) and a
       // drainer claims it at once.
       const late = await sql<{ id: string }>`
-        insert into ${table} (${sql.raw(n.partition)}, payload, is_head)
+        insert into ${table} (${sql.raw(names.partition)}, payload, is_head)
         values ('vpc:d', ${JSON.stringify(deregister('d'))}::jsonb, true) returning id::text as id`.execute(t.db);
       const dereg = late.rows[0]!.id;
       await sql`select id from ${table} where id = ${dereg} for update`.execute(drainer.trx);

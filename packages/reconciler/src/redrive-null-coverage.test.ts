@@ -52,7 +52,7 @@ describe('coverage SQL that evaluates to NULL', () => {
     const key = 'user:bob|project:p1';
     const tuple = (relation: string) => ({ user: 'user:bob', relation, object: 'project:p1' });
     const grant = await enqueueIntent(t.db, spec, key, { writes: [tuple('owner')], relations: ['owner'] });
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     // An operator revoked by hand (a row without `relations`) and the drainer delivered it.
     const revoke = await enqueueIntent(t.db, spec, key, { deletes: [tuple('owner')] });
     await poison(t.db, spec, grant);
@@ -61,7 +61,7 @@ describe('coverage SQL that evaluates to NULL', () => {
       (
         await sql<{
           r: unknown;
-        }>`select payload->'relations' as r from ${sql.raw(n.table)} where id = ${revoke}`.execute(t.db)
+        }>`select payload->'relations' as r from ${sql.raw(names.table)} where id = ${revoke}`.execute(t.db)
       ).rows[0]?.r,
     ).toBeNull();
 

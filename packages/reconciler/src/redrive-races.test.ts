@@ -13,7 +13,7 @@ describe('races with real writers, drainers, two reconcilers and retire', () => 
     'no resurrection, head invariant in every committed snapshot, no hang (seed $seed, partitionIndex $partitionIndex)',
     async ({ seed: initial, partitionIndex }) => {
       const spec = await createTestOutbox(t.db, { maxAttempts: 2, partitionIndex });
-      const n = tableNames(spec);
+      const names = tableNames(spec);
       const KEYS = ['vpc:a', 'vpc:b', 'vpc:c', 'vpc:d', ''];
       let seed = initial;
       const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
@@ -66,9 +66,9 @@ describe('races with real writers, drainers, two reconcilers and retire', () => 
             } else {
               const { lockPartitions } = await import('@outbox/outbox/protocol');
               await lockPartitions(spec, ['']).execute(trx);
-              await sql`insert into ${sql.raw(n.table)} (${sql.raw(n.partition)}, payload, is_head)
+              await sql`insert into ${sql.raw(names.table)} (${sql.raw(names.partition)}, payload, is_head)
               select '', '{"writes":[{"user":"project:p1","relation":"project","object":"vpc:e"}]}'::jsonb,
-                not exists (select 1 from ${sql.raw(n.table)} where ${sql.raw(n.partition)} = '' and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts})`.execute(
+                not exists (select 1 from ${sql.raw(names.table)} where ${sql.raw(names.partition)} = '' and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts})`.execute(
                 trx,
               );
             }

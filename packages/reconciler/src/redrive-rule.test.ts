@@ -26,9 +26,9 @@ const ids = (rows: readonly { id: string }[]) => rows.map((r) => r.id);
 
 /** The heads a drainer's claim would read (it claims only heads, due first). */
 async function claimable(spec: OutboxSpec): Promise<string[]> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const result = await sql<{ id: string }>`
-    select id::text as id from ${sql.raw(n.table)}
+    select id::text as id from ${sql.raw(names.table)}
     where is_head and next_attempt_at <= now() and sent_at is null and retired_at is null and attempt_count < ${spec.maxAttempts}
     order by id`.execute(t.db);
   return ids(result.rows);
@@ -235,11 +235,11 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])(
 
     test('empty-key rows group together: one delivered empty-key row parks every earlier poisoned one', async () => {
       const spec = await createTestOutbox(t.db, { partitionIndex });
-      const n = tableNames(spec);
+      const names = tableNames(spec);
       // enqueue refuses '' keys; a manual write does not.
       const insert = async (key: string, state: 'poisoned' | 'delivered') => {
         const result = await sql<{ id: string }>`
-        insert into ${sql.raw(n.table)} (${sql.raw(n.partition)}, payload, attempt_count, last_error, sent_at)
+        insert into ${sql.raw(names.table)} (${sql.raw(names.partition)}, payload, attempt_count, last_error, sent_at)
         values (${key}, ${JSON.stringify(register('e'))}::jsonb,
           ${state === 'poisoned' ? spec.maxAttempts : 1}, ${state === 'poisoned' ? 'manual row' : null},
           ${state === 'delivered' ? sql`now()` : null})
@@ -266,8 +266,8 @@ describe.each([{ partitionIndex: false }, { partitionIndex: true }])(
 
     test('a BRIN index on (partition, id) is not taken for the optional btree', async () => {
       const spec = await createTestOutbox(t.db, { partitionIndex: false });
-      const n = tableNames(spec);
-      await sql.raw(`create index on ${n.table} using brin (${n.partition}, id)`).execute(t.db);
+      const names = tableNames(spec);
+      await sql.raw(`create index on ${names.table} using brin (${names.partition}, id)`).execute(t.db);
       expect((await partitionIndexPresent(spec).execute(t.db)).rows[0]?.present).toBe(false);
     });
 

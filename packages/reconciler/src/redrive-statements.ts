@@ -64,14 +64,14 @@ export function requestRefusedRevivals(spec: OutboxSpec) {
  * asked for and past its spacing.
  */
 export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: SuccessorCheck, refused = false) {
-  const n = tableNames(spec);
-  const table = sql.raw(n.table);
+  const names = tableNames(spec);
+  const table = sql.raw(names.table);
   const poisoned = rowStates('t').poisoned(spec.maxAttempts);
   return sql<PoisonedRow>`
     with superseded as materialized (
       select t.id from ${table} t where ${poisoned} and ${deliveredSuccessor(spec, check)}
     ), marked as (
-      select t.id, t.${sql.raw(n.partition)} as key, t.last_error, t.next_attempt_at, t.poison_cause, t.poison_code, t.revive_after, t.revive_requested,
+      select t.id, t.${sql.raw(names.partition)} as key, t.last_error, t.next_attempt_at, t.poison_cause, t.poison_code, t.revive_after, t.revive_requested,
         case
           when t.id in (select id from superseded) then 'superseded'
           when t.poison_cause is distinct from 'refused' then 'candidate'
@@ -88,10 +88,10 @@ export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: Succe
 
 /** Steps 3 (waiting) and 5a (`skipLocked`): row-lock every pending row of these partitions, in id order. */
 export function lockPendingRows(spec: OutboxSpec, keys: readonly string[], options: { skipLocked?: boolean } = {}) {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   return sql<{ id: string }>`
-    select id from ${sql.raw(n.table)}
-    where ${sql.raw(n.partition)} = any(${[...keys]}::text[]) and ${rowStates().pending}
+    select id from ${sql.raw(names.table)}
+    where ${sql.raw(names.partition)} = any(${[...keys]}::text[]) and ${rowStates().pending}
     order by id
     for update${sql.raw(options.skipLocked ? ' skip locked' : '')}`;
 }
@@ -110,9 +110,9 @@ export function decideCandidates(
   lockedIds: readonly string[],
   check: SuccessorCheck,
 ) {
-  const n = tableNames(spec);
-  const table = sql.raw(n.table);
-  const key = sql.raw(n.partition);
+  const names = tableNames(spec);
+  const table = sql.raw(names.table);
+  const key = sql.raw(names.partition);
   const ids = sql`${candidates.map((c) => String(c.id))}::bigint[]`;
   const keys = [...new Set(candidates.map((c) => c.key))];
   return sql<Decision>`
@@ -139,10 +139,10 @@ export interface RevivalSpacing {
 
 /** Step 6: claimable again; a refused row counts a revival and sets its next spacing. Heads are reset after. */
 export function reviveRows(spec: OutboxSpec, ids: readonly string[], spacing: RevivalSpacing) {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const refused = sql`poison_cause is not distinct from 'refused'`;
   return sql<{ id: string }>`
-    update ${sql.raw(n.table)}
+    update ${sql.raw(names.table)}
     set attempt_count = 0, last_error = null, next_attempt_at = now(),
       poison_cause = null, poison_code = null, revive_requested = false,
       revival_count = revival_count + (${refused})::int,

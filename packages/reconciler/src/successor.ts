@@ -21,12 +21,12 @@ export async function successorCheck(db: AnyKysely, spec: OutboxSpec): Promise<S
  * an index a probe per row; without, one hashed scan, never a primary-key walk per row (packages/reconciler/README.md).
  */
 export function deliveredSuccessor(spec: OutboxSpec, check: SuccessorCheck): RawBuilder<boolean> {
-  const n = tableNames(spec);
-  const key = sql.raw(n.partition);
+  const names = tableNames(spec);
+  const key = sql.raw(names.partition);
   const after = check.partitionIndex
     ? sql`s.id > t.id`
     : sql`(s.${key}, s.id) > (t.${key}, t.id)${check.keys ? sql` and (s.${key} || '') = any(${[...check.keys]}::text[])` : sql``}`;
   return sql<boolean>`exists (
-      select 1 from ${sql.raw(n.table)} s
+      select 1 from ${sql.raw(names.table)} s
       where ${coveringSuccessor(spec, after)})`;
 }

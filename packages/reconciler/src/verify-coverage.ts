@@ -1,31 +1,12 @@
 import { sql } from 'kysely';
 import { OutboxConfigError, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
-import { tableNames } from '@outbox/outbox/protocol';
-
-/** True when parentheses and quotes balance, so the fragment cannot close the `(…)` we wrap it in. */
-function balanced(fragment: string): boolean {
-  let depth = 0;
-  let quote: string | undefined;
-  for (const char of fragment) {
-    if (quote) {
-      if (char === quote) quote = undefined; // a doubled quote reopens on the next char: still balanced
-    } else if (char === "'" || char === '"') {
-      quote = char;
-    } else if (char === '(') {
-      depth += 1;
-    } else if (char === ')') {
-      depth -= 1;
-      if (depth < 0) return false;
-    }
-  }
-  return depth === 0 && quote === undefined;
-}
+import { balancedSql, tableNames } from '@outbox/outbox/protocol';
 
 /** Plans (never runs) the spec's coverage fragment over two rows of the live table: a wrong one fails at start, as an {@link OutboxConfigError}. */
 export async function verifyCoverageSql(db: AnyKysely, spec: OutboxSpec): Promise<void> {
   const fragment = spec.supersededCoverageSql;
   if (fragment === undefined) return;
-  if (!balanced(fragment)) {
+  if (!balancedSql(fragment)) {
     throw new OutboxConfigError(
       'supersededCoverageSql',
       `has unbalanced parentheses or quotes: ${JSON.stringify(fragment)}`,

@@ -85,9 +85,9 @@ async function timed(timeoutMs: number, work: () => Promise<void>): Promise<Read
 export function createReadiness(config: ReadinessConfig): { check(): Promise<ReadinessReport> } {
   const timeoutMs = config.timeoutMs ?? READY_CHECK_TIMEOUT_MS;
   const client = openFgaClient(config.openfga);
-  const n = tableNames(config.spec);
+  const names = tableNames(config.spec);
   const oldestDeliverable = sql<{ age_ms: number }>`
-    select (extract(epoch from now() - created_at) * 1000)::float8 as age_ms from ${sql.raw(n.table)}
+    select (extract(epoch from now() - created_at) * 1000)::float8 as age_ms from ${sql.raw(names.table)}
     where sent_at is null and retired_at is null and attempt_count < ${config.spec.maxAttempts}
     order by id limit 1`;
 

@@ -1,6 +1,7 @@
 import { CredentialsMethod } from '@openfga/sdk';
 import type { BackoffOptions, Logger } from '@outbox/drainer';
 import type { OpenFgaConnection } from './authorizer.js';
+import { integerInRange } from '@outbox/outbox/protocol';
 import { ServiceConfigError } from './errors.js';
 import type { ServiceLogLevel } from './service-logger.js';
 
@@ -105,14 +106,6 @@ const ULID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
 
 const LOG_LEVELS: readonly ServiceLogLevel[] = ['trace', 'debug', 'info', 'warn', 'error', 'fatal'];
 
-function integer(field: string, value: number | undefined, fallback: number, min: number, max: number): number {
-  const result = value ?? fallback;
-  if (!Number.isInteger(result) || result < min || result > max) {
-    throw new ServiceConfigError(field, `expected an integer from ${min} to ${max}, got ${String(value)}`);
-  }
-  return result;
-}
-
 /**
  * What is wrong with a Postgres URL, or undefined. pg reads anything: `nope` became a connection to
  * a host named `base` (`getaddrinfo ENOTFOUND base`), which named neither the variable nor the problem.
@@ -189,31 +182,70 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
   return {
     databaseUrl: options.databaseUrl,
     openfga: { ...options.openfga, apiUrl: withoutTrailingSlash(options.openfga.apiUrl) },
-    port: integer('port', options.port, 0, 0, 65_535),
+    port: integerInRange('port', options.port, { fallback: 0, min: 0, max: 65_535 }, ServiceConfigError),
     host: options.host ?? '127.0.0.1',
-    drainIntervalMs: integer('drainIntervalMs', options.drainIntervalMs, 1_000, 1, 86_400_000),
-    redriveIntervalMs: integer('redriveIntervalMs', options.redriveIntervalMs, 60_000, 1, 86_400_000),
+    drainIntervalMs: integerInRange(
+      'drainIntervalMs',
+      options.drainIntervalMs,
+      { fallback: 1_000, min: 1, max: 86_400_000 },
+      ServiceConfigError,
+    ),
+    redriveIntervalMs: integerInRange(
+      'redriveIntervalMs',
+      options.redriveIntervalMs,
+      { fallback: 60_000, min: 1, max: 86_400_000 },
+      ServiceConfigError,
+    ),
     flushOnWrite: options.flushOnWrite ?? true,
-    flushTimeoutMs: integer('flushTimeoutMs', options.flushTimeoutMs, 5_000, 1, 600_000),
+    flushTimeoutMs: integerInRange(
+      'flushTimeoutMs',
+      options.flushTimeoutMs,
+      { fallback: 5_000, min: 1, max: 600_000 },
+      ServiceConfigError,
+    ),
     runDrainer: options.runDrainer ?? true,
     auditIntervalMs:
       options.auditIntervalMs === false
         ? 0
-        : integer('auditIntervalMs', options.auditIntervalMs, 300_000, 0, 86_400_000),
+        : integerInRange(
+            'auditIntervalMs',
+            options.auditIntervalMs,
+            { fallback: 300_000, min: 0, max: 86_400_000 },
+            ServiceConfigError,
+          ),
     repairDrift: options.repairDrift ?? true,
-    repairMaxDeletes: integer('repairMaxDeletes', options.repairMaxDeletes, 100, 0, 1_000_000_000),
+    repairMaxDeletes: integerInRange(
+      'repairMaxDeletes',
+      options.repairMaxDeletes,
+      { fallback: 100, min: 0, max: 1_000_000_000 },
+      ServiceConfigError,
+    ),
     runReconciler: options.runReconciler ?? true,
-    compactIntervalMs: integer('compactIntervalMs', options.compactIntervalMs, 3_600_000, 0, 86_400_000),
-    retentionMs: integer('retentionMs', options.retentionMs, 30 * 86_400_000, 0, 36_500 * 86_400_000),
-    shutdownTimeoutMs: integer('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 600_000),
-    poolSize: integer('poolSize', options.poolSize, 5, 1, 100),
+    compactIntervalMs: integerInRange(
+      'compactIntervalMs',
+      options.compactIntervalMs,
+      { fallback: 3_600_000, min: 0, max: 86_400_000 },
+      ServiceConfigError,
+    ),
+    retentionMs: integerInRange(
+      'retentionMs',
+      options.retentionMs,
+      { fallback: 30 * 86_400_000, min: 0, max: 36_500 * 86_400_000 },
+      ServiceConfigError,
+    ),
+    shutdownTimeoutMs: integerInRange(
+      'shutdownTimeoutMs',
+      options.shutdownTimeoutMs,
+      { fallback: 10_000, min: 0, max: 600_000 },
+      ServiceConfigError,
+    ),
+    poolSize: integerInRange('poolSize', options.poolSize, { fallback: 5, min: 1, max: 100 }, ServiceConfigError),
     retryBackoff: options.retryBackoff ?? {},
-    readyMaxDeliverableAgeMs: integer(
+    readyMaxDeliverableAgeMs: integerInRange(
       'readyMaxDeliverableAgeMs',
       options.readyMaxDeliverableAgeMs,
-      60_000,
-      0,
-      86_400_000,
+      { fallback: 60_000, min: 0, max: 86_400_000 },
+      ServiceConfigError,
     ),
     logLevel,
   };

@@ -44,11 +44,11 @@ export function enqueueIntent(db: Db, spec: OutboxSpec, key: string, payload: In
 
 /** The drainer's outcome update for one row, then its settle's promotion of the next head. */
 async function outcome(db: Db, spec: OutboxSpec, id: string, set: ReturnType<typeof sql>): Promise<void> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   await db.transaction().execute(async (trx) => {
     const row = await sql<{
       key: string;
-    }>`update ${sql.raw(n.table)} set ${set}, is_head = false where id = ${id} returning ${sql.raw(n.partition)} as key`.execute(
+    }>`update ${sql.raw(names.table)} set ${set}, is_head = false where id = ${id} returning ${sql.raw(names.partition)} as key`.execute(
       trx,
     );
     await promoteHeads(
@@ -111,7 +111,7 @@ export const LONG_ERROR = `OpenFGA unreachable: connect ECONNREFUSED 127.0.0.1:8
  */
 export async function scriptedBacklog(db: Db): Promise<Backlog> {
   const spec = await createBacklogTable(db);
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const delivered = await enqueueIntent(db, spec, 'vpc:a', register('a'));
   await deliver(db, spec, delivered);
   const superseded = await enqueueIntent(db, spec, 'vpc:b', register('b'));
@@ -121,7 +121,7 @@ export async function scriptedBacklog(db: Db): Promise<Backlog> {
   const poisoned = await enqueueIntent(db, spec, 'vpc:c', register('c'));
   await poison(db, spec, poisoned, LONG_ERROR);
   const backingOff = await enqueueIntent(db, spec, 'vpc:d', register('d'));
-  await sql`update ${sql.raw(n.table)} set attempt_count = 1, last_error = 'OpenFGA 503: busy', next_attempt_at = now() + interval '1 hour' where id = ${backingOff}`.execute(
+  await sql`update ${sql.raw(names.table)} set attempt_count = 1, last_error = 'OpenFGA 503: busy', next_attempt_at = now() + interval '1 hour' where id = ${backingOff}`.execute(
     db,
   );
   const deliverable = await enqueueIntent(db, spec, 'vpc:e', register('e'));

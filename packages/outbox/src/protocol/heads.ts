@@ -30,10 +30,10 @@ export async function promoteHeads(
 /** Makes each key's earliest deliverable row its only head (redrive); hold the keys' advisory and row locks. */
 export async function resetHeads(trx: AnyKysely, spec: OutboxSpec, keys: readonly string[]): Promise<void> {
   if (keys.length === 0) return;
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   await sql`
-    update ${sql.raw(n.table)} t set is_head = false
-    where t.${sql.raw(n.partition)} = any(${[...keys]}::text[]) and t.is_head
+    update ${sql.raw(names.table)} t set is_head = false
+    where t.${sql.raw(names.partition)} = any(${[...keys]}::text[]) and t.is_head
       and ${rowStates('t').pending}`.execute(trx);
   await promoteHeads(trx, spec, keys);
 }

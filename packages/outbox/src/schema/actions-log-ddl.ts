@@ -41,10 +41,10 @@ export const ACTIONS_LOG_COLUMNS: Readonly<Record<string, string>> = Object.free
  * taken from {@link OUTBOX_ACTIONS}: a later action is a later step. Frozen.
  */
 export function actionsLogDdlV1(spec: OutboxSpec): string[] {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const t = spec.tableName;
   return [
-    `create table ${n.actionsTable} (
+    `create table ${names.actionsTable} (
       id     bigint generated always as identity primary key,
       at     timestamptz not null default now(),
       actor  text not null,
@@ -58,6 +58,6 @@ export function actionsLogDdlV1(spec: OutboxSpec): string[] {
       constraint "${t}_actions_ids_check" check (jsonb_typeof(ids) = 'array'),
       constraint "${t}_actions_counts_check" check (jsonb_typeof(counts) = 'object')
     )`,
-    `comment on table ${n.actionsTable} is 'operator actions that changed ${spec.table}: who, what, which ids, how many, why ${actionsLogMarker(spec)}'`,
+    `comment on table ${names.actionsTable} is 'operator actions that changed ${spec.table}: who, what, which ids, how many, why ${actionsLogMarker(spec)}'`,
   ];
 }

@@ -57,21 +57,21 @@ export function drainFunctionsDdl(
   spec: OutboxSpec,
   versions: DrainFunctionVersions = LATEST_DRAIN_FUNCTIONS,
 ): string[] {
-  const n = tableNames(spec);
-  const names = {
-    table: n.table,
-    partition: n.partition,
+  const names = tableNames(spec);
+  const placeholders = {
+    table: names.table,
+    partition: names.partition,
     table_literal: `'${spec.table}'`,
-    claim_function: n.claimFunction,
-    settle_function: n.settleFunction,
+    claim_function: names.claimFunction,
+    settle_function: names.settleFunction,
   };
   return [
     expandSqlTemplate(TEMPLATES.claim[versions.claim], {
-      ...names,
+      ...placeholders,
       marker: drainFunctionMarker(spec, 'claim', versions.claim),
     }),
     expandSqlTemplate(TEMPLATES.settle[versions.settle], {
-      ...names,
+      ...placeholders,
       marker: drainFunctionMarker(spec, 'settle', versions.settle),
     }),
   ];

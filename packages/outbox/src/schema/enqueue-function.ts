@@ -34,12 +34,12 @@ export function enqueueFunctionDdl(
   spec: OutboxSpec,
   version: EnqueueFunctionVersion = LATEST_ENQUEUE_FUNCTION,
 ): string[] {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   return [
     expandSqlTemplate(TEMPLATES[version], {
-      enqueue_function: n.enqueueFunction,
-      table: n.table,
-      partition: n.partition,
+      enqueue_function: names.enqueueFunction,
+      table: names.table,
+      partition: names.partition,
       table_literal: `'${spec.table}'`,
       recorded_max_attempts: recordedMaxAttemptsText(spec),
       marker: enqueueFunctionMarker(spec, version),

@@ -8,10 +8,10 @@ import { tableNames } from '../table-names.js';
  * delivered-rows index (`ledgerLifeDdlV1`, migrated before this). Frozen: a migration that ran it keeps its meaning.
  */
 export function lateWriteVerificationDdl(spec: OutboxSpec): string[] {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   return [
-    `alter table ${n.table} add column verify_after timestamptz`,
-    `comment on column ${n.table}.verify_after is 'drainer: when to check that no late write undid this delivery; null: nothing to check'`,
-    `create index "${n.verifyIndex}" on ${n.table} (verify_after) where verify_after is not null`,
+    `alter table ${names.table} add column verify_after timestamptz`,
+    `comment on column ${names.table}.verify_after is 'drainer: when to check that no late write undid this delivery; null: nothing to check'`,
+    `create index "${names.verifyIndex}" on ${names.table} (verify_after) where verify_after is not null`,
   ];
 }

@@ -15,9 +15,9 @@ export type ClosedAs = 'retired' | 'discarded';
  * row is NULL there) so that they scan nothing.
  */
 export function ledgerLifeDdlV1(spec: OutboxSpec): string[] {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   return [
-    `alter table ${n.table}
+    `alter table ${names.table}
       add column poison_cause  text,
       add column poison_code   text,
       add column revival_count integer not null default 0,
@@ -26,19 +26,19 @@ export function ledgerLifeDdlV1(spec: OutboxSpec): string[] {
       add column closed_as     text,
       add constraint "${spec.tableName}_poison_cause_check" check (poison_cause in ('exhausted', 'refused')) not valid,
       add constraint "${spec.tableName}_closed_as_check" check (closed_as in ('retired', 'discarded')) not valid`,
-    `comment on column ${n.table}.poison_cause is 'why the row is poisoned: exhausted (transient failures) or refused (permanently, code in poison_code); NULL on rows poisoned before it existed, read as exhausted'`,
-    `comment on column ${n.table}.revive_requested is 'a refused row a model change or an operator asked to retry: revived once revive_after (the growing spacing between its revivals) has passed'`,
-    `comment on column ${n.table}.closed_as is 'how retired_at was set: retired (superseded) or discarded (not superseded, its tuples never written); NULL read as retired'`,
-    `create index if not exists "${n.deliveredIndex}" on ${n.table} (${n.partition}, id) where sent_at is not null`,
+    `comment on column ${names.table}.poison_cause is 'why the row is poisoned: exhausted (transient failures) or refused (permanently, code in poison_code); NULL on rows poisoned before it existed, read as exhausted'`,
+    `comment on column ${names.table}.revive_requested is 'a refused row a model change or an operator asked to retry: revived once revive_after (the growing spacing between its revivals) has passed'`,
+    `comment on column ${names.table}.closed_as is 'how retired_at was set: retired (superseded) or discarded (not superseded, its tuples never written); NULL read as retired'`,
+    `create index if not exists "${names.deliveredIndex}" on ${names.table} (${names.partition}, id) where sent_at is not null`,
   ];
 }
 
 /** Undoes {@link ledgerLifeDdlV1}: the index, then the columns (their checks go with them). Frozen. */
 export function dropLedgerLifeDdlV1(spec: OutboxSpec): string[] {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const columns = columnsAddedBy('0003_ledger_life');
   return [
-    `drop index if exists "${spec.schema}"."${n.deliveredIndex}"`,
-    `alter table ${n.table} ${columns.map((column) => `drop column if exists ${column}`).join(', ')}`,
+    `drop index if exists "${spec.schema}"."${names.deliveredIndex}"`,
+    `alter table ${names.table} ${columns.map((column) => `drop column if exists ${column}`).join(', ')}`,
   ];
 }

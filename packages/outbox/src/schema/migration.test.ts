@@ -29,8 +29,8 @@ async function relationExists(name: string): Promise<boolean> {
 
 async function functionExists(schema: string, name: string): Promise<boolean> {
   const result = await sql<{ exists: boolean }>`
-    select exists (select 1 from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-                   where n.nspname = ${schema} and p.proname = ${name}) as exists`.execute(t.db);
+    select exists (select 1 from pg_proc p join pg_namespace n on names.oid = p.pronamespace
+                   where names.nspname = ${schema} and p.proname = ${name}) as exists`.execute(t.db);
   return result.rows[0]!.exists;
 }
 
@@ -123,8 +123,8 @@ async function definitions(spec: OutboxSpec) {
   const result = await sql<{ kind: string; definition: string | null }>`
     select 'index' as kind, indexdef as definition from pg_indexes where schemaname = ${spec.schema} and tablename = ${spec.tableName}
     union all
-    select 'function', pg_get_functiondef(p.oid) from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-      where n.nspname = ${spec.schema} and starts_with(p.proname, ${`${spec.tableName}_`})
+    select 'function', pg_get_functiondef(p.oid) from pg_proc p join pg_namespace n on names.oid = p.pronamespace
+      where names.nspname = ${spec.schema} and starts_with(p.proname, ${`${spec.tableName}_`})
     union all
     select 'trigger', pg_get_triggerdef(t.oid) from pg_trigger t where t.tgrelid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass and not t.tgisinternal
     union all
@@ -236,29 +236,29 @@ describe('outboxMigrations: frozen steps for your migrator', () => {
 
 test('the ledger step rewrites nothing and validates nothing: a filled table keeps its storage, the checks hold for new rows', async () => {
   const spec = defineOutbox({ table: 'ledger.filled_outbox', partitionColumn: 'resource_id' });
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   await executeStatements(t.db, outboxTableDdlV1(spec));
   await sql
     .raw(
-      `insert into ${n.table} (resource_id, payload, sent_at) select 'vpc:' || i, '{}', now() from generate_series(1, 1000) i`,
+      `insert into ${names.table} (resource_id, payload, sent_at) select 'vpc:' || i, '{}', now() from generate_series(1, 1000) i`,
     )
     .execute(t.db);
   const storage = () =>
-    sql<{ node: number }>`select relfilenode as node from pg_class where oid = ${n.table}::regclass`
+    sql<{ node: number }>`select relfilenode as node from pg_class where oid = ${names.table}::regclass`
       .execute(t.db)
       .then((r) => r.rows[0]?.node);
   const before = await storage();
   await executeStatements(t.db, ledgerLifeDdlV1(spec));
   expect(await storage()).toBe(before);
   const checks = await sql<{ name: string; validated: boolean }>`
-    select conname as name, convalidated as validated from pg_constraint where conrelid = ${n.table}::regclass and contype = 'c' order by 1`.execute(
+    select conname as name, convalidated as validated from pg_constraint where conrelid = ${names.table}::regclass and contype = 'c' order by 1`.execute(
     t.db,
   );
   expect(checks.rows).toEqual([
     { name: 'filled_outbox_closed_as_check', validated: false },
     { name: 'filled_outbox_poison_cause_check', validated: false },
   ]);
-  await expect(sql.raw(`update ${n.table} set poison_cause = 'tired' where id = 1`).execute(t.db)).rejects.toThrow(
+  await expect(sql.raw(`update ${names.table} set poison_cause = 'tired' where id = 1`).execute(t.db)).rejects.toThrow(
     /poison_cause_check/,
   );
   await dropOutboxTable(t.db, spec);

@@ -45,14 +45,16 @@ export async function createOutboxTable(
  * await dropOutboxTable(db, vpcOutbox);
  */
 export async function dropOutboxTable(db: AnyKysely, spec: OutboxSpec): Promise<void> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   await executeStatements(db, [
-    `drop table if exists ${n.actionsTable}`,
-    `drop table if exists ${n.table}`,
-    `drop function if exists ${n.notifyFunction}()`,
-    ...DRAIN_FUNCTION_SIGNATURES.claim.map((signature) => `drop function if exists ${n.claimFunction}${signature}`),
-    ...DRAIN_FUNCTION_SIGNATURES.settle.map((signature) => `drop function if exists ${n.settleFunction}${signature}`),
-    ...ENQUEUE_FUNCTION_SIGNATURES.map((signature) => `drop function if exists ${n.enqueueFunction}${signature}`),
+    `drop table if exists ${names.actionsTable}`,
+    `drop table if exists ${names.table}`,
+    `drop function if exists ${names.notifyFunction}()`,
+    ...DRAIN_FUNCTION_SIGNATURES.claim.map((signature) => `drop function if exists ${names.claimFunction}${signature}`),
+    ...DRAIN_FUNCTION_SIGNATURES.settle.map(
+      (signature) => `drop function if exists ${names.settleFunction}${signature}`,
+    ),
+    ...ENQUEUE_FUNCTION_SIGNATURES.map((signature) => `drop function if exists ${names.enqueueFunction}${signature}`),
   ]);
 }
 
@@ -80,7 +82,7 @@ export function outboxMigrations(
   options: OutboxMigrationsOptions = {},
 ): Readonly<Record<string, OutboxMigration>> {
   const prefix = options.prefix ?? `${spec.table}/`;
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   return Object.freeze({
     [`${prefix}0001_outbox_table`]: {
       up: (db: AnyKysely) => executeStatements(db, outboxTableDdlV1(spec, options)),
@@ -90,8 +92,8 @@ export function outboxMigrations(
       up: (db: AnyKysely) => executeStatements(db, drainFunctionsDdl(spec, { claim: 'v4', settle: 'v3' })),
       down: (db: AnyKysely) =>
         executeStatements(db, [
-          `drop function if exists ${n.claimFunction}(integer, integer, integer, boolean, boolean, text[])`,
-          `drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer)`,
+          `drop function if exists ${names.claimFunction}(integer, integer, integer, boolean, boolean, text[])`,
+          `drop function if exists ${names.settleFunction}(bigint[], text[], bigint[], integer)`,
         ]),
     },
     [`${prefix}0003_ledger_life`]: {
@@ -107,9 +109,9 @@ export function outboxMigrations(
         ]),
       down: (db: AnyKysely) =>
         executeStatements(db, [
-          `drop function if exists ${n.settleFunction}(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`,
+          `drop function if exists ${names.settleFunction}(bigint[], text[], bigint[], integer, integer, bigint[], bigint[])`,
           // Its partial index goes with the column.
-          `alter table ${n.table} drop column if exists verify_after`,
+          `alter table ${names.table} drop column if exists verify_after`,
         ]),
     },
     // Claim v5 returns created_at too (the drainer's commit → delivered lag); v4 stays for the previous release's drainers.
@@ -117,19 +119,19 @@ export function outboxMigrations(
       up: (db: AnyKysely) => executeStatements(db, drainFunctionsDdl(spec, { claim: 'v5', settle: 'v4' })),
       down: (db: AnyKysely) =>
         executeStatements(db, [
-          `drop function if exists ${n.claimFunction}(integer, integer, integer, boolean, boolean, text[], boolean)`,
+          `drop function if exists ${names.claimFunction}(integer, integer, integer, boolean, boolean, text[], boolean)`,
         ]),
     },
     // Enqueue in one round trip; the previous release's enqueue (two statements) does not call it.
     [`${prefix}${ENQUEUE_FUNCTION_STEP}`]: {
       up: (db: AnyKysely) => executeStatements(db, enqueueFunctionDdl(spec, 'v1')),
       down: (db: AnyKysely) =>
-        executeStatements(db, [`drop function if exists ${n.enqueueFunction}(text[], jsonb[], integer)`]),
+        executeStatements(db, [`drop function if exists ${names.enqueueFunction}(text[], jsonb[], integer)`]),
     },
     // The actions log (docs/ledger.md): this release's CLI writes it and observeOutbox reads it; the previous release neither.
     [`${prefix}${ACTIONS_LOG_STEP}`]: {
       up: (db: AnyKysely) => executeStatements(db, actionsLogDdlV1(spec)),
-      down: (db: AnyKysely) => executeStatements(db, [`drop table if exists ${n.actionsTable}`]),
+      down: (db: AnyKysely) => executeStatements(db, [`drop table if exists ${names.actionsTable}`]),
     },
   });
 }

@@ -16,7 +16,7 @@ export interface OutboxTableOptions {
  * element, without the drainer's functions. Frozen: a migration that ran it keeps its meaning.
  */
 export function outboxTableDdlV1(spec: OutboxSpec, options: OutboxTableOptions = {}): string[] {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const pending = 'sent_at is null and retired_at is null';
   const statements = [
     `do $schema$ begin
@@ -24,9 +24,9 @@ export function outboxTableDdlV1(spec: OutboxSpec, options: OutboxTableOptions =
         create schema if not exists "${spec.schema}";
       end if;
     end $schema$`,
-    `create table ${n.table} (
+    `create table ${names.table} (
       id              bigint generated always as identity primary key,
-      ${n.partition}  text not null,
+      ${names.partition}  text not null,
       payload         jsonb not null,
       created_at      timestamptz not null default now(),
       next_attempt_at timestamptz not null default now(),
@@ -46,23 +46,24 @@ export function outboxTableDdlV1(spec: OutboxSpec, options: OutboxTableOptions =
       autovacuum_vacuum_cost_delay = 0,
       autovacuum_analyze_scale_factor = 0.02
     )`,
-    `comment on column ${n.table}.is_head is 'drainer: true on the earliest deliverable row of each partition, maintained by enqueue, outcome updates and redrive'`,
+    `comment on column ${names.table}.is_head is 'drainer: true on the earliest deliverable row of each partition, maintained by enqueue, outcome updates and redrive'`,
     maxAttemptsCommentDdl(spec, spec.maxAttempts),
-    `create index "${n.partitionHeadIndex}" on ${n.table} (${n.partition}, id) where ${pending}`,
-    `create index "${n.pendingIndex}" on ${n.table} (id) where ${pending}`,
-    `create index "${n.claimIndex}" on ${n.table} (next_attempt_at, id) where is_head`,
-    `create index "${n.retiredIndex}" on ${n.table} (id) where retired_at is not null`,
+    `create index "${names.partitionHeadIndex}" on ${names.table} (${names.partition}, id) where ${pending}`,
+    `create index "${names.pendingIndex}" on ${names.table} (id) where ${pending}`,
+    `create index "${names.claimIndex}" on ${names.table} (next_attempt_at, id) where is_head`,
+    `create index "${names.retiredIndex}" on ${names.table} (id) where retired_at is not null`,
   ];
-  if (options.partitionIndex) statements.push(`create index "${n.partitionIndex}" on ${n.table} (${n.partition}, id)`);
+  if (options.partitionIndex)
+    statements.push(`create index "${names.partitionIndex}" on ${names.table} (${names.partition}, id)`);
   statements.push(
-    `create function ${n.notifyFunction}() returns trigger language plpgsql as $$
+    `create function ${names.notifyFunction}() returns trigger language plpgsql as $$
     begin
       perform pg_notify('${spec.channel}', '');
       return null;
     end
     $$`,
     // Statement-level: one notification per insert statement, sent at commit (NOTIFY is transactional).
-    `create trigger "${n.notifyTrigger}" after insert on ${n.table} for each statement execute function ${n.notifyFunction}()`,
+    `create trigger "${names.notifyTrigger}" after insert on ${names.table} for each statement execute function ${names.notifyFunction}()`,
   );
   return statements;
 }

@@ -24,8 +24,8 @@ describe('verifyOutboxTable refuses tables on which enqueued rows are never deli
     ['sent_at', 'alter column sent_at set default now()'],
   ])('a %s the claim cannot work with (%s)', async (column, alteration) => {
     const spec = await fresh();
-    const n = tableNames(spec);
-    await run(`alter table ${n.table} ${alteration}`);
+    const names = tableNames(spec);
+    await run(`alter table ${names.table} ${alteration}`);
     const found = await verifyGaps(t.db, spec);
     expect(found).toHaveLength(1);
     expect(found?.[0]).toMatch(new RegExp(`^column ${column} should be `));
@@ -33,13 +33,13 @@ describe('verifyOutboxTable refuses tables on which enqueued rows are never deli
 
   test('without that check, a row enqueued into such a table stays NULL where the claim compares, silently', async () => {
     const spec = await fresh();
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     await run(
-      `alter table ${n.table} alter column next_attempt_at drop default, alter column next_attempt_at drop not null`,
+      `alter table ${names.table} alter column next_attempt_at drop default, alter column next_attempt_at drop not null`,
     );
     await t.db.transaction().execute((trx) => enqueue(trx, spec, { partitionKey: 'vpc:x', payload }));
     const claimable = await sql<{ n: number }>`
-      select count(*)::int as n from ${sql.raw(n.table)} where is_head and next_attempt_at <= now()`.execute(t.db);
+      select count(*)::int as n from ${sql.raw(names.table)} where is_head and next_attempt_at <= now()`.execute(t.db);
     expect(claimable.rows[0]?.n).toBe(0);
     expect(await verifyGaps(t.db, spec)).toEqual([
       'column next_attempt_at should be not null default now(), as enqueue leaves it to the default',
@@ -56,8 +56,8 @@ describe('verifyOutboxTable refuses tables on which enqueued rows are never deli
 
   test('a trigger enabled only for replication sessions (never fires for the services)', async () => {
     const spec = await fresh();
-    const n = tableNames(spec);
-    await run(`alter table ${n.table} enable replica trigger "${n.notifyTrigger}"`);
+    const names = tableNames(spec);
+    await run(`alter table ${names.table} enable replica trigger "${names.notifyTrigger}"`);
     expect(await verifyGaps(t.db, spec)).toEqual([
       `statement-level AFTER INSERT trigger calling pg_notify('${spec.channel}', '')`,
     ]);
@@ -65,25 +65,27 @@ describe('verifyOutboxTable refuses tables on which enqueued rows are never deli
 
   test('an invalid index left by a CREATE INDEX CONCURRENTLY that was cancelled', async () => {
     const spec = await fresh();
-    const n = tableNames(spec);
-    await run(`drop index "${spec.schema}"."${n.claimIndex}"`);
+    const names = tableNames(spec);
+    await run(`drop index "${spec.schema}"."${names.claimIndex}"`);
     // A transaction that has written something: CREATE INDEX CONCURRENTLY waits for it, and times out.
     const holder = t.kysely({ max: 1 });
     const trx = await holder.startTransaction().execute();
-    await sql.raw(`insert into ${n.table} (resource_id, payload) values ('vpc:held', '{}')`).execute(trx);
+    await sql.raw(`insert into ${names.table} (resource_id, payload) values ('vpc:held', '{}')`).execute(trx);
     const builder = t.pool({ max: 1 });
     const client = await builder.connect();
     try {
       await client.query(`set statement_timeout = '500ms'`);
       await expect(
-        client.query(`create index concurrently "${n.claimIndex}" on ${n.table} (next_attempt_at, id) where is_head`),
+        client.query(
+          `create index concurrently "${names.claimIndex}" on ${names.table} (next_attempt_at, id) where is_head`,
+        ),
       ).rejects.toThrow(/statement timeout/);
     } finally {
       client.release();
       await trx.rollback().execute();
     }
     const invalid = await sql<{ valid: boolean }>`
-      select indisvalid as valid from pg_index where indexrelid = ${`"${spec.schema}"."${n.claimIndex}"`}::regclass`.execute(
+      select indisvalid as valid from pg_index where indexrelid = ${`"${spec.schema}"."${names.claimIndex}"`}::regclass`.execute(
       t.db,
     );
     expect(invalid.rows).toEqual([{ valid: false }]);
@@ -106,9 +108,9 @@ describe('verifyOutboxTable refuses tables on which enqueued rows are never deli
     ],
   ] as const)('%s', async (_what, index, definition) => {
     const spec = await fresh();
-    const n = tableNames(spec);
-    await run(`drop index "${spec.schema}"."${n[index]}"`);
-    await run(`create index "${n[index]}" on ${n.table} ${definition}`);
+    const names = tableNames(spec);
+    await run(`drop index "${spec.schema}"."${names[index]}"`);
+    await run(`create index "${names[index]}" on ${names.table} ${definition}`);
     const found = await verifyGaps(t.db, spec);
     expect(found).toHaveLength(1);
     expect(found?.[0]).toMatch(/^partial index/);

@@ -68,9 +68,9 @@ describe('verifyOutboxTable', () => {
 
   test('names a dropped drainer function, and one replaced by a body of another release', async () => {
     const spec = await freshOutbox();
-    const n = tableNames(spec);
-    await run(`drop function ${n.claimFunction}`);
-    await run(`create or replace function ${n.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer,
+    const names = tableNames(spec);
+    await run(`drop function ${names.claimFunction}`);
+    await run(`create or replace function ${names.settleFunction}(p_delivered bigint[], p_keys text[], p_after bigint[], p_max_attempts integer,
       p_verify_delay_ms integer, p_stamp bigint[], p_probe bigint[])
       returns table (partition_key text, head_id bigint) language sql as $$ select null::text, null::bigint where false $$`);
     expect(await missing(spec)).toEqual([
@@ -85,7 +85,7 @@ describe('verifyOutboxTable', () => {
 
   test('upgrading from the earlier claims (v1, v2): verify names them, createDrainFunctions adds the current one beside them, dropOutboxTable drops all three', async () => {
     const spec = await freshOutbox();
-    const n = tableNames(spec);
+    const names = tableNames(spec);
     const overloads = async () =>
       (
         await sql<{ args: string }>`
@@ -93,13 +93,13 @@ describe('verifyOutboxTable', () => {
           where ns.nspname = ${spec.schema} and p.proname = ${`${spec.tableName}_claim`} order by 1`.execute(t.db)
       ).rows.map((r) => r.args);
     // What the previous release left: the claim without p_synchronous_commit, marked v1.
-    await run(`drop function ${n.claimFunction}`);
-    await run(`create function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean)
+    await run(`drop function ${names.claimFunction}`);
+    await run(`create function ${names.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean)
       returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
       as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim v1 ${spec.table} resource_id
       $$`);
     // And the one after it, with p_synchronous_commit (v2), which a table of that release has instead.
-    await run(`create function ${n.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean)
+    await run(`create function ${names.claimFunction}(p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean)
       returns table (id bigint, partition_key text, payload jsonb, attempt_count integer, head boolean) language sql
       as $$ select null::bigint, null::text, null::jsonb, null::integer, null::boolean where false -- @outbox/outbox claim v2 ${spec.table} resource_id
       $$`);
@@ -113,8 +113,8 @@ describe('verifyOutboxTable', () => {
       'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean',
       'p_batch integer, p_heads integer, p_max_attempts integer, p_runs boolean, p_synchronous_commit boolean, p_flush_keys text[], p_created_at boolean',
     ]);
-    await run(`select * from ${n.claimFunction}(10, 10, 25, true)`);
-    await run(`select * from ${n.claimFunction}(10, 10, 25, true, false)`);
+    await run(`select * from ${names.claimFunction}(10, 10, 25, true)`);
+    await run(`select * from ${names.claimFunction}(10, 10, 25, true, false)`);
 
     await dropOutboxTable(t.db, spec);
     expect(await overloads()).toEqual([]);
@@ -156,9 +156,9 @@ describe('verifyOutboxTable', () => {
     ['over every row, not only heads', 'claimIndex', '(next_attempt_at, id)'],
   ] as const)('names an index that is %s', async (_what, index, definition) => {
     const spec = await freshOutbox();
-    const n = tableNames(spec);
-    await run(`drop index "${spec.schema}"."${n[index]}"`);
-    await run(`create index "${n[index]}" on ${n.table} ${definition}`);
+    const names = tableNames(spec);
+    await run(`drop index "${spec.schema}"."${names[index]}"`);
+    await run(`create index "${names[index]}" on ${names.table} ${definition}`);
     const gaps = await missing(spec);
     expect(gaps).toHaveLength(1);
     expect(gaps[0]).toMatch(/^partial index/);
@@ -166,24 +166,26 @@ describe('verifyOutboxTable', () => {
 
   test('accepts the pending predicate written in the other order', async () => {
     const spec = await freshOutbox();
-    const n = tableNames(spec);
-    await run(`drop index "${spec.schema}"."${n.pendingIndex}"`);
-    await run(`create index "${n.pendingIndex}" on ${n.table} (id) where retired_at is null and sent_at is null`);
+    const names = tableNames(spec);
+    await run(`drop index "${spec.schema}"."${names.pendingIndex}"`);
+    await run(
+      `create index "${names.pendingIndex}" on ${names.table} (id) where retired_at is null and sent_at is null`,
+    );
     await expect(verifyOutboxTable(t.db, spec)).resolves.toBeUndefined();
   });
 
   describe('the NOTIFY trigger', () => {
     test('names a dropped trigger', async () => {
       const spec = await freshOutbox();
-      const n = tableNames(spec);
-      await run(`drop trigger "${n.notifyTrigger}" on ${n.table}`);
+      const names = tableNames(spec);
+      await run(`drop trigger "${names.notifyTrigger}" on ${names.table}`);
       expect(await missing(spec)).toEqual([triggerGap(spec)]);
     });
 
     test('names a disabled trigger', async () => {
       const spec = await freshOutbox();
-      const n = tableNames(spec);
-      await run(`alter table ${n.table} disable trigger "${n.notifyTrigger}"`);
+      const names = tableNames(spec);
+      await run(`alter table ${names.table} disable trigger "${names.notifyTrigger}"`);
       expect(await missing(spec)).toEqual([triggerGap(spec)]);
     });
 
@@ -193,10 +195,10 @@ describe('verifyOutboxTable', () => {
       ['on UPDATE, not INSERT', 'after update', 'for each statement'],
     ])('names a trigger that is %s', async (_what, when, level) => {
       const spec = await freshOutbox();
-      const n = tableNames(spec);
-      await run(`drop trigger "${n.notifyTrigger}" on ${n.table}`);
+      const names = tableNames(spec);
+      await run(`drop trigger "${names.notifyTrigger}" on ${names.table}`);
       await run(
-        `create trigger "${n.notifyTrigger}" ${when} on ${n.table} ${level} execute function ${n.notifyFunction}()`,
+        `create trigger "${names.notifyTrigger}" ${when} on ${names.table} ${level} execute function ${names.notifyFunction}()`,
       );
       expect(await missing(spec)).toEqual([triggerGap(spec)]);
     });
@@ -224,9 +226,9 @@ describe('verifyOutboxTable', () => {
 
     test('lists every gap at once', async () => {
       const spec = await freshOutbox();
-      const n = tableNames(spec);
-      await run(`alter table ${n.table} drop column is_head, drop column last_error`);
-      await run(`drop trigger "${n.notifyTrigger}" on ${n.table}`);
+      const names = tableNames(spec);
+      await run(`alter table ${names.table} drop column is_head, drop column last_error`);
+      await run(`drop trigger "${names.notifyTrigger}" on ${names.table}`);
       const gaps = await missing(spec);
       expect(gaps).toEqual([
         'column last_error text',

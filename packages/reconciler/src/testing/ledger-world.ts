@@ -37,7 +37,7 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
     db,
     shape === 'tuple' ? { partitionColumn: 'tuple_key', supersededCoverageSql: CONTAINMENT } : {},
   );
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const owners = sql.raw(`reconciler.ledger_owner_${worlds}`);
   await sql`create table ${owners} (key text primary key, relations text[] not null)`.execute(db);
   const stack = stackInfo();
@@ -101,7 +101,7 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
       await sql<{
         id: string;
         payload: IntentPayload;
-      }>`select id::text as id, payload from ${sql.raw(n.table)} where ${sql.raw(n.partition)} = ${key} and is_head`.execute(
+      }>`select id::text as id, payload from ${sql.raw(names.table)} where ${sql.raw(names.partition)} = ${key} and is_head`.execute(
         db,
       )
     ).rows[0];
@@ -174,8 +174,8 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
     /** Ages the rows up to the `fraction`-th id by `days` (ids follow creation, so the oldest are first). */
     async age(fraction: number, days: number): Promise<void> {
       await sql`
-        with cut as (select percentile_disc(${fraction}) within group (order by id) as id from ${sql.raw(n.table)})
-        update ${sql.raw(n.table)} t set created_at = t.created_at - make_interval(days => ${days}),
+        with cut as (select percentile_disc(${fraction}) within group (order by id) as id from ${sql.raw(names.table)})
+        update ${sql.raw(names.table)} t set created_at = t.created_at - make_interval(days => ${days}),
           sent_at = t.sent_at - make_interval(days => ${days}), retired_at = t.retired_at - make_interval(days => ${days})
         from cut where t.id <= cut.id`.execute(db);
     },
@@ -207,7 +207,7 @@ export async function ledgerWorld(db: AnyKysely, shape: Shape) {
       };
     },
     rows: async () =>
-      (await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(n.table)}`.execute(db)).rows[0]?.n ?? 0,
+      (await sql<{ n: number }>`select count(*)::int as n from ${sql.raw(names.table)}`.execute(db)).rows[0]?.n ?? 0,
     dispose: () => client.deleteStore().catch(() => undefined),
   };
 }

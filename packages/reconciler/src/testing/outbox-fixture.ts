@@ -51,11 +51,11 @@ export function enqueueIntent(db: Db, spec: OutboxSpec, partitionKey: string, pa
 }
 
 async function outcome(db: Db, spec: OutboxSpec, id: string, set: RawBuilder<unknown>): Promise<void> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   await db.transaction().execute(async (trx) => {
     const row = await sql<{ key: string }>`
-      update ${sql.raw(n.table)} set ${set}, is_head = false where id = ${id}
-      returning ${sql.raw(n.partition)} as key`.execute(trx);
+      update ${sql.raw(names.table)} set ${set}, is_head = false where id = ${id}
+      returning ${sql.raw(names.partition)} as key`.execute(trx);
     await promoteHeads(
       trx,
       spec,
@@ -99,12 +99,12 @@ export interface RowState {
 }
 
 export async function readRows(db: Db, spec: OutboxSpec): Promise<RowState[]> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const result = await sql<RowState>`
-    select id::text as id, ${sql.raw(n.partition)} as key, attempt_count, last_error, is_head,
+    select id::text as id, ${sql.raw(names.partition)} as key, attempt_count, last_error, is_head,
       sent_at is not null as delivered, retired_at is not null as retired, retired_reason,
       next_attempt_at <= now() as due, poison_cause, poison_code, revival_count, revive_after, revive_requested, closed_as
-    from ${sql.raw(n.table)} order by id`.execute(db);
+    from ${sql.raw(names.table)} order by id`.execute(db);
   return result.rows;
 }
 
@@ -124,13 +124,13 @@ export async function heads(db: Db, spec: OutboxSpec): Promise<string[]> {
  * earliest deliverable row, or none when it has no deliverable row.
  */
 export async function headViolations(db: Db, spec: OutboxSpec): Promise<string[]> {
-  const n = tableNames(spec);
+  const names = tableNames(spec);
   const result = await sql<{ key: string }>`
-    select k.key from (select distinct ${sql.raw(n.partition)} as key from ${sql.raw(n.table)}) k
-    where array(select id from ${sql.raw(n.table)} x where x.${sql.raw(n.partition)} = k.key and x.is_head order by id)
+    select k.key from (select distinct ${sql.raw(names.partition)} as key from ${sql.raw(names.table)}) k
+    where array(select id from ${sql.raw(names.table)} x where x.${sql.raw(names.partition)} = k.key and x.is_head order by id)
       is distinct from array(
-        select id from ${sql.raw(n.table)} x
-        where x.${sql.raw(n.partition)} = k.key and x.sent_at is null and x.retired_at is null
+        select id from ${sql.raw(names.table)} x
+        where x.${sql.raw(names.partition)} = k.key and x.sent_at is null and x.retired_at is null
           and x.attempt_count < ${spec.maxAttempts}
         order by id limit 1)`.execute(db);
   return result.rows.map((r) => r.key);

@@ -72,6 +72,6 @@ export function stateFilterSql(spec: OutboxSpec, state: StateFilter): RawBuilder
 
 /** The pending rows that are deliverable but not due: backing off after a transient failure. */
 export function backingOffCountSql(spec: OutboxSpec): RawBuilder<number> {
-  const n = tableNames(spec);
-  return sql<number>`(select count(*) from ${sql.raw(n.table)} t where ${stateFilterSql(spec, 'backing-off')})`;
+  const names = tableNames(spec);
+  return sql<number>`(select count(*) from ${sql.raw(names.table)} t where ${stateFilterSql(spec, 'backing-off')})`;
 }
