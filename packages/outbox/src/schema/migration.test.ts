@@ -29,8 +29,8 @@ async function relationExists(name: string): Promise<boolean> {
 
 async function functionExists(schema: string, name: string): Promise<boolean> {
   const result = await sql<{ exists: boolean }>`
-    select exists (select 1 from pg_proc p join pg_namespace n on names.oid = p.pronamespace
-                   where names.nspname = ${schema} and p.proname = ${name}) as exists`.execute(t.db);
+    select exists (select 1 from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+                   where n.nspname = ${schema} and p.proname = ${name}) as exists`.execute(t.db);
   return result.rows[0]!.exists;
 }
 
@@ -123,8 +123,8 @@ async function definitions(spec: OutboxSpec) {
   const result = await sql<{ kind: string; definition: string | null }>`
     select 'index' as kind, indexdef as definition from pg_indexes where schemaname = ${spec.schema} and tablename = ${spec.tableName}
     union all
-    select 'function', pg_get_functiondef(p.oid) from pg_proc p join pg_namespace n on names.oid = p.pronamespace
-      where names.nspname = ${spec.schema} and starts_with(p.proname, ${`${spec.tableName}_`})
+    select 'function', pg_get_functiondef(p.oid) from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname = ${spec.schema} and starts_with(p.proname, ${`${spec.tableName}_`})
     union all
     select 'trigger', pg_get_triggerdef(t.oid) from pg_trigger t where t.tgrelid = ${`"${spec.schema}"."${spec.tableName}"`}::regclass and not t.tgisinternal
     union all
