@@ -113,7 +113,7 @@ export async function benchAudit(): Promise<SectionResult> {
       spec: vpcOutbox,
       sink: store.sink,
       listen: false,
-      interval: 3_600_000,
+      intervalMs: 3_600_000,
       lateWrites: false,
     });
     let delivered = 0;

@@ -102,7 +102,7 @@ async function push(url: string, db: Db, spec: OutboxSpec, rows: number, compact
       sink: noopSink,
       batchSize: BATCH,
       listen: false,
-      interval: 3_600_000,
+      intervalMs: 3_600_000,
     });
     while (delivered < rows) {
       const result = await drainer.drainOnce();

@@ -75,7 +75,7 @@ async function run(url: string, writerDb: Db, scenario: Scenario, n: number): Pr
     spec,
     sink,
     onEvent,
-    interval: 1000,
+    intervalMs: 1000,
     listen: scenario.listen === true ? { connectionString: url } : false,
   });
   if (scenario.listen !== 'no drainer') await drainer.start();

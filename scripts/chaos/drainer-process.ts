@@ -93,7 +93,7 @@ const drainer = createDrainer({
     }),
   ),
   listen: { connectionString: config.databaseUrl },
-  interval: 200,
+  intervalMs: 200,
   // Rides out an OpenFGA restart (a few seconds) without exhausting intents: 10 attempts span ~15 s on average.
   backoff: { baseMs: 300, maxMs: 4_000 },
   logger,

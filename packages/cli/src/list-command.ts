@@ -55,7 +55,7 @@ export function defineList(command: Command, ctx: CommandContext): Command {
         return onTargets(options, ctx, async (targets) => {
           const output: ListOutput = { outboxes: [] };
           for (const target of targets) {
-            const { rows, more } = await listRows(target, options);
+            const { rows, more } = await listRows(target, { ...options, partitionKey: options.key });
             output.outboxes.push({ name: target.name, table: target.spec.table, rows, more });
           }
           if (options.json) {

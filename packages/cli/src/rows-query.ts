@@ -8,7 +8,7 @@ import type { Target } from './targets.js';
 /** Which rows `list` reads. */
 export interface RowFilter {
   readonly state?: StateFilter;
-  readonly key?: string;
+  readonly partitionKey?: string;
   readonly fromId?: string;
   readonly toId?: string;
   readonly limit: number;
@@ -16,7 +16,7 @@ export interface RowFilter {
 
 interface RowRecord {
   id: string;
-  key: string;
+  partition_key: string;
   state: RowState;
   attempt_count: number;
   created_at: Date;
@@ -31,14 +31,14 @@ interface RowRecord {
 /** The columns every listed row carries, over `t`. */
 function rowColumns(spec: OutboxSpec): RawBuilder<unknown> {
   const names = tableNames(spec);
-  return sql`t.id::text as id, t.${sql.raw(names.partition)} as key, ${rowStateSql(spec)} as state, t.attempt_count,
+  return sql`t.id::text as id, t.${sql.raw(names.partition)} as partition_key, ${rowStateSql(spec)} as state, t.attempt_count,
     t.created_at, t.next_attempt_at, t.sent_at, t.retired_at, t.last_error, t.poison_cause, t.poison_code`;
 }
 
 function listed(row: RowRecord): ListedRow {
   return {
     id: row.id,
-    partitionKey: row.key,
+    partitionKey: row.partition_key,
     state: row.state,
     attempts: Number(row.attempt_count),
     createdAt: row.created_at.toISOString(),
@@ -56,7 +56,7 @@ export async function listRows(target: Target, filter: RowFilter): Promise<{ row
   const names = tableNames(target.spec);
   const where: RawBuilder<unknown>[] = [sql`true`];
   if (filter.state) where.push(stateFilterSql(target.spec, filter.state));
-  if (filter.key !== undefined) where.push(sql`t.${sql.raw(names.partition)} = ${filter.key}`);
+  if (filter.partitionKey !== undefined) where.push(sql`t.${sql.raw(names.partition)} = ${filter.partitionKey}`);
   if (filter.fromId !== undefined) where.push(sql`t.id >= ${filter.fromId}::bigint`);
   if (filter.toId !== undefined) where.push(sql`t.id <= ${filter.toId}::bigint`);
   const result = await sql<RowRecord>`

@@ -43,7 +43,7 @@ async function flushError(promise: Promise<unknown>): Promise<OutboxConfigError>
 }
 
 describe('timer bounds', () => {
-  test.each(['interval', 'deliveryTimeoutMs'] as const)(
+  test.each(['intervalMs', 'interval', 'deliveryTimeoutMs'] as const)(
     '%s above 2^31 - 1 ms (which setTimeout turns into 1 ms) is an OutboxConfigError naming it',
     (field) => {
       for (const value of [MAX_TIMER_MS + 1, 2 ** 32, 1e12]) {
@@ -55,9 +55,19 @@ describe('timer bounds', () => {
     },
   );
 
-  test.each(['interval', 'deliveryTimeoutMs', 'batchSize'] as const)('%s must still be a positive integer', (field) => {
-    for (const value of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '100'])
-      expect(configError({ [field]: value }).field).toBe(field);
+  test.each(['intervalMs', 'interval', 'deliveryTimeoutMs', 'batchSize'] as const)(
+    '%s must still be a positive integer',
+    (field) => {
+      for (const value of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '100'])
+        expect(configError({ [field]: value }).field).toBe(field);
+    },
+  );
+
+  test('interval is the old name of intervalMs: accepted alone, refused beside it', () => {
+    expect(accepts({ interval: 50 })).not.toThrow();
+    const error = configError({ interval: 50, intervalMs: 50 });
+    expect(error.field).toBe('interval');
+    expect(error.message).toMatch(/give intervalMs only/);
   });
 });
 
@@ -188,7 +198,7 @@ describe('flush arguments', () => {
       t.db,
     );
     const sink = createRecordingSink();
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: MAX_TIMER_MS });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, intervalMs: MAX_TIMER_MS });
     await drainer.flush({ partitionKey: '', timeoutMs: 5_000 });
     expect(sink.delivered.map((i) => i.partitionKey)).toEqual(['', '']);
     await drainer.stop();

@@ -73,7 +73,7 @@ describe('crashes', () => {
         db,
         spec,
         sink,
-        interval: 200,
+        intervalMs: 200,
         listen: { connectionString: server.url },
         logger: quiet,
       });

@@ -114,7 +114,7 @@ export function createDrainer(options: DrainerConfig): Drainer {
     timer = setTimeout(() => {
       kick();
       if (!stopping) schedule();
-    }, config.interval);
+    }, config.intervalMs);
   }
 
   // A stop() while start() is still verifying or connecting wins: `generation` tells that start it was overtaken.

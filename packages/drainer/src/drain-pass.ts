@@ -155,12 +155,12 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
   let lastCheck = -Infinity;
   let checking = false;
   /**
-   * The late-write check (docs/agreement.md), at most once an `interval`, for up to one segment's
+   * The late-write check (docs/agreement.md), at most once an `intervalMs`, for up to one segment's
    * time. Its failure (the target unreadable) is logged: the rows stay due. True when it enqueued corrections.
    */
   async function checkDue(): Promise<boolean> {
     const { lateWrites, spec, logger, emit } = config;
-    if (!lateWrites || checking || stopping() || performance.now() - lastCheck < config.interval) return false;
+    if (!lateWrites || checking || stopping() || performance.now() - lastCheck < config.intervalMs) return false;
     lastCheck = performance.now();
     checking = true; // one lane at a time: a check may outlast an interval
     let enqueued = false;

@@ -33,6 +33,8 @@ export interface DrainerConfig extends MeterOptions {
    * timer limit): the schedule is what guarantees progress when notifications are lost; LISTEN cuts
    * latency below it.
    */
+  readonly intervalMs?: number;
+  /** @deprecated The old name of `intervalMs`, still accepted; giving both is a config error. */
   readonly interval?: number;
   /**
    * Retry spacing for transient failures (defaults: {@link BackoffOptions}). With them and maxAttempts

@@ -37,7 +37,7 @@ describe("the drainer's metrics", () => {
       spec,
       sink: createRecordingSink(),
       logger: quiet,
-      interval: 100,
+      intervalMs: 100,
       listen: { connectionString: t.url },
       meterProvider: sdk.meterProvider,
     });

@@ -102,7 +102,7 @@ describe('flush behind a backlog', () => {
         batchSize: 100,
         concurrentBatches,
         logger: quiet,
-        interval: 3_600_000,
+        intervalMs: 3_600_000,
         sink: {
           // A batch claimed before the flush registered waits for it; one claimed after, without
           // vpc:p, waits for the batch that took vpc:p: no lane claims twice meanwhile.
@@ -145,7 +145,7 @@ describe('flush behind a backlog', () => {
     const keys = [...backlog(500), 'vpc:p'];
     const ids = await enqueueRows(t.db, spec, keys);
     const sink = createRecordingSink();
-    const drainer = createDrainer({ db: t.db, spec, sink, batchSize: 50, logger: quiet, interval: 3_600_000 });
+    const drainer = createDrainer({ db: t.db, spec, sink, batchSize: 50, logger: quiet, intervalMs: 3_600_000 });
     await drainer.flush({ partitionKey: 'vpc:p', timeoutMs: 30_000 });
     expect(sink.calls[0]!.map((i) => i.id)).toContain(ids.at(-1));
     await drainer.stop();

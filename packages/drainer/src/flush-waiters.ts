@@ -1,9 +1,9 @@
 import { MAX_INTENTS_PER_ENQUEUE, OutboxConfigError } from '@outbox/outbox';
-import { compareIds, integerInRange } from '@outbox/outbox/protocol';
+import { compareIds, integerInRange, MAX_TIMER_MS } from '@outbox/outbox/protocol';
 import type { CommittedOutcomes } from './drain-batch.js';
 import { DrainerStoppedError, FlushPoisonedError, FlushTimeoutError } from './errors.js';
 import { intentStatuses, pendingIntentIds } from './flush-status.js';
-import { MAX_TIMER_MS, type ResolvedDrainerConfig } from './resolve-drainer-config.js';
+import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
 
 /** `flush.ids`, checked: the decimal ids `enqueue` returned, in id order. */
 function intentIds(ids: unknown): string[] {

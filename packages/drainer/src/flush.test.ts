@@ -47,7 +47,7 @@ function drainerHeldOnSecondBatch(spec: Awaited<ReturnType<typeof freshOutbox>>,
     spec,
     sink,
     logger: quiet,
-    interval: 3_600_000,
+    intervalMs: 3_600_000,
     batchSize: 1,
     concurrentBatches: 1,
   });
@@ -64,7 +64,7 @@ describe('flush', () => {
     const spec = await freshOutbox(t.db);
     await enqueueRows(t.db, spec, ['vpc:x', 'vpc:x', 'vpc:y']);
     const sink = createRecordingSink();
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 3_600_000 });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, intervalMs: 3_600_000 });
     await drainer.flush({ partitionKey: 'vpc:x', timeoutMs: 5_000 });
     const state = await outboxRows(t.db, spec);
     expect(state.filter((r) => r.resource_id === 'vpc:x').every((r) => r.sent)).toBe(true);
@@ -153,7 +153,13 @@ describe('flush', () => {
     expect(plan).toContain(`Index Scan using ${spec.tableName}_partition_head_idx`);
     expect(plan).not.toContain('pending_idx');
     expect(plan).not.toMatch(/Sort|Seq Scan/);
-    const drainer = createDrainer({ db: t.db, spec, sink: createRecordingSink(), logger: quiet, interval: 3_600_000 });
+    const drainer = createDrainer({
+      db: t.db,
+      spec,
+      sink: createRecordingSink(),
+      logger: quiet,
+      intervalMs: 3_600_000,
+    });
     await drainer.flush({ partitionKey: 'vpc:cold', timeoutMs: 1_000 }); // nothing pending for it: at once
     await drainer.stop();
   });
@@ -166,7 +172,7 @@ describe('flush', () => {
       dialect: new PostgresDialect({ pool: t.pool({ max: 2 }) }),
       log: (event) => void (/order by x\."resource_id", x\.id$/.test(event.query.sql.trim()) && (lookUps += 1)),
     });
-    const drainer = createDrainer({ db, spec, sink: createRecordingSink(), logger: quiet, interval: 3_600_000 });
+    const drainer = createDrainer({ db, spec, sink: createRecordingSink(), logger: quiet, intervalMs: 3_600_000 });
     await drainer.flush({ partitionKey: 'vpc:i', ids: [mine!], timeoutMs: 5_000 });
     expect(lookUps).toBe(0);
     // Partition order: its earlier intent went first.
@@ -218,7 +224,7 @@ describe('flush', () => {
       t.db,
     );
     const sink = createRecordingSink();
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 50 });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, intervalMs: 50 });
     await drainer.flush({ partitionKey: '', timeoutMs: 3_000 });
     expect(sink.delivered.filter((i) => i.partitionKey === '').map((i) => i.id)).toEqual(['1', '2']);
     // The passes the flush kicked may still run (one more after a kick during a pass): let them end.

@@ -61,7 +61,7 @@ describe('handlers that fail never break the drainer', () => {
       db: t.db,
       spec,
       sink: createRecordingSink(),
-      interval: 3_600_000,
+      intervalMs: 3_600_000,
       listen: { connectionString: t.url },
       logger,
     });

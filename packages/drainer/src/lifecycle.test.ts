@@ -21,7 +21,7 @@ describe('start and stop', () => {
       spec,
       sink,
       logger: quiet,
-      interval: 20,
+      intervalMs: 20,
       listen: { connectionString: t.url },
     });
     const starting = drainer.start();
@@ -40,7 +40,7 @@ describe('start and stop', () => {
       spec,
       sink: createRecordingSink(),
       logger: quiet,
-      interval: 3_600_000,
+      intervalMs: 3_600_000,
       listen: { connectionString: t.url },
     });
     await Promise.all([drainer.start(), drainer.start()]);
@@ -78,7 +78,7 @@ describe('start and stop', () => {
       spec,
       sink: createRecordingSink(),
       logger: quiet,
-      interval: 3_600_000,
+      intervalMs: 3_600_000,
       listen: { connectionString: t.url },
     });
     await drainer.start();
@@ -109,7 +109,7 @@ describe('start and stop', () => {
           spec,
           sink: createRecordingSink(),
           logger: quiet,
-          interval: 3_600_000,
+          intervalMs: 3_600_000,
           listen: { connectionString: t.url },
         });
         const started = drainer.start().catch(() => undefined);
@@ -154,7 +154,7 @@ describe('kicks during a long pass', () => {
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
     const sink = createRecordingSink({ outcome: () => held.then(() => undefined) });
-    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, interval: 3_600_000 });
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, intervalMs: 3_600_000 });
     const pass = drainer.drainOnce();
     await waitUntil('the pass delivers', () => sink.calls.length === 1);
     // Live promises, counted after a full collection, before and after 10,000 kicks into the held pass.

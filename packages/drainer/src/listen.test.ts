@@ -23,7 +23,7 @@ describe('LISTEN', () => {
       spec,
       sink,
       logger: quiet,
-      interval: 3_600_000,
+      intervalMs: 3_600_000,
       listen: { connectionString: t.url },
     });
     await drainer.start();
@@ -52,7 +52,7 @@ describe('LISTEN', () => {
       spec,
       sink,
       logger: quiet,
-      interval: 200,
+      intervalMs: 200,
       listen: { connectionString: t.url },
     });
     await drainer.start();
@@ -103,7 +103,7 @@ describe('LISTEN', () => {
         spec,
         sink,
         logger: quiet,
-        interval: 100,
+        intervalMs: 100,
         listen: { connectionString: `postgres://u:p@127.0.0.1:${port}/db` },
       });
       const started = Date.now();
@@ -139,7 +139,7 @@ describe('LISTEN', () => {
       spec,
       sink,
       logger: quiet,
-      interval: 3_600_000,
+      intervalMs: 3_600_000,
       listen: { connectionString: t.url },
       onEvent: (e) => void (e.type === 'batch-claimed' && (batches += 1)),
     });
@@ -214,7 +214,7 @@ describe('a LISTEN connection that cannot work', () => {
         spec,
         sink,
         logger,
-        interval: 20,
+        intervalMs: 20,
         listen: { connectionString: connectionString(url) },
       });
       const failure = await drainer.start().then(
@@ -244,7 +244,7 @@ describe('a LISTEN connection that cannot work', () => {
         spec,
         sink,
         logger,
-        interval: 100,
+        intervalMs: 100,
         listen: { connectionString: url('right') },
         onEvent: (e) => void (e.type === 'listen-changed' && events.push(e)),
       });

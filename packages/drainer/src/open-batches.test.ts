@@ -116,7 +116,7 @@ describe('several batches open in one drainer, into OpenFGA', () => {
       sink,
       batchSize: 20,
       concurrentBatches: 3,
-      interval: 20,
+      intervalMs: 20,
       listen: { connectionString: t.url },
       logger: quiet,
     });
@@ -207,7 +207,7 @@ describe('several batches open in one drainer, into OpenFGA', () => {
       await sleep(100);
       return undefined;
     });
-    const options = { spec, sink, batchSize: 10, concurrentBatches: 3, interval: 20, logger: quiet } as const;
+    const options = { spec, sink, batchSize: 10, concurrentBatches: 3, intervalMs: 20, logger: quiet } as const;
     const first = createDrainer({ ...options, db: t.kysely({ max: 4 }) });
     await first.start();
     await waitUntil('three batches in flight', () => state.inFlight === 3, 20_000);

@@ -333,7 +333,7 @@ describe('when a pass ends', () => {
       db: t.db,
       spec,
       sink,
-      interval: 20,
+      intervalMs: 20,
       logger: {
         info: (message) => void lines.push({ level: 'info', message }),
         warn: (message) => void lines.push({ level: 'warn', message }),

@@ -88,7 +88,14 @@ describe('a small pool shared with the service', () => {
     const pool = t.pool({ max: 2 });
     const db = new KyselyClass({ dialect: new PostgresDialect({ pool }) });
     const sink = createRecordingSink();
-    const drainer = createDrainer({ db, spec, sink, logger: quiet, interval: 50, listen: { connectionString: t.url } });
+    const drainer = createDrainer({
+      db,
+      spec,
+      sink,
+      logger: quiet,
+      intervalMs: 50,
+      listen: { connectionString: t.url },
+    });
     await drainer.start();
     // The service holds both connections for a second (from when both run: a pass of the timer may hold one a moment).
     const hogs = Promise.all([sql`select pg_sleep(1)`.execute(db), sql`select pg_sleep(1)`.execute(db)]);

@@ -1,5 +1,5 @@
 import { OutboxConfigError, type OutboxSpec, type AnyKysely } from '@outbox/outbox';
-import { integerInRange } from '@outbox/outbox/protocol';
+import { integerInRange, MAX_TIMER_MS, resolveIntervalMs } from '@outbox/outbox/protocol';
 import type { BackoffOptions } from './backoff.js';
 import type { DrainerConfig, LateWritesOptions } from './drainer-config.js';
 import { drainerMetrics } from './drainer-metrics.js';
@@ -7,8 +7,6 @@ import type { DrainerEvent, Logger } from './events.js';
 import { consoleLogger, guardedEmit, guardedLogger } from './guarded-hooks.js';
 import type { Sink } from './sink.js';
 
-/** Node's timers take at most 2^31 - 1 ms: a longer delay is silently replaced by 1 ms. */
-export const MAX_TIMER_MS = 2_147_483_647;
 /** A batch's settle takes one advisory lock per partition in it (docs/design.md §5: bound keys per batch). */
 const MAX_BATCH_SIZE = 1_000;
 /** Each open batch holds a pooled connection while its lane runs: past a handful, a pool is the limit, not OpenFGA. */
@@ -29,7 +27,7 @@ export interface ResolvedDrainerConfig {
   readonly sink: Sink;
   readonly batchSize: number;
   readonly concurrentBatches: number;
-  readonly interval: number;
+  readonly intervalMs: number;
   readonly deliveryTimeoutMs: number;
   readonly backoff: Readonly<Required<BackoffOptions>>;
   readonly listen: false | { readonly connectionString: string };
@@ -120,7 +118,7 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
     min: 1,
     max: MAX_CONCURRENT_BATCHES,
   });
-  const interval = integerInRange('interval', config.interval, { fallback: 1_000, min: 1, max: MAX_TIMER_MS });
+  const intervalMs = resolveIntervalMs(config, 1_000);
   const deliveryTimeoutMs = integerInRange('deliveryTimeoutMs', config.deliveryTimeoutMs, {
     fallback: 30_000,
     min: 1,
@@ -136,7 +134,7 @@ export function resolveDrainerConfig(config: DrainerConfig): ResolvedDrainerConf
     sink: config.sink,
     batchSize,
     concurrentBatches,
-    interval,
+    intervalMs,
     deliveryTimeoutMs,
     backoff,
     listen: resolveListen(config.listen),

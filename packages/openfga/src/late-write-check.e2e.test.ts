@@ -42,7 +42,7 @@ function checkingDrainer(spec: OutboxSpec) {
     spec,
     sink: recorded,
     logger: quiet,
-    interval: 50,
+    intervalMs: 50,
     lateWrites: { verifyDelayMs: VERIFY_DELAY_MS },
     onEvent: (event) => {
       if (event.type === 'late-writes-checked') events.push(event);

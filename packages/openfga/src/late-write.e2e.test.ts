@@ -101,7 +101,7 @@ async function lateWrite(
     spec,
     sink: sinkOn(fga, B_SINK),
     logger: quiet,
-    interval: INTERVAL_MS,
+    intervalMs: INTERVAL_MS,
     lateWrites,
   });
   cleanups.push(() => b.stop());

@@ -32,3 +32,21 @@ export function integerInRange(
   }
   return result;
 }
+
+/** Node's timers take at most 2^31 - 1 ms: a longer delay is silently replaced by 1 ms. */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * A runner's `intervalMs` (milliseconds between scheduled passes), or `interval`, its old name, still
+ * accepted; giving both is a config error, as a disagreement between them has no right answer.
+ */
+export function resolveIntervalMs(
+  config: { readonly intervalMs?: unknown; readonly interval?: unknown },
+  fallback: number,
+): number {
+  if (config.intervalMs !== undefined && config.interval !== undefined) {
+    throw new OutboxConfigError('interval', 'give intervalMs only (interval is its old name)');
+  }
+  const field = config.interval === undefined ? 'intervalMs' : 'interval';
+  return integerInRange(field, config.intervalMs ?? config.interval, { fallback, min: 1, max: MAX_TIMER_MS });
+}

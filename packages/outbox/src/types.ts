@@ -45,12 +45,3 @@ export interface RegisterOutboxTable extends OutboxColumns {
 export interface TupleOutboxTable extends OutboxColumns {
   tuple_key: string;
 }
-
-/** One outbox row as the drainer and the reconciler read it, whatever its partition column. */
-export interface OutboxRow {
-  readonly id: string;
-  readonly partitionKey: string;
-  readonly payload: IntentPayload;
-  readonly attemptCount: number;
-  readonly createdAt: Date;
-}

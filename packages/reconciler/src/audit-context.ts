@@ -1,5 +1,5 @@
 import { OutboxConfigError, type OutboxSpec, type TupleKey, type AnyKysely } from '@outbox/outbox';
-import type { TupleReader } from './audit-reader.js';
+import type { TupleReader } from './tuple-reader-interface.js';
 import type { OutboxOwner, OwnedPartition } from './owner.js';
 
 /** OpenFGA requests an audit or repair made, by kind: what it cost. */

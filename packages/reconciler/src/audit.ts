@@ -9,7 +9,7 @@ import {
 } from './audit-cursor.js';
 import { auditReport, type AuditReport, type Findings } from './audit-report.js';
 import { scanPartitions } from './audit-scan.js';
-import type { Logger } from './logger.js';
+import type { Logger } from './console-logger.js';
 
 /** What {@link auditOutbox} takes. */
 export interface AuditOptions extends AuditTarget {

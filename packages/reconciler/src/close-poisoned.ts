@@ -12,7 +12,7 @@ import {
 } from '@outbox/outbox/protocol';
 import { checkedRecord } from './action-record.js';
 import { DiscardRefusedError, RetireRefusedError, type DiscardRefusal, type RetireRefusal } from './errors.js';
-import type { Logger } from './logger.js';
+import type { Logger } from './console-logger.js';
 import { toIntent, type RedrivenIntent } from './redrive.js';
 import { lockPendingRows, reconcilerLockKey } from './redrive-statements.js';
 import { deliveredSuccessor, successorCheck, type SuccessorCheck } from './successor.js';
@@ -27,7 +27,7 @@ export const MAX_RETIRE_IDS = 1_000;
 
 interface CloseRow {
   id: string;
-  key: string;
+  partition_key: string;
   last_error: string | null;
   poison_cause: PoisonCause | null;
   poison_code: string | null;
@@ -58,7 +58,7 @@ function classifyForClose(
     with superseded as materialized (
       select t.id from ${table} t where t.id = any(${wanted}) and ${deliveredSuccessor(spec, check)}
     )
-    select t.id, t.${key} as key, t.last_error, t.poison_cause, t.poison_code, t.is_head,
+    select t.id, t.${key} as partition_key, t.last_error, t.poison_cause, t.poison_code, t.is_head,
       ${t.delivered} as delivered,
       case when ${t.retired} then coalesce(t.closed_as, 'retired') end as closed_as,
       ${t.exhausted(spec.maxAttempts)} as exhausted,
@@ -177,7 +177,7 @@ export async function closePoisoned(
       update ${sql.raw(names.table)} set retired_at = now(), retired_reason = ${reason.trim()}, closed_as = ${closedAs}, is_head = false
       where id = any(${wanted}::bigint[]) and ${rowStates().pending}`.execute(trx);
       // Only a hand-edited row can be poisoned and head; give its partition its real head back.
-      const repair = [...new Set([...rows.values()].filter((r) => r.is_head).map((r) => r.key))];
+      const repair = [...new Set([...rows.values()].filter((r) => r.is_head).map((r) => r.partition_key))];
       if (repair.length > 0) await resetHeads(trx, spec, repair);
       const intents = wanted
         .map((id) => rows.get(id) as CloseRow)

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { OutboxConfigError, type AnyKysely, type OutboxActionTrace, type OutboxSpec } from '@outbox/outbox';
 import { planByIndex, rowStates, tableNames } from '@outbox/outbox/protocol';
 import { checkedRecord } from './action-record.js';
-import type { Logger } from './logger.js';
+import type { Logger } from './console-logger.js';
 
 const DAY_MS = 86_400_000;
 /** A century: well inside what an interval carries. */

@@ -61,25 +61,28 @@ describe('validation', () => {
     const spec = await createTestOutbox(t.db);
     expect(() => createReconciler({ db: t.db, spec, batchSize: 0 })).toThrow(OutboxConfigError);
     expect(() => createReconciler({ db: t.db, spec, batchSize: 5_000 })).toThrow(/batchSize/);
-    expect(() => createReconciler({ db: t.db, spec, interval: 1.5 })).toThrow(/interval/);
+    expect(() => createReconciler({ db: t.db, spec, intervalMs: 1.5 })).toThrow(/intervalMs/);
+    // `interval`, the old name, is still checked under its own name; both at once is refused.
+    expect(() => createReconciler({ db: t.db, spec, interval: 0 })).toThrow(/^interval: /);
+    expect(() => createReconciler({ db: t.db, spec, interval: 50, intervalMs: 50 })).toThrow(/give intervalMs only/);
     // @ts-expect-error: the spec is required
     expect(() => createReconciler({ db: t.db })).toThrow(/spec/);
   });
 
-  test('interval above 2^31 - 1 ms (which setTimeout turns into a 1 ms loop) is an OutboxConfigError naming interval', async () => {
+  test('intervalMs above 2^31 - 1 ms (which setTimeout turns into a 1 ms loop) is an OutboxConfigError naming intervalMs', async () => {
     const spec = await createTestOutbox(t.db);
-    for (const interval of [2_147_483_648, 2 ** 32, 1e12]) {
+    for (const intervalMs of [2_147_483_648, 2 ** 32, 1e12]) {
       let error: unknown;
       try {
-        createReconciler({ db: t.db, spec, interval });
+        createReconciler({ db: t.db, spec, intervalMs });
       } catch (e) {
         error = e;
       }
       expect(error).toBeInstanceOf(OutboxConfigError);
-      expect((error as OutboxConfigError).field).toBe('interval');
+      expect((error as OutboxConfigError).field).toBe('intervalMs');
       expect((error as OutboxConfigError).message).toMatch(/from 1 to 2147483647/);
     }
-    expect(() => createReconciler({ db: t.db, spec, interval: 2_147_483_647 })).not.toThrow();
+    expect(() => createReconciler({ db: t.db, spec, intervalMs: 2_147_483_647 })).not.toThrow();
   });
 });
 
@@ -88,7 +91,7 @@ describe('schedule', () => {
     const spec = await createTestOutbox(t.db);
     const first = await enqueueIntent(t.db, spec, 'vpc:t1', register('t1'));
     await poison(t.db, spec, first);
-    const reconciler = createReconciler({ db: t.db, spec, interval: 50, logger: recordingLogger() });
+    const reconciler = createReconciler({ db: t.db, spec, intervalMs: 50, logger: recordingLogger() });
     await reconciler.start();
     try {
       const deadline = Date.now() + 5_000;
@@ -108,7 +111,7 @@ describe('schedule', () => {
   test('a failing pass is logged and the schedule goes on', async () => {
     const spec = await createTestOutbox(t.db);
     const logger = recordingLogger();
-    const reconciler = createReconciler({ db: t.db, spec, interval: 50, logger });
+    const reconciler = createReconciler({ db: t.db, spec, intervalMs: 50, logger });
     await reconciler.start();
     try {
       await sql.raw(`alter table ${tableNames(spec).table} rename column last_error to last_error_gone`).execute(t.db);

@@ -6,10 +6,10 @@ import {
   type AnyKysely,
   type MeterOptions,
 } from '@outbox/outbox';
-import { integerInRange, RepeatedLines } from '@outbox/outbox/protocol';
+import { integerInRange, MAX_TIMER_MS, RepeatedLines, resolveIntervalMs } from '@outbox/outbox/protocol';
 import { closePoisoned } from './close-poisoned.js';
 import { compactOutbox, type CompactOptions, type CompactionResult } from './compact.js';
-import { consoleLogger, type Logger } from './logger.js';
+import { consoleLogger, type Logger } from './console-logger.js';
 import { reconcilerWorkMetrics } from './reconciler-metrics.js';
 import {
   redrivePoisoned,
@@ -37,7 +37,7 @@ export interface CompactionSchedule extends Pick<CompactOptions, 'retentionMs' |
   readonly intervalMs?: number;
 }
 
-/** What `createReconciler` takes, e.g. `{ db, spec: iamOutbox, interval: 60_000 }`; `meter` or `meterProvider` for its metrics (docs/metrics.md). */
+/** What `createReconciler` takes, e.g. `{ db, spec: iamOutbox, intervalMs: 60_000 }`; `meter` or `meterProvider` for its metrics (docs/metrics.md). */
 export interface ReconcilerConfig extends MeterOptions {
   readonly db: AnyKysely;
   /** The spec shared with the writer and the drainer: one partition column for both halves of the ordering rule. */
@@ -45,6 +45,8 @@ export interface ReconcilerConfig extends MeterOptions {
   /** Where the reconciler logs. Default: console, warnings (superseded intents) and errors only. */
   readonly logger?: Logger;
   /** Milliseconds between scheduled passes. Default 300000: an outage's rows come back within minutes of it ending. */
+  readonly intervalMs?: number;
+  /** @deprecated The old name of `intervalMs`, still accepted; giving both is a config error. */
   readonly interval?: number;
   /** Most rows a pass revives (and reports per list). Default 500, at most 1000: one advisory lock per partition, in a shared lock table. */
   readonly batchSize?: number;
@@ -89,8 +91,6 @@ export interface Reconciler {
 }
 
 const MAX_BATCH_SIZE = 1_000;
-/** Node replaces a longer delay by 1 ms. */
-const MAX_TIMER_MS = 2_147_483_647;
 
 /** A timer that runs `work` every `intervalMs`, never two at once; `stop` waits for the run in flight. */
 function repeating(intervalMs: number, work: () => Promise<unknown>) {
@@ -140,7 +140,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
   if (config.modelId !== undefined && typeof config.modelId !== 'function')
     throw new OutboxConfigError('modelId', 'expected a function');
   const { db, spec } = config;
-  const interval = integerInRange('interval', config.interval, { fallback: 300_000, min: 1, max: MAX_TIMER_MS });
+  const intervalMs = resolveIntervalMs(config, 300_000);
   const logger = config.logger ?? consoleLogger;
   const spacing = {
     baseMs: integerInRange('revivalBackoff.baseMs', config.revivalBackoff?.baseMs, { fallback: 60_000, min: 1 }),
@@ -215,7 +215,7 @@ export function createReconciler(config: ReconcilerConfig): Reconciler {
     );
     if (changed && !result.skipped && model) model.changed = false;
   };
-  const passes = repeating(interval, () =>
+  const passes = repeating(intervalMs, () =>
     scheduledPass().catch((error: unknown) =>
       logger.error('redrive pass failed; retrying at the next interval', { table: spec.table, error }),
     ),

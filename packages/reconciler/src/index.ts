@@ -17,9 +17,9 @@ export {
   type RetireRefusal,
 } from './errors.js';
 export { createReconcilerMetrics, type ReconcilerMetrics } from './reconciler-metrics.js';
-export type { Logger } from './logger.js';
+export type { Logger } from './console-logger.js';
 export type { OutboxOwner, OwnedPage, OwnedPartition, PartitionFilter } from './owner.js';
-export type { ChangePage, TupleChange, TupleReader, TuplePage } from './audit-reader.js';
+export type { ChangePage, TupleChange, TupleReader, TuplePage } from './tuple-reader-interface.js';
 export type { AuditReads, AuditTarget } from './audit-context.js';
 export { auditOutbox, auditOutboxIncremental, type AuditOptions, type IncrementalAuditOptions } from './audit.js';
 export type { AuditReport, DriftKind, OrphanSample, PartitionSample } from './audit-report.js';

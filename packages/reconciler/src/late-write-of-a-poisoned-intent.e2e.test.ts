@@ -77,7 +77,7 @@ function drainer(world: AuditWorld, apiUrl: string): { drainer: Drainer; writeLi
     spec: world.spec,
     sink,
     logger: recordingLogger(),
-    interval: INTERVAL_MS,
+    intervalMs: INTERVAL_MS,
     lateWrites,
   });
   onTestFinished(() => d.stop());

@@ -59,7 +59,7 @@ describe('the metrics, scraped by Prometheus', () => {
       db: t.db,
       spec,
       sink: createOpenFgaSink({ client: world.client }),
-      interval: 3_600_000,
+      intervalMs: 3_600_000,
       listen: { connectionString: t.url },
       logger: recordingLogger(),
       meterProvider,

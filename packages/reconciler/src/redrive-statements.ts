@@ -18,7 +18,7 @@ export type PoisonedClass = 'candidate' | 'superseded' | 'waiting';
 
 export interface PoisonedRow {
   id: string;
-  key: string;
+  partition_key: string;
   last_error: string | null;
   poison_cause: PoisonCause | null;
   poison_code: string | null;
@@ -29,7 +29,7 @@ export interface PoisonedRow {
 
 export interface Decision {
   id: string;
-  key: string;
+  partition_key: string;
   poisoned: boolean;
   superseded: boolean;
   contended: boolean;
@@ -71,7 +71,7 @@ export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: Succe
     with superseded as materialized (
       select t.id from ${table} t where ${poisoned} and ${deliveredSuccessor(spec, check)}
     ), marked as (
-      select t.id, t.${sql.raw(names.partition)} as key, t.last_error, t.next_attempt_at, t.poison_cause, t.poison_code, t.revive_after, t.revive_requested,
+      select t.id, t.${sql.raw(names.partition)} as partition_key, t.last_error, t.next_attempt_at, t.poison_cause, t.poison_code, t.revive_after, t.revive_requested,
         case
           when t.id in (select id from superseded) then 'superseded'
           when t.poison_cause is distinct from 'refused' then 'candidate'
@@ -80,10 +80,10 @@ export function selectPoisoned(spec: OutboxSpec, batchSize: number, check: Succe
         end as class
       from ${table} t where ${poisoned}
     ), ranked as (
-      select *, row_number() over (partition by class order by since, key, id) as rank
-      from (select *, first_value(next_attempt_at) over (partition by class, key order by id) as since from marked) m
+      select *, row_number() over (partition by class order by since, partition_key, id) as rank
+      from (select *, first_value(next_attempt_at) over (partition by class, partition_key order by id) as since from marked) m
     )
-    select id, key, last_error, poison_cause, poison_code, revive_after, revive_requested, class from ranked where rank <= ${batchSize} order by id`;
+    select id, partition_key, last_error, poison_cause, poison_code, revive_after, revive_requested, class from ranked where rank <= ${batchSize} order by id`;
 }
 
 /** Steps 3 (waiting) and 5a (`skipLocked`): row-lock every pending row of these partitions, in id order. */
@@ -98,15 +98,15 @@ export function lockPendingRows(spec: OutboxSpec, keys: readonly string[], optio
 
 /** Step 4b, after the waits timed out: each partition's advisory lock, without waiting. */
 export function tryLockPartitions(spec: OutboxSpec, keys: readonly string[]) {
-  return sql<{ key: string; granted: boolean }>`
-    select k as key, pg_try_advisory_xact_lock(${partitionLockKey(spec, sql`k`)}) as granted
+  return sql<{ partition_key: string; granted: boolean }>`
+    select k as partition_key, pg_try_advisory_xact_lock(${partitionLockKey(spec, sql`k`)}) as granted
     from unnest(${[...keys]}::text[]) as k`;
 }
 
 /** Step 5b, after every lock: still poisoned? superseded meanwhile? `contended`: a pending row of its partition is not ours. */
 export function decideCandidates(
   spec: OutboxSpec,
-  candidates: readonly { id: string; key: string }[],
+  candidates: readonly { id: string; partition_key: string }[],
   lockedIds: readonly string[],
   check: SuccessorCheck,
 ) {
@@ -114,12 +114,12 @@ export function decideCandidates(
   const table = sql.raw(names.table);
   const key = sql.raw(names.partition);
   const ids = sql`${candidates.map((c) => String(c.id))}::bigint[]`;
-  const keys = [...new Set(candidates.map((c) => c.key))];
+  const keys = [...new Set(candidates.map((c) => c.partition_key))];
   return sql<Decision>`
     with superseded as materialized (
       select t.id from ${table} t where t.id = any(${ids}) and ${deliveredSuccessor(spec, { ...check, keys })}
     )
-    select t.id, t.${key} as key,
+    select t.id, t.${key} as partition_key,
       (${rowStates('t').poisoned(spec.maxAttempts)}) as poisoned,
       t.id in (select id from superseded) as superseded,
       exists (

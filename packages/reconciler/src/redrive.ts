@@ -12,7 +12,7 @@ import {
   type RepeatedLines,
 } from '@outbox/outbox/protocol';
 import { checkedRecord } from './action-record.js';
-import type { Logger } from './logger.js';
+import type { Logger } from './console-logger.js';
 import {
   decideCandidates,
   lockPendingRows,
@@ -110,15 +110,15 @@ const SKIPPED: RedriveResult = Object.freeze({
   more: false,
   moreSuperseded: false,
 });
-const distinct = (rows: readonly { key: string }[]) => [...new Set(rows.map((r) => r.key))];
+const distinct = (rows: readonly { partition_key: string }[]) => [...new Set(rows.map((r) => r.partition_key))];
 
 /** A row as a {@link RedrivenIntent}: the cause and code only when recorded. */
 export function toIntent(
-  row: Pick<PoisonedRow, 'id' | 'key' | 'last_error' | 'poison_cause' | 'poison_code'>,
+  row: Pick<PoisonedRow, 'id' | 'partition_key' | 'last_error' | 'poison_cause' | 'poison_code'>,
 ): RedrivenIntent {
   return {
     id: String(row.id),
-    partitionKey: row.key,
+    partitionKey: row.partition_key,
     lastError: row.last_error,
     ...(row.poison_cause ? { poisonCause: row.poison_cause } : {}),
     ...(row.poison_code ? { poisonCode: row.poison_code } : {}),
@@ -170,7 +170,7 @@ async function lockCandidatePartitions(
   );
   // Without waiting, so in any order: a try-lock cannot deadlock.
   const rows = (await tryLockPartitions(ctx.spec, keys).execute(trx)).rows;
-  return new Set(rows.filter((r) => !r.granted).map((r) => r.key));
+  return new Set(rows.filter((r) => !r.granted).map((r) => r.partition_key));
 }
 
 /** `changes.requested`: the refused rows the pass asked to retry (a change the result does not list). */
@@ -209,7 +209,7 @@ async function pass(
     const decision = decisions.get(String(row.id));
     if (!decision?.poisoned) continue; // changed by hand since step 2: not ours to touch
     if (decision.superseded) superseded.push(toIntent(row));
-    else if (decision.contended || unlocked?.has(row.key)) deferred.push(toIntent(row));
+    else if (decision.contended || unlocked?.has(row.partition_key)) deferred.push(toIntent(row));
     else revive.push(row);
   }
   if (revive.length > 0) {

@@ -89,7 +89,7 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
     const reconciler = createReconciler({
       db: t.db,
       spec,
-      interval: 5,
+      intervalMs: 5,
       logger,
       modelId,
       meterProvider: sdk.meterProvider,
@@ -140,7 +140,7 @@ describe('a row OpenFGA refuses for good, with no successor', () => {
     const first = await enqueueIntent(t.db, spec, 'vpc:w1', register('w1'));
     await refuse(t.db, spec, first);
     const logger = recordingLogger();
-    const reconciler = createReconciler({ db: t.db, spec, logger, interval: 20, meterProvider: sdk.meterProvider });
+    const reconciler = createReconciler({ db: t.db, spec, logger, intervalMs: 20, meterProvider: sdk.meterProvider });
     const waitingLines = () => logger.entries.filter((e) => /refused by the target wait/.test(e.message));
     await reconciler.start();
     await until('ten passes', async () => (await completedPasses(spec)) >= 10);

@@ -21,7 +21,7 @@ import { findDrift } from './audit.js';
 import type { Findings } from './audit-report.js';
 import { pendingPartitions } from './audit-pending.js';
 import { diffTuples } from './audit-tuples.js';
-import type { Logger } from './logger.js';
+import type { Logger } from './console-logger.js';
 import { RepairBudgetError } from './repair-errors.js';
 import { correctionIntents } from './repair-intents.js';
 

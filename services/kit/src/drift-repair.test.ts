@@ -210,7 +210,7 @@ describe('a late write released past the late-write check (it looked once, saw a
         storeId: fga.storeId,
         timeoutMs: 1_000,
       }),
-      interval: 100,
+      intervalMs: 100,
       lateWrites: { verifyDelayMs: VERIFY_DELAY_MS },
       logger: recordingLogger(),
     });

@@ -13,7 +13,7 @@ const drainer = createDrainer({
   db,
   spec,
   sink: createRecordingSink(),
-  interval: 50,
+  intervalMs: 50,
   listen: { connectionString: url },
 });
 await drainer.start();

@@ -10,7 +10,7 @@ import { enqueue, type OutboxSpec, type TupleKey, type AnyKysely } from '@outbox
 import { createOpenFgaStore, stackInfo } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { onTestFinished } from 'vitest';
-import type { TupleReader } from '../audit-reader.js';
+import type { TupleReader } from '../tuple-reader-interface.js';
 import { createTestOutbox, recordingLogger } from './outbox-fixture.js';
 import type { OutboxOwner, OwnedPartition } from '../owner.js';
 
