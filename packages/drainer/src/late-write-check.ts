@@ -1,7 +1,12 @@
 import { enqueueMany, type AnyKysely, type IntentPayload } from '@outbox/outbox';
-import { lockPartitions, partitionRangeSql, planByIndex, rowStates, tableNames } from '@outbox/outbox/protocol';
-import { sql } from 'kysely';
+import { lockPartitions, planByIndex } from '@outbox/outbox/protocol';
 import { keysAtRisk, lateWriteCorrections, tupleKeyOf, type KeyAtRisk } from './late-write-keys.js';
+import {
+  deliveryWindowsStatement,
+  dueRowsStatement,
+  partitionStatesStatement,
+  settleDueRowsStatement,
+} from './late-write-statements.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
 
 /** Partitions one check takes: each may cost a read of the target while its due rows are locked. */
@@ -41,39 +46,17 @@ export async function checkLateWrites(
   const { db, spec, sink } = config;
   if (!sink.readTuples) throw new Error('the sink cannot read its target back (no readTuples)');
   const readTuples = sink.readTuples.bind(sink);
-  const names = tableNames(spec);
-  const table = sql.raw(names.table);
-  const key = sql.raw(names.partition);
-  const range = (alias: string, k: string) => sql.raw(partitionRangeSql(alias, names.partition, k));
-  const delay = sql`${verifyDelayMs} * interval '1 millisecond'`;
-
-  /** Per key: whether an intent is pending, and the newest delivered row (a probe each on the partition's indexes). */
-  async function partitionStates(trx: AnyKysely, keys: readonly string[]) {
-    const result = await sql<{ partition_key: string; pending: boolean; last_delivered: string | null }>`
-      select u.k as partition_key,
-        (select true from ${table} p where ${range('p', 'u.k')} and ${rowStates('p').pending}
-         order by p.${key}, p.id limit 1) is not null as pending,
-        (select x.id::text from ${table} x where ${range('x', 'u.k')} and ${rowStates('x').delivered}
-         order by x.${key} desc, x.id desc limit 1) as last_delivered
-      from unnest(${[...keys]}::text[]) as u(k)`.execute(trx);
+  const partitionStates = async (trx: AnyKysely, keys: readonly string[]) => {
+    const result = await partitionStatesStatement(spec, keys).execute(trx);
     return new Map(result.rows.map((r) => [r.partition_key, r]));
-  }
+  };
 
   return db
     .transaction()
     .setIsolationLevel('read committed')
     .execute(async (trx) => {
       await planByIndex().execute(trx);
-      const due = await sql<{ id: string; partition_key: string; window_from: Date; candidates: number }>`
-        with candidates as (
-          select t.${key} as k, min(t.verify_after) as first_due from ${table} t where t.verify_after <= now()
-          group by t.${key} order by first_due limit ${PARTITIONS_PER_CHECK + 1}
-        )
-        select t.id::text as id, t.${key} as partition_key, t.sent_at - ${delay} as window_from,
-          (select count(*) from candidates)::int as candidates
-        from ${table} t
-        where t.verify_after <= now() and t.${key} in (select c.k from candidates c order by c.first_due limit ${PARTITIONS_PER_CHECK})
-        for update of t skip locked`.execute(trx);
+      const due = await dueRowsStatement(spec, verifyDelayMs, PARTITIONS_PER_CHECK).execute(trx);
       const partitions = new Map<string, { ids: string[]; from: Date }>();
       for (const row of due.rows) {
         const entry = partitions.get(row.partition_key) ?? { ids: [], from: row.window_from };
@@ -86,15 +69,8 @@ export async function checkLateWrites(
       const keys = [...partitions.keys()];
 
       const first = await partitionStates(trx, keys);
-      const windows = await sql<{ partition_key: string; payload: IntentPayload }>`
-        select u.k as partition_key, w.payload
-        from unnest(${keys}::text[], ${keys.map((k) => partitions.get(k)?.from.toISOString())}::timestamptz[]) as u(k, from_at)
-        cross join lateral (
-          select x.id, x.payload, x.sent_at from ${table} x where ${range('x', 'u.k')}
-          order by x.${key} desc, x.id desc limit ${WINDOW_ROWS + 1}
-        ) w
-        where w.sent_at >= u.from_at
-        order by u.k, w.id desc`.execute(trx);
+      const windowsFrom = new Map([...partitions].map(([k, p]) => [k, p.from]));
+      const windows = await deliveryWindowsStatement(spec, windowsFrom, WINDOW_ROWS).execute(trx);
       const newestFirst = new Map<string, IntentPayload[]>();
       for (const row of windows.rows)
         newestFirst.set(row.partition_key, [...(newestFirst.get(row.partition_key) ?? []), row.payload]);
@@ -142,9 +118,10 @@ export async function checkLateWrites(
       }
 
       const idsOf = (set: ReadonlySet<string>) => [...set].flatMap((k) => partitions.get(k)?.ids ?? []);
-      await sql`
-        update ${table} t set verify_after = case when t.id = any(${idsOf(postponed)}::bigint[]) then now() + ${delay} end
-        where t.id = any(${[...idsOf(postponed), ...idsOf(cleared)]}::bigint[])`.execute(trx);
+      await settleDueRowsStatement(spec, verifyDelayMs, {
+        postponed: idsOf(postponed),
+        cleared: idsOf(cleared),
+      }).execute(trx);
       return { checked: cleared.size, read: atRisk.size, postponed: postponed.size, corrected, truncated, more };
     });
 }
