@@ -1,8 +1,8 @@
+import type { Logger } from '@outbox/outbox';
 import pg from 'pg';
 import { SQLSTATE } from '@outbox/outbox/protocol';
 import { backoffDelayMs } from './backoff.js';
 import { ListenConnectionError } from './errors.js';
-import type { Logger } from './events.js';
 
 /** Whether the drainer holds its LISTEN connection: `off` when it has none configured (or is stopped). */
 export type ListenState = 'off' | 'listening' | 'reconnecting';
