@@ -33,3 +33,24 @@ export class OutboxTableError extends Error {
     this.missing = missing;
   }
 }
+
+/** Why a consistency token cannot be waited on (docs/design.md §12). */
+export type OutboxTokenErrorKind = 'malformed' | 'too-large' | 'other-database' | 'other-outbox' | 'compacted';
+
+/**
+ * A consistency token that cannot be waited on, and why (`kind`): not a token (`malformed`), more
+ * writes than a token carries (`too-large`), minted in another database (`other-database`), naming
+ * a table this database does not have, or has since re-created (`other-outbox`), or naming intents
+ * compaction has deleted (`compacted`: delivered long ago, past the retention; `ids` lists them).
+ */
+export class OutboxTokenError extends Error {
+  override readonly name = 'OutboxTokenError';
+  readonly kind: OutboxTokenErrorKind;
+  /** With `compacted`: the intents no longer in the table, as `<table>#<id>`. */
+  readonly ids: readonly string[];
+  constructor(kind: OutboxTokenErrorKind, message: string, ids: readonly string[] = []) {
+    super(message);
+    this.kind = kind;
+    this.ids = ids;
+  }
+}

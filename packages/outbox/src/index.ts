@@ -20,7 +20,27 @@ export {
   type OutboxSpec,
   type OutboxSpecInput,
 } from './define-outbox.js';
-export { OutboxConfigError, OutboxTableError, PayloadError } from './errors.js';
+export {
+  awaitDelivered,
+  outboxToken,
+  type AwaitDeliveredOptions,
+  type AwaitDeliveredResult,
+  type IntentOutcome,
+} from './await-delivered.js';
+export {
+  compareOutboxTokens,
+  decodeOutboxToken,
+  mergeOutboxTokens,
+  type OutboxTokenContents,
+  type TokenOutbox,
+} from './consistency-token.js';
+export {
+  OutboxConfigError,
+  OutboxTableError,
+  OutboxTokenError,
+  PayloadError,
+  type OutboxTokenErrorKind,
+} from './errors.js';
 export { enqueue, enqueueMany, MAX_INTENTS_PER_ENQUEUE, type EnqueueInput } from './enqueue.js';
 export { createDrainFunctions } from './schema/drain-functions.js';
 export {
