@@ -67,7 +67,7 @@ export function grantRoutes(app: ServiceApp, ctx: ServiceContext): void {
       const projectId = await project(request.params.id);
       const userId = request.params.user;
       const next = request.body.relations;
-      await ctx.authorizer.require(`user:${request.caller}`, 'owner', `project:${projectId}`);
+      await request.authorizer.require(`user:${request.caller}`, 'owner', `project:${projectId}`);
 
       const user = `user:${userId}`;
       const object = `project:${projectId}`;
@@ -131,7 +131,7 @@ export function grantRoutes(app: ServiceApp, ctx: ServiceContext): void {
     },
     async (request) => {
       const projectId = await project(request.params.id);
-      await ctx.authorizer.require(`user:${request.caller}`, 'can_view', `project:${projectId}`);
+      await request.authorizer.require(`user:${request.caller}`, 'can_view', `project:${projectId}`);
       const items = await db
         .selectFrom('iam.project_grants')
         .select(['user_id', 'relations', 'updated_at'])

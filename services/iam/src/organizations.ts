@@ -75,7 +75,7 @@ export function organizationRoutes(app: ServiceApp, ctx: ServiceContext): void {
         request.params.id,
         'organization',
       );
-      await ctx.authorizer.require(`user:${request.caller}`, 'member', `organization:${row.id}`);
+      await request.authorizer.require(`user:${request.caller}`, 'member', `organization:${row.id}`);
       return row;
     },
   );

@@ -52,7 +52,7 @@ export function projectRoutes(app: ServiceApp, ctx: ServiceContext): void {
         .executeTakeFirst();
       if (!organization)
         throw new HttpError(404, 'not_found', `no organization ${JSON.stringify(body.organization_id)}`);
-      await ctx.authorizer.require(`user:${caller}`, 'admin', `organization:${organization.id}`);
+      await request.authorizer.require(`user:${caller}`, 'admin', `organization:${organization.id}`);
       const id = randomUUID();
       // The audit's owner mapping expects the same tuple of the row (iam-owner.ts).
       const tuple = projectOrganizationTuple(id, organization.id);
@@ -92,7 +92,7 @@ export function projectRoutes(app: ServiceApp, ctx: ServiceContext): void {
         created_by: string;
         created_at: Date;
       }>(db, 'iam.projects', request.params.id, 'project');
-      await ctx.authorizer.require(`user:${request.caller}`, 'can_view', `project:${row.id}`);
+      await request.authorizer.require(`user:${request.caller}`, 'can_view', `project:${row.id}`);
       return row;
     },
   );

@@ -20,8 +20,18 @@ export interface OpenFgaConnection {
   readonly credentials?: UserClientConfigurationParams['credentials'];
 }
 
+/**
+ * How fresh a check must be: `higher` skips OpenFGA's check caches (HIGHER_CONSISTENCY), `minimize`
+ * may answer from them (MINIMIZE_LATENCY, the default). docs/design.md §12 says when a request needs which.
+ */
+export type ReadConsistency = 'higher' | 'minimize';
+
 /** The reads a service makes of OpenFGA to authorize a request. */
 export interface Authorizer {
+  /** The consistency these reads ask for. */
+  readonly consistency: ReadConsistency;
+  /** The same reads at `consistency` (a request's, from its `Outbox-Consistency` header). */
+  at(consistency: ReadConsistency): Authorizer;
   /** Is `user` (e.g. `user:alice`) related to `object` by `relation`? */
   check(user: string, relation: string, object: string): Promise<boolean>;
   /** Like `check`, but a refusal is a 403 {@link HttpError} naming what was refused. */
@@ -30,8 +40,10 @@ export interface Authorizer {
   listObjectIds(user: string, relation: string, type: string): Promise<string[]>;
 }
 
-/** Options of every read: a permission just written by the drainer must be seen (no check cache). */
-const READ_OPTIONS = { consistency: ConsistencyPreference.HigherConsistency } as const;
+const READ_OPTIONS = {
+  higher: { consistency: ConsistencyPreference.HigherConsistency },
+  minimize: { consistency: ConsistencyPreference.MinimizeLatency },
+} as const;
 
 /**
  * How long one check may take before the request answers 503. The SDK alone gives up on an OpenFGA
@@ -88,8 +100,9 @@ export function openFgaClient(connection: OpenFgaConnection): OpenFgaClient {
 }
 
 /**
- * Builds the authorizer of a service. Reads ask for higher consistency: after a create's flush the
- * caller must be allowed at once (read-your-writes), which a cached check could deny.
+ * Builds the authorizer of a service. Reads ask for MINIMIZE_LATENCY unless told otherwise: a
+ * request that must see a write (its `Outbox-Consistency` token) gets `at('higher')` while the
+ * write is younger than the check cache's TTL (docs/design.md §12).
  *
  * @example
  * const fga = createAuthorizer({ apiUrl, storeId, authorizationModelId });
@@ -97,14 +110,33 @@ export function openFgaClient(connection: OpenFgaConnection): OpenFgaClient {
  */
 export function createAuthorizer(
   connection: OpenFgaConnection,
-  options: { timeoutMs?: number; listTimeoutMs?: number } = {},
+  options: { timeoutMs?: number; listTimeoutMs?: number; consistency?: ReadConsistency } = {},
 ): Authorizer {
   const client = openFgaClient(connection);
   const timeoutMs = options.timeoutMs ?? AUTHORIZATION_TIMEOUT_MS;
   const listTimeoutMs = options.listTimeoutMs ?? LIST_TIMEOUT_MS;
+  const both = new Map<ReadConsistency, Authorizer>();
+  const build = (consistency: ReadConsistency): Authorizer => {
+    const existing = both.get(consistency);
+    if (existing) return existing;
+    const authorizer = readsAt(client, consistency, timeoutMs, listTimeoutMs, build);
+    both.set(consistency, authorizer);
+    return authorizer;
+  };
+  return build(options.consistency ?? 'minimize');
+}
+
+function readsAt(
+  client: OpenFgaClient,
+  consistency: ReadConsistency,
+  timeoutMs: number,
+  listTimeoutMs: number,
+  at: (consistency: ReadConsistency) => Authorizer,
+): Authorizer {
+  const readOptions = READ_OPTIONS[consistency];
   const check = async (user: string, relation: string, object: string) => {
     try {
-      const { allowed } = await withDeadline(timeoutMs, client.check({ user, relation, object }, READ_OPTIONS));
+      const { allowed } = await withDeadline(timeoutMs, client.check({ user, relation, object }, readOptions));
       return allowed === true;
     } catch (error) {
       if (error instanceof HttpError) throw error;
@@ -112,6 +144,8 @@ export function createAuthorizer(
     }
   };
   return {
+    consistency,
+    at,
     check,
     async require(user, relation, object) {
       if (!(await check(user, relation, object))) {
@@ -124,7 +158,7 @@ export function createAuthorizer(
       const prefix = `${type}:`;
       const ids: string[] = [];
       const read = async () => {
-        for await (const { object } of client.streamedListObjects({ user, relation, type }, READ_OPTIONS)) {
+        for await (const { object } of client.streamedListObjects({ user, relation, type }, readOptions)) {
           if (object.startsWith(prefix)) ids.push(object.slice(prefix.length));
         }
       };

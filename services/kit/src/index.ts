@@ -12,7 +12,8 @@ export { startServices, type RunningServices, type StartServicesOptions } from '
 export { runServiceMain, runServicesMain } from './run-main.js';
 export { runDrainOnceMain } from './drain-once-main.js';
 export { serviceOptionsFromEnv, type ServiceOptions } from './service-options.js';
-export type { Authorizer } from './authorizer.js';
+export type { Authorizer, ReadConsistency } from './authorizer.js';
+export { CONSISTENCY_HEADER, TOKEN_HEADER } from './read-consistency.js';
 export type { ServiceApp } from './http-server.js';
 export { serviceClient, type ServiceClient, type ServiceReply } from './service-client.js';
 export { ID_FIELD, NAME_FIELD } from './field-schemas.js';

@@ -11,7 +11,7 @@ import { registerServiceOwner, registrationTuples, resourceObject } from './regi
 import { ERROR_RESPONSES, TIMESTAMP, writeResponses } from './response-schemas.js';
 import type { ServiceContext, ServiceDefinition } from './service.js';
 import { resourceTableColumns } from './verify-tables.js';
-import { writeAnswer } from './write-answer.js';
+import { tokenHeader, writeAnswer } from './write-answer.js';
 
 /** What makes a register service that service: its table, its OpenFGA type, its outbox and its fields. */
 export interface RegisterServiceConfig<
@@ -117,7 +117,7 @@ export function createRegisterService<
     resourcePath: path,
     resourceTable: table,
     routes(app, ctx: ServiceContext) {
-      const { db, authorizer, outbox } = ctx;
+      const { db, outbox } = ctx;
       const find = (id: string) => findById<ResourceRow>(db, table.qualifiedName, id, fgaType);
 
       app.post(
@@ -133,7 +133,7 @@ export function createRegisterService<
         async (request, reply) => {
           const { caller } = request;
           const values = request.body as Record<string, unknown> & { project_id: string };
-          await authorizer.require(`user:${caller}`, 'can_edit', `project:${values.project_id}`);
+          await request.authorizer.require(`user:${caller}`, 'can_edit', `project:${values.project_id}`);
           const id = randomUUID();
           const object = objectOf(id);
           const payload: IntentPayload = { writes: registrationTuples(object, values.project_id, caller) };
@@ -164,7 +164,7 @@ export function createRegisterService<
         },
         async (request) => {
           const found = await find(request.params.id);
-          await authorizer.require(`user:${request.caller}`, 'can_view', objectOf(found.id));
+          await request.authorizer.require(`user:${request.caller}`, 'can_view', objectOf(found.id));
           return found;
         },
       );
@@ -181,7 +181,7 @@ export function createRegisterService<
         },
         async (request) => {
           const projectId = request.query.project_id;
-          const ids = await authorizer.listObjectIds(`user:${request.caller}`, 'can_view', fgaType);
+          const ids = await request.authorizer.listObjectIds(`user:${request.caller}`, 'can_view', fgaType);
           if (ids.length === 0) return { items: [] };
           // One array parameter, not one per id: a long list stays one small statement.
           let query = db
@@ -218,8 +218,8 @@ export function createRegisterService<
           // owner delete its resources, so that path is checked on the project itself.
           const user = `user:${request.caller}`;
           const allowed =
-            (await authorizer.check(user, 'can_delete', object)) ||
-            (await authorizer.check(user, 'can_delete', `project:${found.project_id}`));
+            (await request.authorizer.check(user, 'can_delete', object)) ||
+            (await request.authorizer.check(user, 'can_delete', `project:${found.project_id}`));
           if (!allowed) throw new HttpError(403, 'forbidden', `${user} is not allowed can_delete on ${object}`);
           const deregistration = await db.transaction().execute(async (trx) => {
             const gone = await trx
@@ -237,6 +237,7 @@ export function createRegisterService<
           });
           if (!deregistration) throw new HttpError(404, 'not_found', `no ${fgaType} ${JSON.stringify(found.id)}`);
           const delivery = await outbox.settle(object, [deregistration]);
+          tokenHeader(reply, delivery);
           if (delivery.status === 'delivered') return reply.code(204).send(null);
           return reply.code(202).send({ id: found.id, deleted: true, note: delivery.note });
         },

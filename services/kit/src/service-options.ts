@@ -35,6 +35,19 @@ export interface ServiceOptions {
   /** Start the drainer's timer and LISTEN. Default true (false leaves delivery to `flush` / another process). */
   readonly runDrainer?: boolean;
   /**
+   * The TTL of OpenFGA's check caches, as the server is configured (`OPENFGA_CHECK_QUERY_CACHE_TTL`
+   * and the iterator caches' TTLs: the longest of them). A request carrying a consistency token
+   * whose newest delivery is younger than this checks with HIGHER_CONSISTENCY; every other check
+   * uses MINIMIZE_LATENCY (docs/design.md §12). Default 10000, OpenFGA's default. Too short a value
+   * lets a token's reader see a stale cached answer.
+   */
+  readonly checkCacheTtlMs?: number;
+  /**
+   * How long a request with `Outbox-Consistency: at-least-as-fresh <token>` waits for the token's
+   * intents before answering 503 `token_pending`. Default 5000.
+   */
+  readonly consistencyTimeoutMs?: number;
+  /**
    * Milliseconds between incremental audits of OpenFGA against the service's own rows (with the
    * reconciler's timer, for a service that has an owner mapping). Default 300000: drift someone
    * made around the outbox shows at WARN within minutes, at one ReadChanges per type when nothing
@@ -204,6 +217,18 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
       ServiceConfigError,
     ),
     runDrainer: options.runDrainer ?? true,
+    checkCacheTtlMs: integerInRange(
+      'checkCacheTtlMs',
+      options.checkCacheTtlMs,
+      { fallback: 10_000, min: 0, max: 86_400_000 },
+      ServiceConfigError,
+    ),
+    consistencyTimeoutMs: integerInRange(
+      'consistencyTimeoutMs',
+      options.consistencyTimeoutMs,
+      { fallback: 5_000, min: 0, max: 600_000 },
+      ServiceConfigError,
+    ),
     auditIntervalMs:
       options.auditIntervalMs === false
         ? 0
@@ -269,6 +294,8 @@ export const SERVICE_ENV = Object.freeze({
   RETENTION_MS: 'retentionMs (default 2592000000, 30 days)',
   FLUSH_ON_WRITE: 'flushOnWrite, true|false (default true)',
   FLUSH_TIMEOUT_MS: 'flushTimeoutMs (default 5000)',
+  CHECK_CACHE_TTL_MS: "checkCacheTtlMs (default 10000: OpenFGA's check-cache TTL; set it to the server's)",
+  CONSISTENCY_TIMEOUT_MS: 'consistencyTimeoutMs (default 5000)',
   SHUTDOWN_TIMEOUT_MS: 'shutdownTimeoutMs (default 10000)',
   DB_POOL_SIZE: 'poolSize (default 5)',
   READY_MAX_DELIVERABLE_AGE_MS: 'readyMaxDeliverableAgeMs (default 60000; 0 = off)',
@@ -328,6 +355,8 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     retentionMs: number('RETENTION_MS'),
     flushOnWrite: flag('FLUSH_ON_WRITE'),
     flushTimeoutMs: number('FLUSH_TIMEOUT_MS'),
+    checkCacheTtlMs: number('CHECK_CACHE_TTL_MS'),
+    consistencyTimeoutMs: number('CONSISTENCY_TIMEOUT_MS'),
     shutdownTimeoutMs: number('SHUTDOWN_TIMEOUT_MS'),
     poolSize: number('DB_POOL_SIZE'),
     readyMaxDeliverableAgeMs: number('READY_MAX_DELIVERABLE_AGE_MS'),
@@ -357,6 +386,8 @@ const ENV_OF_OPTION: Readonly<Record<string, string>> = {
   compactIntervalMs: 'COMPACT_INTERVAL_MS',
   retentionMs: 'RETENTION_MS',
   flushTimeoutMs: 'FLUSH_TIMEOUT_MS',
+  checkCacheTtlMs: 'CHECK_CACHE_TTL_MS',
+  consistencyTimeoutMs: 'CONSISTENCY_TIMEOUT_MS',
   shutdownTimeoutMs: 'SHUTDOWN_TIMEOUT_MS',
   poolSize: 'DB_POOL_SIZE',
   readyMaxDeliverableAgeMs: 'READY_MAX_DELIVERABLE_AGE_MS',

@@ -10,7 +10,7 @@ import {
   type Logger,
 } from '@outbox/drainer';
 import { createOpenFgaSink, createOpenFgaTupleReader } from '@outbox/openfga';
-import { outboxStats, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
+import { outboxStats, outboxToken, type OutboxSpec, type OutboxStats, type AnyKysely } from '@outbox/outbox';
 import {
   createContinuousAudit,
   createReconciler,
@@ -22,11 +22,15 @@ import {
 } from '@outbox/reconciler';
 import { openFgaClient, type OpenFgaConnection } from './authorizer.js';
 
-/** What became of a write's intent by the time the service answers. */
-export type Delivery =
+/** What became of a write's intent by the time the service answers, with the token that names it. */
+export type Delivery = {
+  /** The write's consistency token (`Outbox-Token`), when the intent ids were given to `settle`. */
+  readonly token?: string;
+} & (
   | { readonly status: 'delivered' }
   /** Committed and not (yet) in OpenFGA: the drainer delivers it on its schedule. `note` says why it is pending. */
-  | { readonly status: 'pending'; readonly note: string };
+  | { readonly status: 'pending'; readonly note: string }
+);
 
 /** One service's outbox at run time: its drainer, its reconciler and what a route needs of them. */
 export interface ServiceOutbox {
@@ -44,7 +48,8 @@ export interface ServiceOutbox {
   /**
    * After a commit that enqueued into `partitionKey`: waits for delivery when flush-on-write is on
    * (read-your-writes), and reports `pending` instead of failing when it does not finish. `ids`
-   * (what enqueue returned) makes it wait for those intents without looking the partition up.
+   * (what enqueue returned) makes it wait for those intents without looking the partition up, and
+   * gives the answer its consistency token.
    */
   settle(partitionKey: string, ids?: readonly string[]): Promise<Delivery>;
   /** Counts of the outbox by state (pending, deliverable, poisoned, superseded, retired). */
@@ -223,17 +228,22 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     reconciler,
     audit,
     async settle(partitionKey, ids) {
+      const token = ids && ids.length > 0 ? { token: await outboxToken(db, spec, ids) } : {};
       if (!config.flushOnWrite) {
-        return { status: 'pending', note: 'flush on write is off: the drainer delivers the intent on its schedule' };
+        return {
+          status: 'pending',
+          note: 'flush on write is off: the drainer delivers the intent on its schedule',
+          ...token,
+        };
       }
       try {
         await drainer.flush({ partitionKey, ...(ids ? { ids } : {}), timeoutMs: config.flushTimeoutMs });
-        return { status: 'delivered' };
+        return { status: 'delivered', ...token };
       } catch (error) {
         logger.warn(`write committed, delivery pending for ${partitionKey}`, {
           error: error instanceof Error ? error.message : String(error),
         });
-        return { status: 'pending', note: pendingNote(error) };
+        return { status: 'pending', note: pendingNote(error), ...token };
       }
     },
     stats: () => outboxStats(db, spec),

@@ -9,6 +9,7 @@ import type { FormatCheck } from './field-schemas.js';
 import { startHttpServer, type HttpServer, type ServiceApp } from './http-server.js';
 import { createServicePool } from './pool.js';
 import { serviceMetrics } from './prometheus-metrics.js';
+import { consistencyHook } from './read-consistency.js';
 import { createReadiness } from './readiness.js';
 import { createServiceLogger, outboxLogger } from './service-logger.js';
 import { createServiceOutbox, type ServiceOutbox } from './service-outbox.js';
@@ -201,7 +202,20 @@ export async function startService<N extends string>(
       port: resolved.port,
       log,
       ...(definition.formats ? { formats: definition.formats } : {}),
-      routes: (app) => definition.routes(app, context),
+      routes(app) {
+        // Before the routes: every route authorizes at the consistency its request's token needs.
+        app.decorateRequest('authorizer', null as unknown as Authorizer);
+        app.addHook(
+          'preHandler',
+          consistencyHook(context.authorizer, {
+            db,
+            outbox: definition.outbox,
+            timeoutMs: resolved.consistencyTimeoutMs,
+            checkCacheTtlMs: resolved.checkCacheTtlMs,
+          }),
+        );
+        definition.routes(app, context);
+      },
       publicRoutes(app) {
         // Liveness: the process answers (a restart would not help otherwise).
         app.get(

@@ -20,6 +20,11 @@ export interface OpenFgaServerOptions {
   readonly presharedKey?: string;
   /** HTTP port; a free loopback port by default. Pass the old port to restart "the same" server. */
   readonly httpPort?: number;
+  /**
+   * Turn on OpenFGA's check-query cache and its iterator caches with this TTL, as production runs:
+   * a MINIMIZE_LATENCY read may then answer from a cached, stale result. Default: caches off.
+   */
+  readonly checkCacheTtlMs?: number;
 }
 
 /** A running OpenFGA server. */
@@ -97,6 +102,17 @@ async function startOnce(
   ];
   if (options.datastoreUri) args.push(`--datastore-uri=${options.datastoreUri}`);
   if (options.presharedKey) args.push('--authn-method=preshared', `--authn-preshared-keys=${options.presharedKey}`);
+  if (options.checkCacheTtlMs !== undefined) {
+    const ttl = `${options.checkCacheTtlMs}ms`;
+    args.push(
+      '--check-query-cache-enabled=true',
+      `--check-query-cache-ttl=${ttl}`,
+      '--check-iterator-cache-enabled=true',
+      `--check-iterator-cache-ttl=${ttl}`,
+      '--list-objects-iterator-cache-enabled=true',
+      `--list-objects-iterator-cache-ttl=${ttl}`,
+    );
+  }
 
   const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
