@@ -49,12 +49,18 @@ describe('awaitDelivered', () => {
     const delivered = await write(['vpc:d']);
     await setRows(delivered.ids, "sent_at = now() - interval '2 seconds'");
     const poisoned = await write(['vpc:p', 'vpc:p']);
-    await setRows(poisoned.ids.slice(0, 1), "attempt_count = 3, poison_cause = 'refused', poison_code = 'validation_error', last_error = 'type vpc not found'");
+    await setRows(
+      poisoned.ids.slice(0, 1),
+      "attempt_count = 3, poison_cause = 'refused', poison_code = 'validation_error', last_error = 'type vpc not found'",
+    );
     const superseded = await write(['vpc:s', 'vpc:s']);
     await setRows(superseded.ids.slice(0, 1), 'attempt_count = 3');
     await setRows(superseded.ids.slice(1), 'sent_at = now()');
     const retired = await write(['vpc:r']);
-    await setRows(retired.ids, "attempt_count = 3, retired_at = now(), retired_reason = 'ticket 7', closed_as = 'discarded'");
+    await setRows(
+      retired.ids,
+      "attempt_count = 3, retired_at = now(), retired_reason = 'ticket 7', closed_as = 'discarded'",
+    );
     const token = mergeOutboxTokens(delivered.token, poisoned.token, superseded.token, retired.token);
 
     const started = Date.now();
@@ -74,10 +80,21 @@ describe('awaitDelivered', () => {
       code: 'validation_error',
       lastError: 'type vpc not found',
     });
-    expect(blocked).toEqual({ table: 'tokens.outbox', id: poisoned.ids[1], status: 'blocked', blockedBy: poisoned.ids[0] });
+    expect(blocked).toEqual({
+      table: 'tokens.outbox',
+      id: poisoned.ids[1],
+      status: 'blocked',
+      blockedBy: poisoned.ids[0],
+    });
     expect(s).toEqual({ table: 'tokens.outbox', id: superseded.ids[0], status: 'superseded' });
     expect(sDelivered?.status).toBe('delivered');
-    expect(r).toEqual({ table: 'tokens.outbox', id: retired.ids[0], status: 'retired', reason: 'ticket 7', closedAs: 'discarded' });
+    expect(r).toEqual({
+      table: 'tokens.outbox',
+      id: retired.ids[0],
+      status: 'retired',
+      reason: 'ticket 7',
+      closedAs: 'discarded',
+    });
     // The newest delivery (the superseding one) is a moment old by the database's clock, not 2 s.
     expect(result.newestDeliveryAgeMs).toBeGreaterThanOrEqual(0);
     expect(result.newestDeliveryAgeMs).toBeLessThan(1_500);
@@ -133,7 +150,13 @@ describe('awaitDelivered', () => {
   });
 
   test('a malformed token is a typed error, and timeoutMs is required', async () => {
-    for (const bad of ['', 'abc', 'ot1.', 'ot1.e30', `ot1.${Buffer.from('{"d":"1/x","o":[["a.b",1,"c","5-3"]]}').toString('base64url')}`]) {
+    for (const bad of [
+      '',
+      'abc',
+      'ot1.',
+      'ot1.e30',
+      `ot1.${Buffer.from('{"d":"1/x","o":[["a.b",1,"c","5-3"]]}').toString('base64url')}`,
+    ]) {
       expect((await tokenError(awaitDelivered(t.db, bad, { timeoutMs: 0 }))).kind).toBe('malformed');
     }
     const { token } = await write(['vpc:m']);
@@ -147,7 +170,9 @@ describe('awaitDelivered', () => {
     const url = new URL(t.url);
     url.username = role;
     url.password = 'pw';
-    const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url.toString(), max: 1 }) }) });
+    const db = new Kysely({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url.toString(), max: 1 }) }),
+    });
     try {
       const { ids, token } = await write(['vpc:role']);
       expect(await outboxToken(db, spec, ids)).toBe(token);

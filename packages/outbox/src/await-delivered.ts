@@ -74,7 +74,12 @@ interface Identity {
 /** The database's identity and the oids of `tables`: one round trip, in `db`'s transaction if it is one. */
 async function identity(db: AnyKysely, tables: readonly string[]): Promise<Identity> {
   // Validated identifiers (defineOutbox's rule, for a spec and a decoded token alike): safe to quote.
-  const quoted = tables.map((table) => table.split('.').map((part) => `"${part}"`).join('.'));
+  const quoted = tables.map((table) =>
+    table
+      .split('.')
+      .map((part) => `"${part}"`)
+      .join('.'),
+  );
   const result = await sql<{ database: string; oids: (string | null)[] }>`
     select (select system_identifier from pg_catalog.pg_control_system())::text || '/' || current_database() as database,
            array(select to_regclass(name)::oid from unnest(${quoted}::text[]) with ordinality as u(name, n) order by n)::text[] as oids`.execute(
@@ -93,8 +98,15 @@ async function identity(db: AnyKysely, tables: readonly string[]): Promise<Ident
  * const token = await outboxToken(trx, vpcOutbox, ids);
  */
 export async function outboxToken(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<string> {
-  if (!Array.isArray(ids) || ids.length === 0 || ids.some((id) => typeof id !== 'string' || !/^[1-9][0-9]*$/.test(id))) {
-    throw new OutboxConfigError('ids', `expected the ids enqueue returned (decimal strings), got ${JSON.stringify(ids)}`);
+  if (
+    !Array.isArray(ids) ||
+    ids.length === 0 ||
+    ids.some((id) => typeof id !== 'string' || !/^[1-9][0-9]*$/.test(id))
+  ) {
+    throw new OutboxConfigError(
+      'ids',
+      `expected the ids enqueue returned (decimal strings), got ${JSON.stringify(ids)}`,
+    );
   }
   const { database, oids } = await identity(db, [spec.table]);
   const tableOid = oids[0];
@@ -175,7 +187,10 @@ function specFor(outbox: TokenOutbox, given: readonly OutboxSpec[]): OutboxSpec 
 
 /** Checks `contents` names this database and tables it has, as they were when the token was minted. */
 async function checkIdentity(db: AnyKysely, contents: OutboxTokenContents): Promise<void> {
-  const found = await identity(db, contents.outboxes.map((o) => o.table));
+  const found = await identity(
+    db,
+    contents.outboxes.map((o) => o.table),
+  );
   if (found.database !== contents.database) {
     throw new OutboxTokenError(
       'other-database',

@@ -59,7 +59,8 @@ function decodeIds(text: unknown, where: string): string[] {
   const ids: string[] = [];
   for (const run of text.split(',')) {
     const [from = '', to = from, extra] = run.split('-');
-    if (extra !== undefined || !DECIMAL.test(from) || !DECIMAL.test(to)) throw malformed(`${where}: bad id run "${run}"`);
+    if (extra !== undefined || !DECIMAL.test(from) || !DECIMAL.test(to))
+      throw malformed(`${where}: bad id run "${run}"`);
     const first = BigInt(from);
     const last = BigInt(to);
     if (last < first) throw malformed(`${where}: id run "${run}" runs backwards`);
@@ -151,7 +152,10 @@ export function mergeOutboxTokens(...tokens: readonly string[]): string {
     }
     for (const outbox of contents.outboxes) {
       const seen = byTable.get(outbox.table);
-      if (seen && (seen.outbox.tableOid !== outbox.tableOid || seen.outbox.partitionColumn !== outbox.partitionColumn)) {
+      if (
+        seen &&
+        (seen.outbox.tableOid !== outbox.tableOid || seen.outbox.partitionColumn !== outbox.partitionColumn)
+      ) {
         throw new OutboxTokenError(
           'other-outbox',
           `two tokens name different tables under ${outbox.table} (dropped and created again between them?)`,

@@ -48,7 +48,10 @@ afterAll(async () => {
 
 /** A project of alice's, created through iam with the token so far; returns its id and the new token. */
 async function project(name: string, token: string): Promise<{ id: string; token: string }> {
-  const created = await iam('alice', token).post<{ id: string }>('/projects', { organization_id: organizationId, name });
+  const created = await iam('alice', token).post<{ id: string }>('/projects', {
+    organization_id: organizationId,
+    name,
+  });
   expect(created.status).toBe(202);
   return { id: created.body.id, token: mergeOutboxTokens(token, created.token as string) };
 }
@@ -56,7 +59,9 @@ async function project(name: string, token: string): Promise<{ id: string; token
 test('a grant answered 202 with a token; vpc, given it, waits for the delivery and allows the create (without it: a cached refusal)', async () => {
   const shop = await project('shop', setupToken);
   // bob is refused, and OpenFGA caches the refusal (a check without a token is MINIMIZE_LATENCY).
-  expect((await vpc('bob').post('/vpcs', { project_id: shop.id, name: 'a', cidr_block: '10.0.0.0/16' })).status).toBe(403);
+  expect((await vpc('bob').post('/vpcs', { project_id: shop.id, name: 'a', cidr_block: '10.0.0.0/16' })).status).toBe(
+    403,
+  );
 
   const granted = await iam('alice', shop.token).put(`/projects/${shop.id}/grants/bob`, { relations: ['editor'] });
   expect(granted.status).toBe(202);
@@ -78,7 +83,9 @@ test('a grant answered 202 with a token; vpc, given it, waits for the delivery a
 test('a malformed token is a 400 naming the header; a read answers with no token', async () => {
   const bad = await vpc('bob', 'not-a-token').get('/vpcs');
   expect(bad.status).toBe(400);
-  expect(bad.body).toMatchObject({ error: { code: 'invalid_consistency_token', message: expect.stringMatching(/outbox-consistency/) } });
+  expect(bad.body).toMatchObject({
+    error: { code: 'invalid_consistency_token', message: expect.stringMatching(/outbox-consistency/) },
+  });
   const read = await vpc('bob').get('/vpcs');
   expect([read.status, read.token]).toEqual([200, undefined]);
 });
@@ -122,7 +129,8 @@ async function play(steps: readonly Step[], tokens: boolean, name: string): Prom
         cidr_block: '10.0.0.0/16',
       });
       answers += 1;
-      if (allowed(reply) !== editor) stale.push(`${i} create: ${reply.status}, bob is ${editor ? '' : 'not '}an editor`);
+      if (allowed(reply) !== editor)
+        stale.push(`${i} create: ${reply.status}, bob is ${editor ? '' : 'not '}an editor`);
       if (allowed(reply)) {
         mine.push(reply.body.id);
         wrote(reply);
