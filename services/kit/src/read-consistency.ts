@@ -34,6 +34,30 @@ export interface ConsistencyOptions {
   readonly outbox: OutboxSpec;
   readonly timeoutMs: number;
   readonly checkCacheTtlMs: number;
+  /** Tokens seen wholly delivered (see {@link DeliveredTokens}); default none. */
+  readonly delivered?: DeliveredTokens;
+}
+
+/**
+ * Tokens whose intents were all delivered, with when (on this process's clock): delivery is final,
+ * so a token read again — a client passes its last write's token on every request — needs no query.
+ * Bounded: the oldest entry goes first.
+ */
+export class DeliveredTokens {
+  readonly #entries = new Map<string, number>();
+  readonly #capacity: number;
+  constructor(capacity = 10_000) {
+    this.#capacity = capacity;
+  }
+  /** Milliseconds since the newest delivery of `token`, if it was seen wholly delivered. */
+  ageMs(token: string): number | undefined {
+    const at = this.#entries.get(token);
+    return at === undefined ? undefined : performance.now() - at;
+  }
+  remember(token: string, ageMs: number): void {
+    if (this.#entries.size >= this.#capacity) this.#entries.delete(this.#entries.keys().next().value as string);
+    this.#entries.set(token, performance.now() - ageMs);
+  }
 }
 
 function invalidToken(message: string, cause?: unknown): HttpError {
@@ -59,6 +83,9 @@ export async function requestConsistency(
       `${CONSISTENCY_HEADER} must be "at-least-as-fresh <token>" (the ${TOKEN_HEADER} a write answered with), got ${JSON.stringify(value.slice(0, 80))}`,
     );
   }
+  const freshFor = (ageMs: number): ReadConsistency => (ageMs < options.checkCacheTtlMs ? 'higher' : 'minimize');
+  const known = options.delivered?.ageMs(token);
+  if (known !== undefined) return { consistency: freshFor(known), waitedMs: 0 };
   const started = Date.now();
   let result;
   try {
@@ -83,8 +110,9 @@ export async function requestConsistency(
       { headers: { 'retry-after': '1' } },
     );
   }
-  const fresh = result.newestDeliveryAgeMs !== undefined && result.newestDeliveryAgeMs < options.checkCacheTtlMs;
-  return { consistency: fresh ? 'higher' : 'minimize', waitedMs };
+  if (result.newestDeliveryAgeMs === undefined) return { consistency: 'minimize', waitedMs };
+  if (result.delivered) options.delivered?.remember(token, result.newestDeliveryAgeMs);
+  return { consistency: freshFor(result.newestDeliveryAgeMs), waitedMs };
 }
 
 /**
@@ -92,8 +120,9 @@ export async function requestConsistency(
  * (see {@link requestConsistency}); registered by the kit on every route of a service.
  */
 export function consistencyHook(base: Authorizer, options: ConsistencyOptions) {
+  const withMemory = { delivered: new DeliveredTokens(), ...options };
   return async (request: FastifyRequest): Promise<void> => {
-    const { consistency } = await requestConsistency(request.headers[CONSISTENCY_HEADER], options);
+    const { consistency } = await requestConsistency(request.headers[CONSISTENCY_HEADER], withMemory);
     request.authorizer = base.at(consistency);
   };
 }
