@@ -2,7 +2,7 @@ import { cpus, loadavg } from 'node:os';
 import { summaryTable, type SectionResult, type TargetRow } from './summary.js';
 
 /**
- * `pnpm bench [section]…` (drain, openfga, reconciler, latency, e2e, write-path, enqueue, memory, compaction, audit, xmin): runs the benchmarks against a fresh stock (fsync on) Postgres and a real
+ * `pnpm bench [section]…` (drain, openfga, reconciler, latency, e2e, write-path, tokens, enqueue, memory, compaction, audit, xmin): runs the benchmarks against a fresh stock (fsync on) Postgres and a real
  * OpenFGA, and prints markdown for docs/BENCHMARKS.md: the summary of every target the sections
  * measured first, then each section. A section returns its markdown, or that and its summary rows.
  */
@@ -11,6 +11,7 @@ const sections: Record<string, () => Promise<string | SectionResult>> = {
   openfga: async () => (await import('./openfga.js')).benchOpenFga(),
   e2e: async () => (await import('./end-to-end.js')).benchEndToEnd(),
   'write-path': async () => (await import('./write-path.js')).benchWritePath(),
+  tokens: async () => (await import('./tokens.js')).benchTokens(),
   latency: async () => (await import('./latency.js')).benchLatency(),
   reconciler: async () => (await import('./reconciler.js')).benchReconciler(),
   enqueue: async () => (await import('./enqueue.js')).benchEnqueue(),
