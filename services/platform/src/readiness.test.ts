@@ -150,7 +150,9 @@ test("the drainer's LISTEN state is in the outbox check's detail; lost, the serv
       seen = await listen();
     }
     expect(seen).toBe('reconnecting');
-    expect((await serviceClient(service.url).get<Readiness>('/readyz')).status).toBe(200);
+    // The whole answer on a failure: a check that failed under load says which it was.
+    const ready = await serviceClient(service.url).get<Readiness>('/readyz');
+    expect(ready.status, JSON.stringify(ready.body)).toBe(200);
   } finally {
     await service.stop();
   }
