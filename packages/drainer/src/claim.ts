@@ -4,6 +4,8 @@ import {
   claimStatement,
   compareIds,
   maxAttemptsChangedError,
+  recordedMaxAttemptsSql,
+  tableNames,
   type ClaimedRow,
   type ClaimOptions as ProtocolClaimOptions,
 } from '@outbox/outbox/protocol';
@@ -37,14 +39,37 @@ export async function claimBatch(
   // The table's recorded maxAttempts comes with the rows: a drainer left running across a
   // setMaxAttempts refuses its batches (docs/drainer.md, "A spec changed under a drainer").
   const result = await sql.raw<ClaimedRow>(claimStatement(spec, { ...options, batchSize })).execute(trx);
+  return claimedBatch(spec, result.rows);
+}
+
+/**
+ * Claims those of `ids` that are due partition heads, and nothing else: the write-through's claim
+ * (docs/drainer.md, "Write-through"). A head has no deliverable predecessor (the head invariant),
+ * so the claim rule holds; a row that is not a head, backs off, or is held elsewhere is left to the
+ * drainer's passes. Locked `SKIP LOCKED`: it never waits on a drainer.
+ */
+export async function claimHeadsById(trx: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<ClaimedBatch> {
+  const names = tableNames(spec);
+  const result = await sql<ClaimedRow>`
+    select t.id::text as id, t.${sql.raw(names.partition)} as partition_key, t.payload, t.attempt_count, true as head,
+           (extract(epoch from clock_timestamp() - t.created_at) * 1000)::float8 as age_ms,
+           ${recordedMaxAttemptsSql(spec)} as recorded
+    from ${sql.raw(names.table)} t
+    where t.id = any(${ids}::bigint[]) and t.is_head and t.next_attempt_at <= now()
+      and t.sent_at is null and t.retired_at is null and t.attempt_count < ${spec.maxAttempts}
+    for update skip locked`.execute(trx);
+  return claimedBatch(spec, result.rows);
+}
+
+function claimedBatch(spec: OutboxSpec, rows: readonly ClaimedRow[]): ClaimedBatch {
   const returned = performance.now();
-  const table = result.rows[0]?.recorded;
+  const table = rows[0]?.recorded;
   if (table !== null && table !== undefined && Number(table) !== spec.maxAttempts) {
     throw maxAttemptsChangedError(spec, Number(table), 'drainer');
   }
   let heads = 0;
   const createdAt = new Map<string, number>();
-  const intents = result.rows.map((row): Intent => {
+  const intents = rows.map((row): Intent => {
     if (row.head) heads += 1;
     createdAt.set(String(row.id), returned - row.age_ms);
     return {

@@ -1,8 +1,8 @@
 import { verifyOutboxTable } from '@outbox/outbox';
-import { createDrainPass, type DrainResult } from './drain-pass.js';
+import { createDrainPass, type DrainResult, type WriteThroughResult } from './drain-pass.js';
 import type { DrainerConfig } from './drainer-config.js';
 import { DrainerStoppedError } from './errors.js';
-import { FlushWaiters } from './flush-waiters.js';
+import { FlushWaiters, intentIds } from './flush-waiters.js';
 import { NotificationListener, type ListenState } from './listener.js';
 import { resolveDrainerConfig } from './resolve-drainer-config.js';
 
@@ -41,6 +41,17 @@ export interface Drainer {
    * the look-up of the partition's pending ones.
    */
   flush(options: { partitionKey: string; ids?: readonly string[]; timeoutMs?: number }): Promise<void>;
+  /**
+   * The write-through: right after the commit that enqueued `ids` (what `enqueue` returned), delivers
+   * those that are their partitions' heads, here and now, in a batch of their own — claimed by id
+   * under the claim rule, then outcomes, late-write stamps and settle as any batch — and leaves the
+   * rest (behind a pending predecessor, backing off, held by another drainer) to the passes (it
+   * kicks a started drainer). Resolves with what it delivered; a failed delivery is recorded as any batch's. Runs
+   * whether or not the drainer is started; rejects with {@link DrainerStoppedError} after `stop()`,
+   * and with the error of a database or sink that failed the batch (nothing is lost: the passes
+   * take the intents). A waiting `flush` of these intents resolves on its commit.
+   */
+  writeThrough(ids: readonly string[]): Promise<WriteThroughResult>;
 }
 
 /**
@@ -74,6 +85,8 @@ export function createDrainer(options: DrainerConfig): Drainer {
     stopping: () => stopping,
   });
 
+  /** Write-throughs in flight: `stop()` waits for them as for the pass. */
+  const throughs = new Set<Promise<WriteThroughResult>>();
   // Single flight: one pass at a time in this process; a kick during a pass schedules one more.
   let running: Promise<DrainResult> | undefined;
   let again = false;
@@ -169,6 +182,7 @@ export function createDrainer(options: DrainerConfig): Drainer {
       await closing?.stop();
       if (closing) config.emit({ type: 'listen-changed', table: config.spec.table, state: 'off' });
       await running?.catch(() => undefined);
+      await Promise.all([...throughs].map((through) => through.catch(() => undefined)));
     },
     listenState: () => listener?.state ?? 'off',
     async drainOnce() {
@@ -179,5 +193,21 @@ export function createDrainer(options: DrainerConfig): Drainer {
     },
     kick,
     flush: (request) => flushes.flush(request),
+    async writeThrough(ids) {
+      const checked = intentIds(ids, 'writeThrough.ids');
+      if (stopping) throw new DrainerStoppedError();
+      const through = pass.writeThrough(checked);
+      throughs.add(through);
+      try {
+        const result = await through;
+        if (result.deferred.length > 0 && starting) kick();
+        return result;
+      } catch (error) {
+        if (starting) kick();
+        throw error;
+      } finally {
+        throughs.delete(through);
+      }
+    },
   };
 }

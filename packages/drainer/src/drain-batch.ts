@@ -1,5 +1,6 @@
 import { backoffDelayMs } from './backoff.js';
-import { claimBatch } from './claim.js';
+import { sql } from 'kysely';
+import { claimBatch, claimHeadsById } from './claim.js';
 import { applyOrdering, deliverBatch } from './deliver.js';
 import type { HeadLimit } from './head-limit.js';
 import type { PartitionFence } from './partition-fence.js';
@@ -41,6 +42,8 @@ export interface BatchOptions {
   readonly config: ResolvedDrainerConfig;
   readonly limit: HeadLimit;
   readonly flushKeys: readonly string[];
+  /** Claim only those of these ids that are due heads (the write-through) instead of a batch. */
+  readonly headIds?: readonly string[];
   /** Whether the pass would go on after this batch, the condition of chaining it. */
   readonly mayChain: () => boolean;
   /** This drainer's sink calls in flight by partition: the batch sends only once none holds its partitions. */
@@ -56,6 +59,13 @@ export interface BatchOptions {
   }) => (() => void) | void;
 }
 
+/** The write-through's claim, with the durability the claim function would set. */
+async function claimOwnHeads(conn: AnyKysely, config: ResolvedDrainerConfig, ids: readonly string[]) {
+  // As the claim function does: a commit lost in a crash only means its intents are delivered again, in order.
+  if (!config.synchronousCommit) await sql`select set_config('synchronous_commit', 'off', true)`.execute(conn);
+  return claimHeadsById(conn, config.spec, ids);
+}
+
 /**
  * Claims, delivers and records one batch in the transaction open on `conn`; undefined when nothing
  * was claimable. The caller commits, unless a full one-partition run, all delivered, was `chained`.
@@ -64,12 +74,14 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
   const { config, limit } = options;
   const { spec, batchSize, emit, logger } = config;
   const claimStarted = performance.now();
-  const batch = await claimBatch(conn, spec, batchSize, {
-    headLimit: limit.heads,
-    runs: limit.runs,
-    synchronousCommit: config.synchronousCommit,
-    flushKeys: options.flushKeys,
-  });
+  const batch = options.headIds
+    ? await claimOwnHeads(conn, config, options.headIds)
+    : await claimBatch(conn, spec, batchSize, {
+        headLimit: limit.heads,
+        runs: limit.runs,
+        synchronousCommit: config.synchronousCommit,
+        flushKeys: options.flushKeys,
+      });
   if (batch.intents.length === 0) return undefined;
   const claimMs = performance.now() - claimStarted;
   emit({ type: 'batch-claimed', table: spec.table, count: batch.intents.length, heads: batch.heads, claimMs });

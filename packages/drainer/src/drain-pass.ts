@@ -36,10 +36,20 @@ export interface DrainPassOptions {
   readonly stopping: () => boolean;
 }
 
+/** What a write-through did (`Drainer.writeThrough`). */
+export interface WriteThroughResult {
+  /** Ids delivered and recorded, committed. */
+  readonly delivered: readonly string[];
+  /** Ids it did not deliver: not heads, backing off, held by a drainer, or failed; the drainer's passes take them. */
+  readonly deferred: readonly string[];
+}
+
 /** What runs passes: single flight is the caller's (`createDrainer`). */
 export interface DrainPass {
   /** One pass (`Drainer.drainOnce`). */
   readonly run: () => Promise<DrainResult>;
+  /** Delivers those of `ids` that are heads now, in a batch of their own (`Drainer.writeThrough`). */
+  readonly writeThrough: (ids: readonly string[]) => Promise<WriteThroughResult>;
   /** Tells the pass in flight that more is claimable (commits were notified, a flush waits); nothing when no pass runs. */
   readonly moreClaimable: () => void;
 }
@@ -252,8 +262,45 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
     return totals;
   }
 
+  /**
+   * One batch of `ids`' due heads on a pooled connection, outside the lanes: the claim by id, the
+   * same fence, outcomes, late-write stamps and settle as any batch (docs/drainer.md, "Write-through").
+   */
+  async function writeThrough(ids: readonly string[]): Promise<WriteThroughResult> {
+    await options.verify();
+    const batch = await config.db.connection().execute(async (conn) => {
+      await sql.raw(BEGIN).execute(conn);
+      let open = true;
+      try {
+        const claimed = await runBatch(conn, {
+          config,
+          limit: carried,
+          flushKeys: [],
+          headIds: ids,
+          mayChain: () => false,
+          fence,
+        });
+        open = false;
+        await sql.raw(claimed ? 'commit' : 'rollback').execute(conn);
+        return claimed;
+      } finally {
+        if (open)
+          await sql
+            .raw('rollback')
+            .execute(conn)
+            .catch(() => undefined);
+      }
+    });
+    if (!batch) return { delivered: [], deferred: [...ids] };
+    batch.announce();
+    options.committed(batch.recorded);
+    const delivered = new Set(batch.recorded.delivered);
+    return { delivered: ids.filter((id) => delivered.has(id)), deferred: ids.filter((id) => !delivered.has(id)) };
+  }
+
   return {
     run,
+    writeThrough,
     moreClaimable: () => {
       if (!stopping()) current?.want();
     },

@@ -5,8 +5,8 @@ import { DrainerStoppedError, FlushPoisonedError, FlushTimeoutError } from './er
 import { intentStatuses, pendingIntentIds } from './flush-status.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
 
-/** `flush.ids`, checked: the decimal ids `enqueue` returned, in id order. */
-function intentIds(ids: unknown): string[] {
+/** `ids` (the option `field`), checked: the decimal ids `enqueue` returned, distinct, in id order. */
+export function intentIds(ids: unknown, field = 'flush.ids'): string[] {
   if (
     !Array.isArray(ids) ||
     ids.length === 0 ||
@@ -14,7 +14,7 @@ function intentIds(ids: unknown): string[] {
     !ids.every((id) => typeof id === 'string' && /^[1-9]\d{0,18}$/.test(id))
   ) {
     throw new OutboxConfigError(
-      'flush.ids',
+      field,
       `expected the 1 to ${MAX_INTENTS_PER_ENQUEUE} ids enqueue returned (decimal strings), got ${JSON.stringify(ids)?.slice(0, 100)}`,
     );
   }

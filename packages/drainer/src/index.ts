@@ -1,7 +1,7 @@
 export { createDrainer, type Drainer } from './create-drainer.js';
 export type { DrainerConfig, LateWritesOptions } from './drainer-config.js';
 export { DRAINER_DEFAULTS } from './resolve-drainer-config.js';
-export type { DrainResult } from './drain-pass.js';
+export type { DrainResult, WriteThroughResult } from './drain-pass.js';
 export { isSinkHalt, SinkHaltError, type Intent, type Outcome, type Sink, type SinkContext } from './sink.js';
 export { createRecordingSink, type RecordingSink, type RecordingSinkOptions } from './recording-sink.js';
 export { backoffDelayMs, type BackoffOptions } from './backoff.js';

@@ -175,6 +175,13 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     ...(config.meterProvider ? { meterProvider: config.meterProvider } : {}),
   });
   const { owner } = config;
+  // Not an error of the write: the intents are committed, and the drainer's passes deliver them.
+  const writeThroughFailed = (error: unknown): undefined => {
+    logger.warn('write-through failed; the drainer delivers the intents', {
+      error: error instanceof Error ? error.message : String(error),
+    });
+    return undefined;
+  };
   const reader = createOpenFgaTupleReader({
     apiUrl: config.openfga.apiUrl,
     storeId: config.openfga.storeId,
@@ -228,15 +235,19 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     reconciler,
     audit,
     async settle(partitionKey, ids) {
-      const token = ids && ids.length > 0 ? { token: await outboxToken(db, spec, ids) } : {};
+      const own = ids && ids.length > 0 ? ids : undefined;
+      const token = own ? { token: await outboxToken(db, spec, own) } : {};
+      // The write-through: this process delivers its own heads now; what it leaves, the drainer does.
+      const through = own ? drainer.writeThrough(own).catch((error: unknown) => writeThroughFailed(error)) : undefined;
       if (!config.flushOnWrite) {
         return {
           status: 'pending',
-          note: 'flush on write is off: the drainer delivers the intent on its schedule',
+          note: 'flush on write is off: the intent is being delivered, and the answer does not wait for it',
           ...token,
         };
       }
       try {
+        if ((await through)?.deferred.length === 0) return { status: 'delivered', ...token };
         await drainer.flush({ partitionKey, ...(ids ? { ids } : {}), timeoutMs: config.flushTimeoutMs });
         return { status: 'delivered', ...token };
       } catch (error) {

@@ -1,0 +1,137 @@
+import { enqueueMany, type OutboxSpec } from '@outbox/outbox';
+import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
+import { storedOn } from '@outbox/test-stack/openfga';
+import { sql } from 'kysely';
+import { describe, expect, test } from 'vitest';
+import { freshOutbox, outboxRows, outboxTable, quiet } from './testing/fixture.js';
+import { createDrainer, DrainerStoppedError, type Intent, type Sink } from './index.js';
+
+// The write-through (docs/drainer.md, "Write-through"): the writing process delivers its own
+// just-committed heads at once, into the real OpenFGA of the test stack, and never passes a pending
+// predecessor of their partition.
+const t = useTestDatabase();
+const fga = useOpenFgaStore();
+
+let objects = 0;
+
+/** A sink writing each call's tuples to the store in one Write, recording the intents in the order they were written. */
+function storeSink() {
+  const written: Intent[] = [];
+  const sink: Sink = {
+    async deliver(intents) {
+      try {
+        await fga.client.write({ writes: intents.flatMap((i) => i.payload.writes ?? []) });
+        written.push(...intents);
+        return intents.map(() => ({ kind: 'delivered' as const }));
+      } catch (error) {
+        // A tuple written twice (a duplicate delivery) is refused: the test counts it as a failure.
+        return intents.map(() => ({ kind: 'permanent' as const, error: String(error) }));
+      }
+    },
+  };
+  return { sink, written };
+}
+
+/** Commits one intent per key (each its own vpc object), returning their ids. */
+async function write(spec: OutboxSpec, keys: readonly string[]): Promise<string[]> {
+  return t.db.transaction().execute((trx) =>
+    enqueueMany(
+      trx,
+      spec,
+      keys.map((partitionKey) => ({
+        partitionKey,
+        payload: {
+          writes: [{ user: 'user:writer', relation: 'owner', object: `vpc:wt-${process.pid}-${(objects += 1)}` }],
+        },
+      })),
+    ),
+  );
+}
+
+const idle = { logger: quiet, intervalMs: 3_600_000 } as const;
+
+describe('writeThrough', () => {
+  test("delivers the writer's own heads at once, without a pass; a waiting flush resolves on its commit", async () => {
+    const spec = await freshOutbox(t.db);
+    const { sink, written } = storeSink();
+    const drainer = createDrainer({ db: t.db, spec, sink, ...idle });
+    const [id] = await write(spec, ['vpc:a']);
+    const flushed = drainer.flush({ partitionKey: 'vpc:a', ids: [id as string], timeoutMs: 10_000 });
+    expect(await drainer.writeThrough([id as string])).toEqual({ delivered: [id], deferred: [] });
+    await flushed;
+    expect(written.map((i) => i.id)).toEqual([id]);
+    expect((await outboxRows(t.db, spec)).map((r) => [r.id, r.sent, r.is_head])).toEqual([[id, true, false]]);
+    const object = written[0]?.payload.writes?.[0]?.object as string;
+    expect(await storedOn(fga.client, object)).toEqual([`user:writer owner ${object}`]);
+    await drainer.stop();
+  });
+
+  test('never passes a pending predecessor: a row behind one (due, backing off, or held) is left to the drainer', async () => {
+    const spec = await freshOutbox(t.db);
+    const { sink, written } = storeSink();
+    const drainer = createDrainer({ db: t.db, spec, sink, ...idle });
+    const [first] = await write(spec, ['vpc:k']);
+    const [second] = await write(spec, ['vpc:k']);
+    expect(await drainer.writeThrough([second as string])).toEqual({ delivered: [], deferred: [second] });
+    await sql`update ${outboxTable(spec)} set next_attempt_at = now() + interval '1 hour' where id = ${first}`.execute(
+      t.db,
+    );
+    expect(await drainer.writeThrough([second as string])).toEqual({ delivered: [], deferred: [second] });
+    expect(written).toEqual([]);
+    // A head held by another transaction (a drainer's claim) is skipped, not waited for.
+    await sql`update ${outboxTable(spec)} set next_attempt_at = now() where id = ${first}`.execute(t.db);
+    await t.withTransactions(1, async ([holder]) => {
+      const trx = holder as NonNullable<typeof holder>;
+      await sql`select id from ${outboxTable(spec)} where id = ${first} for update`.execute(trx);
+      expect(await drainer.writeThrough([first as string, second as string])).toEqual({
+        delivered: [],
+        deferred: [first, second],
+      });
+      await trx.rollback().execute();
+    });
+    // Free again: the head goes, its follower stays for the passes (a write-through claims heads only).
+    expect(await drainer.writeThrough([first as string, second as string])).toEqual({
+      delivered: [first],
+      deferred: [second],
+    });
+    expect(await drainer.writeThrough([second as string])).toEqual({ delivered: [second], deferred: [] });
+    expect(written.map((i) => i.id)).toEqual([first, second]);
+    // A drainer that is not started runs no pass for what a write-through left: nothing else moved.
+    expect((await outboxRows(t.db, spec)).every((r) => r.sent && r.attempt_count === 0)).toBe(true);
+    await drainer.stop();
+    await expect(drainer.writeThrough([second as string])).rejects.toBeInstanceOf(DrainerStoppedError);
+    await expect(drainer.writeThrough(['x'])).rejects.toThrow(/writeThrough\.ids/);
+  });
+
+  test('writers writing through beside a running drainer: every intent delivered once, each partition in id order', async () => {
+    const spec = await freshOutbox(t.db);
+    const { sink, written } = storeSink();
+    const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, intervalMs: 5 });
+    await drainer.start();
+    const keys = ['vpc:p0', 'vpc:p1', 'vpc:p2', 'vpc:p3', 'vpc:p4'];
+    const committed: string[] = [];
+    let throughDelivered = 0;
+    await Promise.all(
+      Array.from({ length: 4 }, async (_, writer) => {
+        for (let i = 0; i < 15; i += 1) {
+          const batch = [keys[(writer + i) % keys.length] as string, keys[(writer * 3 + i) % keys.length] as string];
+          const ids = await write(spec, batch);
+          committed.push(...ids);
+          throughDelivered += (await drainer.writeThrough(ids)).delivered.length;
+        }
+      }),
+    );
+    await drainer.drainOnce();
+    await drainer.stop();
+    const rows = await outboxRows(t.db, spec);
+    expect(rows.filter((r) => !r.sent || r.attempt_count > 0 || r.last_error)).toEqual([]);
+    expect(written.map((i) => i.id).sort()).toEqual([...committed].sort());
+    for (const key of keys) {
+      const order = written.filter((i) => i.partitionKey === key).map((i) => BigInt(i.id));
+      expect(order).toEqual([...order].sort((a, b) => (a < b ? -1 : 1)));
+    }
+    // Both took part: the writers delivered some of their own, the drainer the rest.
+    expect(throughDelivered).toBeGreaterThan(0);
+    expect(throughDelivered).toBeLessThan(committed.length);
+  }, 60_000);
+});
