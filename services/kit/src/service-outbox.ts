@@ -73,6 +73,12 @@ export interface ServiceOutboxConfig {
   readonly compaction?: { readonly intervalMs: number; readonly retentionMs: number };
   readonly flushOnWrite: boolean;
   readonly flushTimeoutMs: number;
+  /**
+   * After a write's commit, deliver its intents from this process at once (`drainer.writeThrough`),
+   * whether or not the answer waits for them. Default true; the kit turns it off with `runDrainer: false`
+   * (delivery is then another process's).
+   */
+  readonly writeThrough?: boolean;
   /** Retry spacing of the drainer (its defaults when empty). */
   readonly retryBackoff: BackoffOptions;
   /**
@@ -238,11 +244,16 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
       const own = ids && ids.length > 0 ? ids : undefined;
       const token = own ? { token: await outboxToken(db, spec, own) } : {};
       // The write-through: this process delivers its own heads now; what it leaves, the drainer does.
-      const through = own ? drainer.writeThrough(own).catch((error: unknown) => writeThroughFailed(error)) : undefined;
+      const through =
+        own && config.writeThrough !== false
+          ? drainer.writeThrough(own).catch((error: unknown) => writeThroughFailed(error))
+          : undefined;
       if (!config.flushOnWrite) {
         return {
           status: 'pending',
-          note: 'flush on write is off: the intent is being delivered, and the answer does not wait for it',
+          note: through
+            ? 'flush on write is off: the intent is being delivered, and the answer does not wait for it'
+            : 'flush on write is off: the drainer delivers the intent on its schedule',
           ...token,
         };
       }

@@ -157,6 +157,7 @@ export async function startService<N extends string>(
     compaction: { intervalMs: resolved.compactIntervalMs, retentionMs: resolved.retentionMs },
     flushOnWrite: resolved.flushOnWrite,
     flushTimeoutMs: resolved.flushTimeoutMs,
+    writeThrough: resolved.runDrainer,
     retryBackoff: resolved.retryBackoff,
     ...(definition.owner ? { owner: definition.owner } : {}),
     auditIntervalMs: resolved.auditIntervalMs,
