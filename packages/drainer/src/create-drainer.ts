@@ -46,7 +46,8 @@ export interface Drainer {
    * those that are their partitions' heads, here and now, in a batch of their own — claimed by id
    * under the claim rule, then outcomes, late-write stamps and settle as any batch — and leaves the
    * rest (behind a pending predecessor, backing off, held by another drainer) to the passes (it
-   * kicks a started drainer). Resolves with what it delivered; a failed delivery is recorded as any batch's. Runs
+   * kicks a started drainer). While a pass of this drainer runs, it defers everything to it (the
+   * pass batches the writes of many callers). Resolves with what it delivered; a failed delivery is recorded as any batch's. Runs
    * whether or not the drainer is started; rejects with {@link DrainerStoppedError} after `stop()`,
    * and with the error of a database or sink that failed the batch (nothing is lost: the passes
    * take the intents). A waiting `flush` of these intents resolves on its commit.
@@ -196,6 +197,12 @@ export function createDrainer(options: DrainerConfig): Drainer {
     async writeThrough(ids) {
       const checked = intentIds(ids, 'writeThrough.ids');
       if (stopping) throw new DrainerStoppedError();
+      // A pass in flight batches the writes of many callers, which beats a batch per write: the
+      // kick asks it to claim these too (benchmarked: docs/BENCHMARKS.md, "Write path").
+      if (running) {
+        kick();
+        return { delivered: [], deferred: checked };
+      }
       const through = pass.writeThrough(checked);
       throughs.add(through);
       try {

@@ -106,6 +106,9 @@ describe('writeThrough', () => {
   test('writers writing through beside a running drainer: every intent delivered once, each partition in id order', async () => {
     const spec = await freshOutbox(t.db);
     const { sink, written } = storeSink();
+    // The writers' drainer (not started: it runs no pass, so it never defers to one) and another,
+    // running on its timer, as a second instance of the service would: they race for every head.
+    const writers = createDrainer({ db: t.db, spec, sink, ...idle });
     const drainer = createDrainer({ db: t.db, spec, sink, logger: quiet, intervalMs: 5 });
     await drainer.start();
     const keys = ['vpc:p0', 'vpc:p1', 'vpc:p2', 'vpc:p3', 'vpc:p4'];
@@ -117,12 +120,12 @@ describe('writeThrough', () => {
           const batch = [keys[(writer + i) % keys.length] as string, keys[(writer * 3 + i) % keys.length] as string];
           const ids = await write(spec, batch);
           committed.push(...ids);
-          throughDelivered += (await drainer.writeThrough(ids)).delivered.length;
+          throughDelivered += (await writers.writeThrough(ids)).delivered.length;
         }
       }),
     );
     await drainer.drainOnce();
-    await drainer.stop();
+    await Promise.all([drainer.stop(), writers.stop()]);
     const rows = await outboxRows(t.db, spec);
     expect(rows.filter((r) => !r.sent || r.attempt_count > 0 || r.last_error)).toEqual([]);
     expect(written.map((i) => i.id).sort()).toEqual([...committed].sort());
@@ -130,8 +133,26 @@ describe('writeThrough', () => {
       const order = written.filter((i) => i.partitionKey === key).map((i) => BigInt(i.id));
       expect(order).toEqual([...order].sort((a, b) => (a < b ? -1 : 1)));
     }
-    // Both took part: the writers delivered some of their own, the drainer the rest.
+    // Both took part: the writers delivered some of their own, the other drainer the rest.
     expect(throughDelivered).toBeGreaterThan(0);
     expect(throughDelivered).toBeLessThan(committed.length);
   }, 60_000);
+
+  test('while a pass of its own drainer runs, it defers to it: the pass batches many callers', async () => {
+    const spec = await freshOutbox(t.db);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const { sink: store, written } = storeSink();
+    const sink: Sink = { deliver: async (intents, context) => (await held, store.deliver(intents, context)) };
+    const drainer = createDrainer({ db: t.db, spec, sink, ...idle });
+    await write(spec, ['vpc:busy']);
+    const pass = drainer.drainOnce(); // its batch waits in the sink
+    const [id] = await write(spec, ['vpc:other']);
+    expect(await drainer.writeThrough([id as string])).toEqual({ delivered: [], deferred: [id] });
+    release();
+    await pass;
+    await drainer.drainOnce();
+    expect(written.map((i) => i.partitionKey).sort()).toEqual(['vpc:busy', 'vpc:other']);
+    await drainer.stop();
+  });
 });

@@ -211,8 +211,23 @@ async function checkIdentity(db: AnyKysely, contents: OutboxTokenContents): Prom
   });
 }
 
-/** Re-reads start quickly (a write-through delivery lands within milliseconds) and back off to this. */
-const MAX_POLL_MS = 25;
+/**
+ * The pauses between re-reads: close together over the first tens of milliseconds, where a
+ * delivery lands (a write-through's, or a LISTEN-woken drainer's), then every 25 ms.
+ */
+const POLL_MS = [1, 2, 2, 3, 3, 5, 5, 8, 8, 13, 13, 20, 25];
+
+function compacted(table: string, open: readonly string[], rows: readonly OutcomeRow[]): OutboxTokenError {
+  const found = new Set(rows.map((r) => r.id));
+  const gone = open.filter((id) => !found.has(id)).map((id) => `${table}#${id}`);
+  const one = gone.length === 1;
+  return new OutboxTokenError(
+    'compacted',
+    `${gone.join(', ')} ${one ? 'is' : 'are'} not in the table: compaction deleted ${one ? 'it' : 'them'} ` +
+      '(delivered longer ago than the retention: treat as delivered), or the transaction that wrote the token rolled back',
+    gone,
+  );
+}
 
 /**
  * Waits, at most `timeoutMs`, until every intent of `token` has an outcome the drainer alone will
@@ -231,31 +246,29 @@ export async function awaitDelivered(
   const timeoutMs = integerInRange('timeoutMs', options?.timeoutMs, { min: 0, max: MAX_TIMER_MS });
   const contents = decodeOutboxToken(token);
   const specs = contents.outboxes.map((outbox) => specFor(outbox, options.outboxes ?? []));
-  await checkIdentity(db, contents);
   const deadline = Date.now() + timeoutMs;
   const outcomes = new Map<string, IntentOutcome>();
   const ages: number[] = [];
-  let pollMs = 1;
-  for (let first = true; ; first = false) {
-    for (const [i, outbox] of contents.outboxes.entries()) {
-      const open = outbox.ids.filter((id) => outcomes.get(`${outbox.table}#${id}`)?.status !== 'delivered');
-      if (open.length === 0) continue;
-      const rows = await readOutcomes(db, specs[i] as OutboxSpec, open);
-      if (first && rows.length < open.length) {
-        const found = new Set(rows.map((r) => r.id));
-        const gone = open.filter((id) => !found.has(id)).map((id) => `${outbox.table}#${id}`);
-        throw new OutboxTokenError(
-          'compacted',
-          `${gone.join(', ')} ${gone.length === 1 ? 'is' : 'are'} not in the table: compaction deleted ${gone.length === 1 ? 'it' : 'them'} ` +
-            '(delivered longer ago than the retention: treat as delivered), or the transaction that wrote the token rolled back',
-          gone,
-        );
-      }
-      for (const row of rows) {
-        outcomes.set(`${outbox.table}#${row.id}`, outcomeOf(outbox.table, row));
-        if (row.sent_at && row.age_ms !== null) ages.push(row.age_ms);
-      }
-    }
+  /** Reads every outbox's intents not yet delivered, the outboxes side by side. */
+  const readOpen = (first: boolean) =>
+    Promise.all(
+      contents.outboxes.map(async (outbox, i) => {
+        const open = outbox.ids.filter((id) => outcomes.get(`${outbox.table}#${id}`)?.status !== 'delivered');
+        if (open.length === 0) return;
+        const rows = await readOutcomes(db, specs[i] as OutboxSpec, open);
+        if (first && rows.length < open.length) throw compacted(outbox.table, open, rows);
+        for (const row of rows) {
+          outcomes.set(`${outbox.table}#${row.id}`, outcomeOf(outbox.table, row));
+          if (row.sent_at && row.age_ms !== null) ages.push(row.age_ms);
+        }
+      }),
+    );
+  // The first read beside the identity check (one round trip's wait); the check's error wins.
+  const [checked, firstRead] = await Promise.allSettled([checkIdentity(db, contents), readOpen(true)]);
+  if (checked.status === 'rejected') throw checked.reason;
+  if (firstRead.status === 'rejected') throw firstRead.reason;
+  for (let poll = 0; ; poll += 1) {
+    if (poll > 0) await readOpen(false);
     const all = contents.outboxes.flatMap((o) => o.ids.map((id) => outcomes.get(`${o.table}#${id}`) as IntentOutcome));
     const settled = all.every((o) => o.status !== 'pending');
     const remaining = deadline - Date.now();
@@ -268,7 +281,7 @@ export async function awaitDelivered(
         newestDeliveryAgeMs: ages.length === 0 ? undefined : Math.min(...ages),
       };
     }
-    await sleep(Math.min(pollMs, remaining), undefined, { signal: options.signal }).catch(() => undefined);
-    pollMs = Math.min(pollMs * 2, MAX_POLL_MS);
+    const pause = POLL_MS[Math.min(poll, POLL_MS.length - 1)] as number;
+    await sleep(Math.min(pause, remaining), undefined, { signal: options.signal }).catch(() => undefined);
   }
 }

@@ -242,12 +242,12 @@ export function createServiceOutbox(config: ServiceOutboxConfig): ServiceOutbox 
     audit,
     async settle(partitionKey, ids) {
       const own = ids && ids.length > 0 ? ids : undefined;
-      const token = own ? { token: await outboxToken(db, spec, own) } : {};
       // The write-through: this process delivers its own heads now; what it leaves, the drainer does.
       const through =
         own && config.writeThrough !== false
           ? drainer.writeThrough(own).catch((error: unknown) => writeThroughFailed(error))
           : undefined;
+      const token = own ? { token: await outboxToken(db, spec, own) } : {};
       if (!config.flushOnWrite) {
         return {
           status: 'pending',
