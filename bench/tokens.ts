@@ -1,6 +1,6 @@
 import { ConsistencyPreference, OpenFgaClient } from '@openfga/sdk';
 import { authorizationModel } from '@outbox/migrations';
-import { awaitDelivered, createOutboxTable, defineOutbox, enqueue, outboxToken, type AnyKysely } from '@outbox/outbox';
+import { awaitDelivered, createOutboxTable, defineOutbox, outboxToken, type AnyKysely } from '@outbox/outbox';
 import { createDatabase, createOpenFgaStore, startNativeOpenFga, startStack } from '@outbox/test-stack';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
