@@ -38,6 +38,9 @@ describe('durations', () => {
         .filter((o) => o.flags.includes('<duration>') && o.defaultValue !== undefined)
         .map((o) => [`${command.name()} ${o.long}`, o.defaultValueDescription, durationText(o.defaultValue as number)]),
     );
-    expect(defaults).toEqual([['compact --retention', '30d', '30d']]);
+    expect(defaults).toEqual([
+      ['token --wait', '0', '0'],
+      ['compact --retention', '30d', '30d'],
+    ]);
   });
 });

@@ -362,6 +362,36 @@ export type DoctorOutput = Static<typeof DoctorOutput>;
 export type DoctorCheck = Static<typeof DoctorCheck>;
 
 /** Every command's --json schema, by command: what docs/cli.md points to and the tests check. */
+/** One intent of a consistency token, as `outbox token` found it (`awaitDelivered`'s outcome). */
+export const TokenIntent = Type.Object(
+  {
+    outbox: Type.String(),
+    table: Type.String(),
+    id: Id,
+    status: Type.Union(
+      ['delivered', 'superseded', 'poisoned', 'blocked', 'retired', 'pending'].map((s) => Type.Literal(s)),
+    ),
+    deliveredAt: Type.Optional(Timestamp),
+    cause: Type.Optional(Type.Union([Type.Literal('exhausted'), Type.Literal('refused')])),
+    code: Type.Optional(Nullable(Type.String())),
+    lastError: Type.Optional(Nullable(Type.String())),
+    blockedBy: Type.Optional(Id),
+    reason: Type.Optional(Nullable(Type.String())),
+    closedAs: Type.Optional(Nullable(Type.String())),
+  },
+  strict,
+);
+export const TokenOutput = Type.Object(
+  {
+    settled: Type.Boolean(),
+    delivered: Type.Boolean(),
+    newestDeliveryAgeMs: Nullable(Type.Number({ minimum: 0 })),
+    intents: Type.Array(TokenIntent),
+  },
+  strict,
+);
+export type TokenOutput = Static<typeof TokenOutput>;
+
 export const OUTPUT_SCHEMAS = Object.freeze({
   status: StatusOutput,
   list: ListOutput,
@@ -375,4 +405,5 @@ export const OUTPUT_SCHEMAS = Object.freeze({
   repair: RepairOutput,
   actions: ActionsOutput,
   doctor: DoctorOutput,
+  token: TokenOutput,
 });

@@ -14,12 +14,14 @@ import { defineRedrive } from './redrive-command.js';
 import { defineRepair } from './repair-command.js';
 import { defineShow } from './show-command.js';
 import { defineStatus } from './status-command.js';
+import { defineToken } from './token-command.js';
 
 /** Every command, in the order `outbox --help` lists them. */
 const COMMANDS = {
   status: defineStatus,
   list: defineList,
   show: defineShow,
+  token: defineToken,
   drain: defineDrain,
   redrive: defineRedrive,
   retire: defineRetire,
