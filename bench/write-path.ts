@@ -64,26 +64,28 @@ async function naiveCreate({ db, client, steps }: Setup, object: string): Promis
   await step(steps, 'Write', client.write({ writes: tuplesOf(object) }, { conflict }));
 }
 
-/** A create through the outbox: check, the row and its intent in one transaction, then `flush` (read-your-writes), then answer. */
-async function outboxCreate({ db, client, spec, drainer, steps }: Setup, object: string): Promise<void> {
+/** The outbox paths' first steps: the check, then the row and its intent in one transaction; the intent's id. */
+async function checkAndCommit({ db, client, spec, steps }: Setup, object: string): Promise<string> {
   await step(steps, 'check', authorize(client));
   const transaction = db.transaction().execute(async (trx) => {
     await sql`insert into bench.resources (id, project, owner) values (${object}, ${PROJECT}, ${USER})`.execute(trx);
     return enqueue(trx, spec, { partitionKey: object, payload: { writes: tuplesOf(object) } });
   });
-  const id = await step(steps, 'row + intent', transaction);
+  return step(steps, 'row + intent', transaction);
+}
+
+/** A create through the outbox: check, the row and its intent in one transaction, then `flush` (read-your-writes), then answer. */
+async function outboxCreate(setup: Setup, object: string): Promise<void> {
+  const { drainer, steps } = setup;
+  const id = await checkAndCommit(setup, object);
   // With the id enqueue returned, as the example services' settle passes it.
   await step(steps, 'flush', drainer.flush({ partitionKey: object, ids: [id], timeoutMs: 30_000 }));
 }
 
 /** A create with the write-through: check, the row and its intent, then the writer delivers its own head (`flush` only for what it left). */
-async function throughCreate({ db, client, spec, drainer, steps }: Setup, object: string): Promise<void> {
-  await step(steps, 'check', authorize(client));
-  const transaction = db.transaction().execute(async (trx) => {
-    await sql`insert into bench.resources (id, project, owner) values (${object}, ${PROJECT}, ${USER})`.execute(trx);
-    return enqueue(trx, spec, { partitionKey: object, payload: { writes: tuplesOf(object) } });
-  });
-  const id = await step(steps, 'row + intent', transaction);
+async function throughCreate(setup: Setup, object: string): Promise<void> {
+  const { drainer, steps } = setup;
+  const id = await checkAndCommit(setup, object);
   const { deferred } = await step(steps, 'write-through', drainer.writeThrough([id]));
   if (deferred.length > 0)
     await step(steps, 'flush', drainer.flush({ partitionKey: object, ids: [id], timeoutMs: 30_000 }));

@@ -47,8 +47,9 @@ export interface Drainer {
    * under the claim rule, then outcomes, late-write stamps and settle as any batch — and leaves the
    * rest (behind a pending predecessor, backing off, held by another drainer) to the passes (it
    * kicks a started drainer). While a pass of this drainer runs, it defers everything to it (the
-   * pass batches the writes of many callers). Resolves with what it delivered; a failed delivery is recorded as any batch's. Runs
-   * whether or not the drainer is started; rejects with {@link DrainerStoppedError} after `stop()`,
+   * pass batches the writes of many callers). Resolves with what it delivered; a failed delivery is
+   * recorded as any batch's. Runs whether or not the drainer is started; rejects with
+   * {@link DrainerStoppedError} after `stop()`,
    * and with the error of a database or sink that failed the batch (nothing is lost: the passes
    * take the intents). A waiting `flush` of these intents resolves on its commit.
    */

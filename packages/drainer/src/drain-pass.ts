@@ -36,6 +36,14 @@ export interface DrainPassOptions {
   readonly stopping: () => boolean;
 }
 
+/** Rolls back a batch's transaction after a failure, whose error is the one reported. */
+function rollbackQuietly(conn: AnyKysely): Promise<unknown> {
+  return sql
+    .raw('rollback')
+    .execute(conn)
+    .catch(() => undefined);
+}
+
 /** What a write-through did (`Drainer.writeThrough`). */
 export interface WriteThroughResult {
   /** Ids delivered and recorded, committed. */
@@ -137,11 +145,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
       }
     } finally {
       // The transaction of a failed batch, or the empty one that found nothing to claim.
-      if (open)
-        await sql
-          .raw('rollback')
-          .execute(conn)
-          .catch(() => undefined);
+      if (open) await rollbackQuietly(conn);
     }
   }
 
@@ -284,11 +288,7 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
         await sql.raw(claimed ? 'commit' : 'rollback').execute(conn);
         return claimed;
       } finally {
-        if (open)
-          await sql
-            .raw('rollback')
-            .execute(conn)
-            .catch(() => undefined);
+        if (open) await rollbackQuietly(conn);
       }
     });
     if (!batch) return { delivered: [], deferred: [...ids] };

@@ -71,15 +71,9 @@ interface Identity {
   readonly oids: readonly (number | null)[];
 }
 
-/** The database's identity and the oids of `tables`: one round trip, in `db`'s transaction if it is one. */
-async function identity(db: AnyKysely, tables: readonly string[]): Promise<Identity> {
-  // Validated identifiers (defineOutbox's rule, for a spec and a decoded token alike): safe to quote.
-  const quoted = tables.map((table) =>
-    table
-      .split('.')
-      .map((part) => `"${part}"`)
-      .join('.'),
-  );
+/** The database's identity and the oids of `specs`' tables: one round trip, in `db`'s transaction if it is one. */
+async function identity(db: AnyKysely, specs: readonly OutboxSpec[]): Promise<Identity> {
+  const quoted = specs.map((spec) => tableNames(spec).table);
   const result = await sql<{ database: string; oids: (string | null)[] }>`
     select (select system_identifier from pg_catalog.pg_control_system())::text || '/' || current_database() as database,
            array(select to_regclass(name)::oid from unnest(${quoted}::text[]) with ordinality as u(name, n) order by n)::text[] as oids`.execute(
@@ -108,7 +102,7 @@ export async function outboxToken(db: AnyKysely, spec: OutboxSpec, ids: readonly
       `expected the ids enqueue returned (decimal strings), got ${JSON.stringify(ids)}`,
     );
   }
-  const { database, oids } = await identity(db, [spec.table]);
+  const { database, oids } = await identity(db, [spec]);
   const tableOid = oids[0];
   if (tableOid === null || tableOid === undefined) {
     throw new OutboxConfigError('spec', `${spec.table} does not exist in this database: run its migration`);
@@ -186,11 +180,12 @@ function specFor(outbox: TokenOutbox, given: readonly OutboxSpec[]): OutboxSpec 
 }
 
 /** Checks `contents` names this database and tables it has, as they were when the token was minted. */
-async function checkIdentity(db: AnyKysely, contents: OutboxTokenContents): Promise<void> {
-  const found = await identity(
-    db,
-    contents.outboxes.map((o) => o.table),
-  );
+async function checkIdentity(
+  db: AnyKysely,
+  contents: OutboxTokenContents,
+  specs: readonly OutboxSpec[],
+): Promise<void> {
+  const found = await identity(db, specs);
   if (found.database !== contents.database) {
     throw new OutboxTokenError(
       'other-database',
@@ -264,7 +259,7 @@ export async function awaitDelivered(
       }),
     );
   // The first read beside the identity check (one round trip's wait); the check's error wins.
-  const [checked, firstRead] = await Promise.allSettled([checkIdentity(db, contents), readOpen(true)]);
+  const [checked, firstRead] = await Promise.allSettled([checkIdentity(db, contents, specs), readOpen(true)]);
   if (checked.status === 'rejected') throw checked.reason;
   if (firstRead.status === 'rejected') throw firstRead.reason;
   for (let poll = 0; ; poll += 1) {
