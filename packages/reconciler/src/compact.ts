@@ -97,10 +97,15 @@ export function compactBatch(spec: OutboxSpec, after: string, options: BatchOpti
     select b.id, b.sent_at is not null as delivered from batch b left join bounds d on d.key = b.key
     where (b.sent_at < ${ago(options.retentionMs)} and b.id < d.last_delivered and b.id < coalesce(d.first_pending, 9223372036854775807))
        or b.retired_at < ${ago(options.closedRetentionMs)}`;
-  // Re-checked on the row's latest version, should an update race the batch.
+  // Re-checked on the row's latest version, should an update race the batch. A row another
+  // transaction holds stays for the next run: a drainer's claim keeps the lock it took on a head
+  // that was delivered under it, and compaction waits for nobody.
+  const unlocked = sql`
+    select t.id, d.delivered from ${table} t join doomed d on t.id = d.id
+    where (${rowStates('t').delivered} or ${rowStates('t').retired})${marked} for update of t skip locked`;
   const gone = options.dryRun
     ? sql`select delivered from doomed`
-    : sql`delete from ${table} t using doomed d where t.id = d.id and (${rowStates('t').delivered} or ${rowStates('t').retired})${marked} returning d.delivered`;
+    : sql`delete from ${table} t using (${unlocked}) d where t.id = d.id returning d.delivered`;
   return sql<BatchRow>`
     with granted as materialized (
       select pg_try_advisory_xact_lock(hashtextextended(${`outbox-compaction:${spec.table}`}, 0)) as granted

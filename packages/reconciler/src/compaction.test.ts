@@ -134,6 +134,28 @@ describe('compactOutbox, what else it respects', () => {
     expect(await remaining(spec)).toEqual([marked, last]);
   });
 
+  test('a row another transaction holds locked stays for the next run: compaction waits for nobody', async () => {
+    // A drainer's claim keeps the lock it took on a head another drainer delivered under it.
+    const spec = await createTestOutbox(t.db);
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i += 1) ids.push(await enqueueIntent(t.db, spec, 'vpc:1', register('1')));
+    for (const id of ids) await deliver(t.db, spec, id);
+    const holder = await openTransaction(t.db);
+    try {
+      await sql`select id from ${sql.raw(tableNames(spec).table)} where id = ${ids[1]} for update`.execute(holder.trx);
+      const result = await Promise.race([
+        compactOutbox({ db: t.db, spec, retentionMs: 0 }),
+        new Promise((_, reject) => setTimeout(() => reject(new Error('compaction waited on the lock')), 5_000)),
+      ]);
+      expect(result).toMatchObject({ deleted: 2, delivered: 2 });
+      expect(await remaining(spec)).toEqual([ids[1], ids[3]]);
+    } finally {
+      await holder.rollback();
+    }
+    await compactOutbox({ db: t.db, spec, retentionMs: 0 });
+    expect(await remaining(spec)).toEqual([ids[3]]);
+  });
+
   test('bad options are OutboxConfigErrors naming the option', async () => {
     const spec = await createTestOutbox(t.db);
     for (const [options, field] of [
