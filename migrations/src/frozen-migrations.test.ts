@@ -101,6 +101,7 @@ test('each migration sends the SQL it shipped with: a change to a shipped migrat
       "0011_claim_v5": "332fa4b83bdc8a26",
       "0012_enqueue_function_v1": "20e607d6e3c19981",
       "0013_actions_log_v1": "1652d3c0a0bf4209",
+      "0014_instance_vpc": "bf42d89940365587",
     }
   `);
 });

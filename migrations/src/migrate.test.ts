@@ -125,6 +125,7 @@ test.each([
       '0011_claim_v5',
       '0012_enqueue_function_v1',
       '0013_actions_log_v1',
+      '0014_instance_vpc',
     ],
   },
   {
@@ -146,6 +147,7 @@ test.each([
       '0011_claim_v5',
       '0012_enqueue_function_v1',
       '0013_actions_log_v1',
+      '0014_instance_vpc',
     ],
   },
   {
@@ -156,7 +158,13 @@ test.each([
       await beforeClaimV5(db, spec);
       await beforeLateWriteVerification(db, spec);
     },
-    pending: ['0010_late_write_verification', '0011_claim_v5', '0012_enqueue_function_v1', '0013_actions_log_v1'],
+    pending: [
+      '0010_late_write_verification',
+      '0011_claim_v5',
+      '0012_enqueue_function_v1',
+      '0013_actions_log_v1',
+      '0014_instance_vpc',
+    ],
   },
   {
     build: 'before claim v5',
@@ -165,7 +173,7 @@ test.each([
       await beforeEnqueueFunction(db, spec);
       await beforeClaimV5(db, spec);
     },
-    pending: ['0011_claim_v5', '0012_enqueue_function_v1', '0013_actions_log_v1'],
+    pending: ['0011_claim_v5', '0012_enqueue_function_v1', '0013_actions_log_v1', '0014_instance_vpc'],
   },
   {
     build: 'before enqueue v1',
@@ -173,12 +181,12 @@ test.each([
       await beforeActionsLog(db, spec);
       await beforeEnqueueFunction(db, spec);
     },
-    pending: ['0012_enqueue_function_v1', '0013_actions_log_v1'],
+    pending: ['0012_enqueue_function_v1', '0013_actions_log_v1', '0014_instance_vpc'],
   },
   {
     build: 'before the actions log',
     leave: beforeActionsLog,
-    pending: ['0013_actions_log_v1'],
+    pending: ['0013_actions_log_v1', '0014_instance_vpc'],
   },
 ])(
   "a database migrated by the build $build: the next migrate brings every outbox's functions and columns up to date",
@@ -191,6 +199,8 @@ test.each([
       );
     }
     await sql`drop table if exists public.outbox_audit_cursor`.execute(db);
+    // Every earlier build predates an instance's vpc.
+    await sql`alter table compute.instances drop column vpc_id`.execute(db);
     await sql`delete from public.kysely_migration where name = any(${pending})`.execute(db);
     expect(await migrateToLatest(db)).toEqual(pending);
     for (const spec of specs) await verifyOutboxTable(db, spec);

@@ -2,6 +2,7 @@ import type { AnyKysely } from '@outbox/outbox';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
 import {
   actionsLogMigration,
+  addResourceColumnsMigration,
   drainFunctionsMigration,
   enqueueFunctionMigration,
   iamMigration,
@@ -13,6 +14,11 @@ import { computeOutbox, iamOutbox, nlbOutbox, registryOutbox, storageOutbox, vpc
 import { bucketTable, instanceTable, loadBalancerTable, repositoryTable, vpcTable } from './tables.js';
 
 const OUTBOXES = [iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox, registryOutbox];
+/** `compute.instances` as 0003 created it: later columns are migrations of their own. */
+const INSTANCE_TABLE_V1 = {
+  ...instanceTable,
+  columns: { machine_type: { type: 'text' }, image: { type: 'text' } },
+} as const;
 
 /**
  * Every migration of the project, in order. Compiled into the code (not read from a folder at run
@@ -22,7 +28,7 @@ const OUTBOXES = [iamOutbox, vpcOutbox, computeOutbox, nlbOutbox, storageOutbox,
 export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0001_iam': iamMigration,
   '0002_vpc': registerServiceMigration(vpcTable, vpcOutbox),
-  '0003_compute': registerServiceMigration(instanceTable, computeOutbox),
+  '0003_compute': registerServiceMigration(INSTANCE_TABLE_V1, computeOutbox),
   '0004_nlb': registerServiceMigration(loadBalancerTable, nlbOutbox),
   '0005_storage': registerServiceMigration(bucketTable, storageOutbox),
   '0006_registry': registerServiceMigration(repositoryTable, registryOutbox),
@@ -40,6 +46,8 @@ export const migrations: Readonly<Record<string, Migration>> = Object.freeze({
   '0012_enqueue_function_v1': enqueueFunctionMigration(OUTBOXES, 'v1'),
   // the actions log beside every outbox: what operators changed, by whom and why (the previous build writes none).
   '0013_actions_log_v1': actionsLogMigration(OUTBOXES),
+  // an instance names the vpc it runs in (compute checks can_edit on it); rows from before have none.
+  '0014_instance_vpc': addResourceColumnsMigration(instanceTable, { vpc_id: 'text' }),
 });
 
 const provider: MigrationProvider = { getMigrations: async () => ({ ...migrations }) };

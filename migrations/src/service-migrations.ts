@@ -16,7 +16,12 @@ import {
 import { AUDIT_CURSOR_TABLE, auditCursorTableDdl } from '@outbox/reconciler';
 import type { Migration } from 'kysely/migration';
 import { createIamTables, dropIamTables } from './iam-schema.js';
-import { createResourceTable, dropResourceTable, type ResourceTable } from './resource-table.js';
+import {
+  createResourceTable,
+  dropResourceTable,
+  type ResourceColumnType,
+  type ResourceTable,
+} from './resource-table.js';
 import { iamOutbox } from './specs.js';
 
 // What these call must not change once shipped (docs/migrations.md): frozen-migrations.test.ts pins
@@ -47,6 +52,26 @@ export function registerServiceMigration(table: ResourceTable, spec: OutboxSpec)
       await dropOutboxTable(db, spec);
       await dropResourceTable(db, table);
       await db.schema.dropSchema(table.schema).ifExists().execute();
+    },
+  };
+}
+
+/**
+ * Adds `columns` to a resource table, each nullable (the rows already there have no value for it)
+ * and without a default, so the change takes no table rewrite.
+ */
+export function addResourceColumnsMigration(
+  table: Pick<ResourceTable, 'schema' | 'table'>,
+  columns: Readonly<Record<string, ResourceColumnType>>,
+): Migration {
+  return {
+    async up(db) {
+      for (const [name, type] of Object.entries(columns))
+        await db.schema.withSchema(table.schema).alterTable(table.table).addColumn(name, type).execute();
+    },
+    async down(db) {
+      for (const name of Object.keys(columns))
+        await db.schema.withSchema(table.schema).alterTable(table.table).dropColumn(name).execute();
     },
   };
 }

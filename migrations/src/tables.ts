@@ -12,11 +12,11 @@ export const vpcTable = defineResourceTable({
   columns: { cidr_block: { type: 'text' } },
 });
 
-/** `compute.instances`: a virtual machine. */
+/** `compute.instances`: a virtual machine, in a vpc when `vpc_id` names one (migration 0014 added it). */
 export const instanceTable = defineResourceTable({
   schema: 'compute',
   table: 'instances',
-  columns: { machine_type: { type: 'text' }, image: { type: 'text' } },
+  columns: { machine_type: { type: 'text' }, image: { type: 'text' }, vpc_id: { type: 'text', nullable: true } },
 });
 
 /** `nlb.load_balancers`: a network load balancer. */

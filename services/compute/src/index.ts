@@ -1,5 +1,11 @@
 import { computeOutbox, instanceTable } from '@outbox/migrations';
-import { createRegisterService, startService, type RunningService, type ServiceOptions } from '@outbox/service-kit';
+import {
+  createRegisterService,
+  ID_FIELD,
+  startService,
+  type RunningService,
+  type ServiceOptions,
+} from '@outbox/service-kit';
 import { Type } from 'typebox';
 
 /** The compute service: `compute.instances`, OpenFGA type `instance`, routes under `/instances`. */
@@ -16,7 +22,9 @@ export const computeService = createRegisterService({
       description: 'an image like debian-12 or ubuntu:24.04',
       pattern: '^[a-z0-9][a-z0-9._-]{0,63}(:[a-z0-9._-]{1,64})?$',
     }),
+    vpc_id: Type.Optional(ID_FIELD),
   },
+  references: { vpc_id: { fgaType: 'vpc', relation: 'can_edit' } },
 });
 
 /** Starts the compute service in this process (a free port unless `options.port`); `stop()` it when done. */

@@ -39,6 +39,21 @@ export interface RegisterServiceConfig<
   readonly fields: F & FieldSchemas<C, F>;
   /** The checks behind custom `format`s the fields use (e.g. `{ 'ipv4-cidr-block': cidrProblem }`). */
   readonly formats?: Readonly<Record<string, FormatCheck>>;
+  /**
+   * Fields that name another service's resource, and what the caller needs on it to create one
+   * here: `{ vpc_id: { fgaType: 'vpc', relation: 'can_edit' } }` checks `can_edit` on `vpc:<vpc_id>`
+   * when a create gives `vpc_id`. Checked as every check is, so an `Outbox-Consistency` token from
+   * the other service's write makes the create wait for that resource's tuples.
+   */
+  readonly references?: { readonly [K in keyof C]?: ResourceReference };
+}
+
+/** What a field naming another service's resource requires of the caller ({@link RegisterServiceConfig.references}). */
+export interface ResourceReference {
+  /** The OpenFGA type the field's value is an id of, e.g. `vpc`. */
+  readonly fgaType: string;
+  /** The relation the caller needs on it, e.g. `can_edit`. */
+  readonly relation: string;
 }
 
 /** A register service's definition, with what a client needs to call it. */
@@ -61,11 +76,23 @@ type ResourceRow = Record<string, unknown> & {
 
 const ID_PARAMS = Type.Object({ id: Type.String({ description: 'the resource id' }) });
 
+const COLUMN_SCHEMAS = { text: Type.String, integer: Type.Integer, boolean: Type.Boolean } as const;
+
+/** A row's nullable columns as an answer shows them: the value, or null where a create gave none. */
+function nullableColumns(table: ResourceTable): Record<string, TSchema> {
+  return Object.fromEntries(
+    Object.entries(table.columns)
+      .filter(([, column]) => column.nullable)
+      .map(([name, column]) => [name, Type.Union([COLUMN_SCHEMAS[column.type](), Type.Null()])]),
+  );
+}
+
 /**
  * Builds a register service (vpc, compute, nlb, storage, registry) from its table, type, outbox and
  * fields. Its API, all answering JSON and naming the caller with the `x-user-id` header:
  *
- * - `POST /<path>` `{ project_id, name, ...fields }` — needs `can_edit` on the project. Writes the row
+ * - `POST /<path>` `{ project_id, name, ...fields }` — needs `can_edit` on the project (and what
+ *   `references` asks on the resources the fields name). Writes the row
  *   and its register intent (tuples `project:<p> project <obj>`, `user:<caller> owner <obj>`) in one
  *   transaction, then awaits their delivery: 201, or 202 with a `note` when delivery is pending.
  * - `GET /<path>/:id` — needs `can_view`: 200, 403, or 404 for an unknown id.
@@ -102,9 +129,15 @@ export function createRegisterService<
     created_by: Type.String(),
     created_at: TIMESTAMP,
     ...fields,
+    ...nullableColumns(table),
   });
   const tags = [fgaType];
   const objectOf = (id: string) => resourceObject(fgaType, id);
+  const references = Object.entries((config.references ?? {}) as Readonly<Record<string, ResourceReference>>);
+  for (const [field] of references) {
+    if (!(field in fields)) throw new ServiceConfigError(`references.${field}`, `${field} is not one of the fields`);
+  }
+  const referenced = references.map(([field, r]) => ` and ${r.relation} on the ${r.fgaType} its ${field} names`);
 
   return {
     name: config.name,
@@ -124,7 +157,7 @@ export function createRegisterService<
         path,
         {
           schema: {
-            summary: `Create a ${fgaType} (needs can_edit on the project)`,
+            summary: `Create a ${fgaType} (needs can_edit on the project${referenced.join('')})`,
             tags,
             body,
             response: writeResponses(201, row.properties, `the ${fgaType}`),
@@ -134,6 +167,15 @@ export function createRegisterService<
           const { caller } = request;
           const values = request.body as Record<string, unknown> & { project_id: string };
           await request.authorizer.require(`user:${caller}`, 'can_edit', `project:${values.project_id}`);
+          for (const [field, reference] of references) {
+            const value = values[field];
+            if (typeof value === 'string')
+              await request.authorizer.require(
+                `user:${caller}`,
+                reference.relation,
+                resourceObject(reference.fgaType, value),
+              );
+          }
           const id = randomUUID();
           const object = objectOf(id);
           const payload: IntentPayload = { writes: registrationTuples(object, values.project_id, caller) };
