@@ -47,14 +47,21 @@ export interface Drainer {
    * under the claim rule, then outcomes, late-write stamps and settle as any batch — and leaves the
    * rest (behind a pending predecessor, backing off, held by another drainer) to the passes (it
    * kicks a started drainer). While a pass of this drainer runs, it defers everything to it (the
-   * pass batches the writes of many callers). Resolves with what it delivered; a failed delivery is
-   * recorded as any batch's. Runs whether or not the drainer is started; rejects with
+   * pass batches the writes of many callers). Resolves once the sink has answered, with what it
+   * delivered, and `settled` for the commit that records it (a waiting `flush` of these intents,
+   * and `awaitDelivered` anywhere, resolve on that commit); a failed delivery is recorded as any
+   * batch's. Runs whether or not the drainer is started; rejects with
    * {@link DrainerStoppedError} after `stop()`,
    * and with the error of a database or sink that failed the batch (nothing is lost: the passes
-   * take the intents). A waiting `flush` of these intents resolves on its commit.
+   * take the intents).
    */
   writeThrough(ids: readonly string[]): Promise<WriteThroughResult>;
 }
+
+/** How long after a notification a pass starts while this process writes through. */
+const NOTIFY_GRACE_MS = 2;
+/** A write-through this recent means the process writes through. */
+const WRITE_THROUGH_RECENT_MS = 10_000;
 
 /**
  * Creates a drainer: claims deliverable intents in per-partition order, delivers them through the
@@ -87,8 +94,8 @@ export function createDrainer(options: DrainerConfig): Drainer {
     stopping: () => stopping,
   });
 
-  /** Write-throughs in flight: `stop()` waits for them as for the pass. */
-  const throughs = new Set<Promise<WriteThroughResult>>();
+  /** Write-throughs in flight, to their settle's commit: `stop()` waits for them as for the pass. */
+  const throughs = new Set<Promise<unknown>>();
   // Single flight: one pass at a time in this process; a kick during a pass schedules one more.
   let running: Promise<DrainResult> | undefined;
   let again = false;
@@ -124,6 +131,21 @@ export function createDrainer(options: DrainerConfig): Drainer {
     else runPass().catch(() => undefined); // failures are logged and emitted inside the pass
   }
 
+  let lastThroughAt = -Infinity;
+  let notifyTimer: NodeJS.Timeout | undefined;
+  /**
+   * A notification kicks a pass; while this process writes through, a moment later: the commit it
+   * notifies is most likely a writer's here, whose write-through then claims its heads before the
+   * pass instead of deferring to it (docs/drainer.md, "Write-through").
+   */
+  function notified(): void {
+    if (performance.now() - lastThroughAt > WRITE_THROUGH_RECENT_MS) return kick();
+    notifyTimer ??= setTimeout(() => {
+      notifyTimer = undefined;
+      kick();
+    }, NOTIFY_GRACE_MS);
+  }
+
   let timer: NodeJS.Timeout | undefined;
   function schedule(): void {
     timer = setTimeout(() => {
@@ -143,7 +165,7 @@ export function createDrainer(options: DrainerConfig): Drainer {
       const started = new NotificationListener({
         connectionString: config.listen.connectionString,
         channel: config.spec.channel,
-        onNotify: kick,
+        onNotify: notified,
         logger: config.logger,
         onStateChange: (state) => config.emit({ type: 'listen-changed', table: config.spec.table, state }),
       });
@@ -177,6 +199,8 @@ export function createDrainer(options: DrainerConfig): Drainer {
       stopping = true;
       clearTimeout(timer);
       timer = undefined;
+      clearTimeout(notifyTimer);
+      notifyTimer = undefined;
       flushes.stopAll();
       // Taken before awaiting: a start() during this stop() sets up its own listener, for the next stop() to close.
       const closing = listener;
@@ -202,10 +226,16 @@ export function createDrainer(options: DrainerConfig): Drainer {
       // kick asks it to claim these too (benchmarked: docs/BENCHMARKS.md, "Write path").
       if (running) {
         kick();
-        return { delivered: [], deferred: checked };
+        return { delivered: [], deferred: checked, settled: Promise.resolve(true) };
       }
+      lastThroughAt = performance.now();
+      // The write-throughs before this one commit their settles first: an intent of theirs may be
+      // this one's predecessor, which only their commit makes this one the head after.
+      if (throughs.size > 0) await Promise.all([...throughs]);
       const through = pass.writeThrough(checked);
-      throughs.add(through);
+      const settled = through.then((result) => result.settled);
+      throughs.add(settled);
+      void settled.finally(() => throughs.delete(settled)).catch(() => undefined);
       try {
         const result = await through;
         if (result.deferred.length > 0 && starting) kick();
@@ -213,8 +243,6 @@ export function createDrainer(options: DrainerConfig): Drainer {
       } catch (error) {
         if (starting) kick();
         throw error;
-      } finally {
-        throughs.delete(through);
       }
     },
   };

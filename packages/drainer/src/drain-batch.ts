@@ -1,5 +1,4 @@
 import { backoffDelayMs } from './backoff.js';
-import { sql } from 'kysely';
 import { claimBatch, claimHeadsById } from './claim.js';
 import { applyOrdering, deliverBatch } from './deliver.js';
 import type { HeadLimit } from './head-limit.js';
@@ -11,6 +10,8 @@ import type { AnyKysely } from '@outbox/outbox';
 /** Whatever the pool's default isolation: the claim, the settle and the reconciler rely on READ COMMITTED. */
 export const BEGIN = 'begin isolation level read committed';
 export const COMMIT_AND_BEGIN = `commit; ${BEGIN}`;
+/** BEGIN with the durability the claim function sets when `synchronousCommit` is off, in one round trip. */
+export const BEGIN_ASYNC_COMMIT = `${BEGIN}; set local synchronous_commit = off`;
 /** What a chained settle, unread, is taken to say: a full run nearly always leaves a next head. */
 const FULL_RUN_SETTLED: SettledPartitions = { partitions: 1, withNextHead: 1 };
 
@@ -42,8 +43,15 @@ export interface BatchOptions {
   readonly config: ResolvedDrainerConfig;
   readonly limit: HeadLimit;
   readonly flushKeys: readonly string[];
-  /** Claim only those of these ids that are due heads (the write-through) instead of a batch. */
+  /**
+   * Claim only those of these ids that are due heads (the write-through) instead of a batch, in a
+   * transaction its caller opened with the claim function's durability ({@link BEGIN_ASYNC_COMMIT}).
+   */
   readonly headIds?: readonly string[];
+  /** Told the ids the sink took, before their outcomes are recorded (the write-through answers on it). */
+  readonly onDelivered?: (ids: readonly string[]) => void;
+  /** Send the COMMIT with the settle when every intent was delivered: the result is then `chained`. */
+  readonly commitWithSettle?: boolean;
   /** Whether the pass would go on after this batch, the condition of chaining it. */
   readonly mayChain: () => boolean;
   /** This drainer's sink calls in flight by partition: the batch sends only once none holds its partitions. */
@@ -59,13 +67,6 @@ export interface BatchOptions {
   }) => (() => void) | void;
 }
 
-/** The write-through's claim, with the durability the claim function would set. */
-async function claimOwnHeads(conn: AnyKysely, config: ResolvedDrainerConfig, ids: readonly string[]) {
-  // As the claim function does: a commit lost in a crash only means its intents are delivered again, in order.
-  if (!config.synchronousCommit) await sql`select set_config('synchronous_commit', 'off', true)`.execute(conn);
-  return claimHeadsById(conn, config.spec, ids);
-}
-
 /**
  * Claims, delivers and records one batch in the transaction open on `conn`; undefined when nothing
  * was claimable. The caller commits, unless a full one-partition run, all delivered, was `chained`.
@@ -75,7 +76,7 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
   const { spec, batchSize, emit, logger } = config;
   const claimStarted = performance.now();
   const batch = options.headIds
-    ? await claimOwnHeads(conn, config, options.headIds)
+    ? await claimHeadsById(conn, spec, options.headIds)
     : await claimBatch(conn, spec, batchSize, {
         headLimit: limit.heads,
         runs: limit.runs,
@@ -94,10 +95,13 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
     deliveryOver?.();
   }
   const deliverMs = performance.now() - deliverStarted;
+  const ordered = applyOrdering(batch.intents, outcomes);
+  options.onDelivered?.(ordered.delivered.map((i) => i.id));
   const fullRun = batch.heads === 1 && batch.intents.length === batchSize && options.mayChain();
-  const recorded = await recordOutcomes(conn, spec, applyOrdering(batch.intents, outcomes), {
+  const sendWith = options.commitWithSettle ? 'commit' : fullRun ? COMMIT_AND_BEGIN : undefined;
+  const recorded = await recordOutcomes(conn, spec, ordered, {
     delayMs: (intent) => backoffDelayMs(intent.attemptCount, config.backoff),
-    ...(fullRun ? { sendWith: COMMIT_AND_BEGIN } : {}),
+    ...(sendWith ? { sendWith } : {}),
     ...(config.lateWrites ? { verifyDelayMs: config.lateWrites.verifyDelayMs } : {}),
   });
   return {

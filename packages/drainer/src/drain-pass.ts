@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { BEGIN, COMMIT_AND_BEGIN, runBatch, type CommittedOutcomes } from './drain-batch.js';
+import { BEGIN, BEGIN_ASYNC_COMMIT, COMMIT_AND_BEGIN, runBatch, type CommittedOutcomes } from './drain-batch.js';
 import { initialHeadLimit, nextHeadLimit, type HeadLimit } from './head-limit.js';
 import { checkLateWrites } from './late-write-check.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
@@ -46,10 +46,15 @@ function rollbackQuietly(conn: AnyKysely): Promise<unknown> {
 
 /** What a write-through did (`Drainer.writeThrough`). */
 export interface WriteThroughResult {
-  /** Ids delivered and recorded, committed. */
+  /** Ids the sink took: their tuples are in OpenFGA. Recorded as delivered once `settled` resolves. */
   readonly delivered: readonly string[];
   /** Ids it did not deliver: not heads, backing off, held by a drainer, or failed; the drainer's passes take them. */
   readonly deferred: readonly string[];
+  /**
+   * Resolves once the outcomes are committed: true, or false when the settle failed (logged; the
+   * rows stay pending and a pass delivers them again, in order). Never rejects.
+   */
+  readonly settled: Promise<boolean>;
 }
 
 /** What runs passes: single flight is the caller's (`createDrainer`). */
@@ -269,33 +274,65 @@ export function createDrainPass(options: DrainPassOptions): DrainPass {
   /**
    * One batch of `ids`' due heads on a pooled connection, outside the lanes: the claim by id, the
    * same fence, outcomes, late-write stamps and settle as any batch (docs/drainer.md, "Write-through").
+   * Answers once the sink has answered; the settle and its commit (one round trip) go on behind it.
    */
   async function writeThrough(ids: readonly string[]): Promise<WriteThroughResult> {
     await options.verify();
-    const batch = await config.db.connection().execute(async (conn) => {
-      await sql.raw(BEGIN).execute(conn);
+    const split = (delivered: ReadonlySet<string>) => ({
+      delivered: ids.filter((id) => delivered.has(id)),
+      deferred: ids.filter((id) => !delivered.has(id)),
+    });
+    let answer: ((delivered: readonly string[]) => void) | undefined;
+    const answered = new Promise<readonly string[]>((resolve) => (answer = resolve));
+    const work = config.db.connection().execute(async (conn) => {
+      // As the claim function does: a commit lost in a crash only means its intents are delivered again, in order.
+      await sql.raw(config.synchronousCommit ? BEGIN : BEGIN_ASYNC_COMMIT).execute(conn);
       let open = true;
       try {
-        const claimed = await runBatch(conn, {
+        const batch = await runBatch(conn, {
           config,
           limit: carried,
           flushKeys: [],
           headIds: ids,
           mayChain: () => false,
           fence,
+          commitWithSettle: true,
+          onDelivered: (delivered) => answer?.(delivered),
         });
         open = false;
-        await sql.raw(claimed ? 'commit' : 'rollback').execute(conn);
-        return claimed;
+        if (!batch) await sql.raw('rollback').execute(conn);
+        else if (!batch.chained) await sql.raw('commit').execute(conn);
+        return batch;
       } finally {
         if (open) await rollbackQuietly(conn);
       }
     });
-    if (!batch) return { delivered: [], deferred: [...ids] };
-    batch.announce();
-    options.committed(batch.recorded);
-    const delivered = new Set(batch.recorded.delivered);
-    return { delivered: ids.filter((id) => delivered.has(id)), deferred: ids.filter((id) => !delivered.has(id)) };
+    const outcome = await Promise.race([
+      answered.then((delivered) => ({ delivered })),
+      work.then((batch) => ({ batch })),
+    ]);
+    answer = undefined;
+    const settled = work.then(
+      (batch) => {
+        if (batch) {
+          batch.announce();
+          options.committed(batch.recorded);
+        }
+        return true;
+      },
+      (error: unknown) => {
+        config.logger.warn(
+          `write-through: recording the outcomes of a delivery failed, a pass delivers those intents again: ${error instanceof Error ? error.message : String(error)}`,
+          { table: config.spec.table, ids },
+        );
+        return false;
+      },
+    );
+    if ('batch' in outcome) {
+      await settled;
+      return { ...split(new Set(outcome.batch?.recorded.delivered)), settled };
+    }
+    return { ...split(new Set(outcome.delivered)), settled };
   }
 
   return {

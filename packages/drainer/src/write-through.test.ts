@@ -1,9 +1,10 @@
 import { enqueueMany, type OutboxSpec } from '@outbox/outbox';
 import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { storedOn } from '@outbox/test-stack/openfga';
-import { sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
 import { describe, expect, test } from 'vitest';
-import { freshOutbox, outboxRows, outboxTable, quiet } from './testing/fixture.js';
+import { freshOutbox, outboxRows, outboxTable, quiet, waitUntil } from './testing/fixture.js';
 import { createDrainer, DrainerStoppedError, type Intent, type Sink } from './index.js';
 
 // The write-through (docs/drainer.md, "Write-through"): the writing process delivers its own
@@ -57,7 +58,9 @@ describe('writeThrough', () => {
     const drainer = createDrainer({ db: t.db, spec, sink, ...idle });
     const [id] = await write(spec, ['vpc:a']);
     const flushed = drainer.flush({ partitionKey: 'vpc:a', ids: [id as string], timeoutMs: 10_000 });
-    expect(await drainer.writeThrough([id as string])).toEqual({ delivered: [id], deferred: [] });
+    const result = await drainer.writeThrough([id as string]);
+    expect(result).toMatchObject({ delivered: [id], deferred: [] });
+    expect(await result.settled).toBe(true);
     await flushed;
     expect(written.map((i) => i.id)).toEqual([id]);
     expect((await outboxRows(t.db, spec)).map((r) => [r.id, r.sent, r.is_head])).toEqual([[id, true, false]]);
@@ -72,29 +75,31 @@ describe('writeThrough', () => {
     const drainer = createDrainer({ db: t.db, spec, sink, ...idle });
     const [first] = await write(spec, ['vpc:k']);
     const [second] = await write(spec, ['vpc:k']);
-    expect(await drainer.writeThrough([second as string])).toEqual({ delivered: [], deferred: [second] });
+    expect(await drainer.writeThrough([second as string])).toMatchObject({ delivered: [], deferred: [second] });
     await sql`update ${outboxTable(spec)} set next_attempt_at = now() + interval '1 hour' where id = ${first}`.execute(
       t.db,
     );
-    expect(await drainer.writeThrough([second as string])).toEqual({ delivered: [], deferred: [second] });
+    expect(await drainer.writeThrough([second as string])).toMatchObject({ delivered: [], deferred: [second] });
     expect(written).toEqual([]);
     // A head held by another transaction (a drainer's claim) is skipped, not waited for.
     await sql`update ${outboxTable(spec)} set next_attempt_at = now() where id = ${first}`.execute(t.db);
     await t.withTransactions(1, async ([holder]) => {
       const trx = holder as NonNullable<typeof holder>;
       await sql`select id from ${outboxTable(spec)} where id = ${first} for update`.execute(trx);
-      expect(await drainer.writeThrough([first as string, second as string])).toEqual({
+      expect(await drainer.writeThrough([first as string, second as string])).toMatchObject({
         delivered: [],
         deferred: [first, second],
       });
       await trx.rollback().execute();
     });
     // Free again: the head goes, its follower stays for the passes (a write-through claims heads only).
-    expect(await drainer.writeThrough([first as string, second as string])).toEqual({
+    expect(await drainer.writeThrough([first as string, second as string])).toMatchObject({
       delivered: [first],
       deferred: [second],
     });
-    expect(await drainer.writeThrough([second as string])).toEqual({ delivered: [second], deferred: [] });
+    const last = await drainer.writeThrough([second as string]);
+    expect(last).toMatchObject({ delivered: [second], deferred: [] });
+    expect(await last.settled).toBe(true);
     expect(written.map((i) => i.id)).toEqual([first, second]);
     // A drainer that is not started runs no pass for what a write-through left: nothing else moved.
     expect((await outboxRows(t.db, spec)).every((r) => r.sent && r.attempt_count === 0)).toBe(true);
@@ -138,6 +143,60 @@ describe('writeThrough', () => {
     expect(throughDelivered).toBeLessThan(committed.length);
   }, 60_000);
 
+  test("it answers on the sink's word; a settle that then fails loses nothing: the row stays pending and a pass delivers it again", async () => {
+    const spec = await freshOutbox(t.db);
+    const { sink: store, written } = storeSink();
+    const calls: string[] = [];
+    // The first call writes the tuple, then cuts the write-through's connection (the one
+    // transaction idle holding the row) before its settle; a later one finds the tuple there.
+    const sink: Sink = {
+      async deliver(intents, context) {
+        calls.push(...intents.map((i) => i.id));
+        if (calls.length > 1) return intents.map(() => ({ kind: 'delivered' as const }));
+        const outcomes = await store.deliver(intents, context);
+        await sql`select pg_terminate_backend(pid) from pg_stat_activity
+          where datname = current_database() and state = 'idle in transaction' and pid <> pg_backend_pid()`.execute(
+          t.db,
+        );
+        return outcomes;
+      },
+    };
+    // As a service wires its pool: a connection lost while checked out is reported on its client.
+    const pool = new pg.Pool({ connectionString: t.url, max: 2 }).on('error', () => undefined);
+    pool.on('connect', (client) => client.on('error', () => undefined));
+    const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
+    const drainer = createDrainer({ db, spec, sink, ...idle });
+    const [id] = await write(spec, ['vpc:cut']);
+    const result = await drainer.writeThrough([id as string]);
+    expect(result).toMatchObject({ delivered: [id], deferred: [] });
+    expect(await result.settled).toBe(false);
+    expect((await outboxRows(t.db, spec)).map((r) => [r.id, r.sent])).toEqual([[id, false]]);
+    // At-least-once: delivered again, and recorded this time.
+    await drainer.drainOnce();
+    expect(calls).toEqual([id, id]);
+    expect(written.map((i) => i.id)).toEqual([id]);
+    expect((await outboxRows(t.db, spec)).map((r) => [r.id, r.sent])).toEqual([[id, true]]);
+    await drainer.stop();
+    await db.destroy();
+  });
+
+  test('a LISTEN drainer that writes through still delivers, on the notification, a commit nobody writes through', async () => {
+    const spec = await freshOutbox(t.db);
+    const { sink, written } = storeSink();
+    // No timer pass within the test: only a notification can deliver the second write.
+    const drainer = createDrainer({ db: t.db, spec, sink, ...idle, listen: { connectionString: t.url } });
+    await drainer.start();
+    await drainer.drainOnce(); // after the start's own pass
+    const [own] = await write(spec, ['vpc:own']);
+    // Delivered either way: by the write-through, or by the pass the notification woke first.
+    await (
+      await drainer.writeThrough([own as string])
+    ).settled;
+    const [other] = await write(spec, ['vpc:another-process']);
+    await waitUntil('the notified delivery', () => written.some((i) => i.id === other));
+    await drainer.stop();
+  });
+
   test('while a pass of its own drainer runs, it defers to it: the pass batches many callers', async () => {
     const spec = await freshOutbox(t.db);
     let release!: () => void;
@@ -148,7 +207,7 @@ describe('writeThrough', () => {
     await write(spec, ['vpc:busy']);
     const pass = drainer.drainOnce(); // its batch waits in the sink
     const [id] = await write(spec, ['vpc:other']);
-    expect(await drainer.writeThrough([id as string])).toEqual({ delivered: [], deferred: [id] });
+    expect(await drainer.writeThrough([id as string])).toMatchObject({ delivered: [], deferred: [id] });
     release();
     await pass;
     await drainer.drainOnce();

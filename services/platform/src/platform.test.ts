@@ -1,5 +1,5 @@
 import { serviceClient } from '@outbox/service-kit';
-import { serviceOptionsFor } from '@outbox/service-kit/testing';
+import { serviceOptionsFor, waitFor } from '@outbox/service-kit/testing';
 import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { startAllServices, type RunningPlatform } from './index.js';
@@ -43,6 +43,8 @@ test('all six run side by side; access granted in iam reaches resources of every
   expect((await iam.put(`/projects/${project.body.id}/grants/bob`, { relations: [] })).status).toBe(200);
   expect((await bob.get(`/buckets/${bucket.body.id}`)).status).toBe(403);
 
+  // A write-through answers on OpenFGA's word and commits sent_at a round trip later: wait for it.
+  await waitFor('the last settle', async () => (await platform.stats()).storage.pending === 0);
   const stats = await platform.stats();
   for (const name of ['iam', 'vpc', 'storage'] as const) expect(stats[name]).toMatchObject({ pending: 0, poisoned: 0 });
   expect((await platform.services.vpc.outbox.redrive()).revived).toEqual([]);
