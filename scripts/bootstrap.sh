@@ -4,7 +4,8 @@
 #   not Linux x86_64, bring Node >= 22.12 yourself and only pnpm is fetched),
 #   the workspace's dependencies (embedded PostgreSQL 18 comes with them),
 #   the pinned OpenFGA binary (go install, cached in $(go env GOPATH)/bin), unless OPENFGA_API_URL
-#   names a running server or OUTBOX_STACK=containers.
+#   names a running server or OUTBOX_STACK=containers,
+#   helm (go install, cached there too), and promtool and pgbouncer extracted from Debian packages.
 # Idempotent: a warm run only checks. Meant for scripts (dev.sh and .ci/run source it): it turns on
 # `set -euo pipefail`, changes directory to the repo and exits on failure, so do not source it from
 # an interactive shell — run `bash scripts/dev.sh <script>` instead.
@@ -83,14 +84,19 @@ else
   pnpm --silent stack:install >&2
 fi
 
-# promtool (the alert rules' and dashboard's checks) from Debian's prometheus package: extracted,
-# never installed, so no Prometheus service is set up or started. Without it those checks skip.
+# Tools from Debian packages, extracted, never installed (no service is set up or started):
+# promtool (the alert rules' and dashboard's checks; without it they skip) and pgbouncer (the
+# suite's part through a transaction pooler, docs/pgbouncer.md), with the libraries it needs that
+# this machine lacks, behind a wrapper that points the loader at them.
 DEBIAN_TOOLS="$(dirname "$TOOLS")/debian/bin"
 export PATH="$PATH:$DEBIAN_TOOLS"
-if ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
+apt_download() { # into directory $1, packages $2…; refreshes the package lists once if asked for
+  (cd "$1" && apt-get download "${@:2}" >/dev/null 2>&1) ||
+    { [ "$(id -u)" = 0 ] && apt-get update >/dev/null 2>&1 && (cd "$1" && apt-get download "${@:2}" >/dev/null 2>&1); }
+}
+if command -v apt-get >/dev/null && ! command -v promtool >/dev/null; then
   fetched="$(mktemp -d)"
-  download() { (cd "$fetched" && apt-get download prometheus >/dev/null 2>&1); }
-  if download || { [ "$(id -u)" = 0 ] && apt-get update >/dev/null 2>&1 && download; }; then
+  if apt_download "$fetched" prometheus; then
     dpkg-deb -x "$fetched"/prometheus_*.deb "$fetched/root" &&
       mkdir -p "$DEBIAN_TOOLS" && cp "$fetched/root/usr/bin/promtool" "$DEBIAN_TOOLS/" &&
       say "promtool $(promtool --version 2>/dev/null | head -n 1 | awk '{print $3}') into $DEBIAN_TOOLS"
@@ -98,4 +104,37 @@ if ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
     say "promtool could not be fetched (Debian's prometheus package): its checks of the alert rules skip"
   fi
   rm -rf "$fetched"
+fi
+if command -v apt-get >/dev/null && ! pgbouncer --version >/dev/null 2>&1; then
+  fetched="$(mktemp -d)"
+  PGBOUNCER_ROOT="$(dirname "$DEBIAN_TOOLS")/pgbouncer"
+  if apt_download "$fetched" pgbouncer; then
+    # Its shared libraries this machine has not installed (libc-ares2, say): their packages too.
+    missing=()
+    for dep in $(dpkg-deb -f "$fetched"/pgbouncer_*.deb Depends | tr ',' '\n' | sed 's/^ *//; s/[ (|].*//' | grep '^lib'); do
+      dpkg -s "$dep" >/dev/null 2>&1 || missing+=("$dep")
+    done
+    if [ "${#missing[@]}" -eq 0 ] || apt_download "$fetched" "${missing[@]}"; then
+      rm -rf "$PGBOUNCER_ROOT" && mkdir -p "$PGBOUNCER_ROOT" "$DEBIAN_TOOLS"
+      for deb in "$fetched"/*.deb; do dpkg-deb -x "$deb" "$PGBOUNCER_ROOT"; done
+      libs="$(dirname "$(find "$PGBOUNCER_ROOT" -name 'lib*.so*' -print -quit 2>/dev/null || true)")"
+      printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+        "$libs" "$PGBOUNCER_ROOT/usr/sbin/pgbouncer" >"$DEBIAN_TOOLS/pgbouncer"
+      chmod 755 "$DEBIAN_TOOLS/pgbouncer"
+      pgbouncer --version >/dev/null 2>&1 && say "$(pgbouncer --version | head -n 1) into $DEBIAN_TOOLS" ||
+        say "pgbouncer was fetched but does not run: the tests through it fail (see $DEBIAN_TOOLS/pgbouncer)"
+    fi
+  else
+    say "pgbouncer could not be fetched (Debian's pgbouncer package): the tests through it fail"
+  fi
+  rm -rf "$fetched"
+fi
+
+# helm (the chart's lint and render in the test command), pinned, cached in $(go env GOPATH)/bin like OpenFGA.
+HELM_VERSION="v3.22.0"
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
+# A go-installed helm says only "v3.22" of itself: its module version is in the build info.
+if command -v go >/dev/null && ! go version -m "$(go env GOPATH)/bin/helm" 2>/dev/null | grep -qE "mod\s+helm.sh/helm/v3\s+$HELM_VERSION\s"; then
+  say "building helm $HELM_VERSION (go install, a few minutes, once)"
+  go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2 || say "helm could not be built: the chart's tests fail"
 fi
