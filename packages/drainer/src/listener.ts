@@ -37,6 +37,26 @@ const misconfigured = (error: unknown) => MISCONFIGURED.has((error as { code?: u
 
 const message = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
+/** Thrown when the LISTEN connection goes through a pooler: its notifications would stop. */
+class ListenThroughPoolerError extends Error {
+  override readonly name = 'ListenThroughPoolerError';
+}
+
+/**
+ * A connection straight to Postgres gets its backend's pid as its cancel key; a pooler (PgBouncer)
+ * hands out keys of its own. Through a transaction pooler the LISTEN's session is lent to others
+ * after the statement and notifications stop coming, silently: refuse it instead.
+ */
+async function refusePooler(client: pg.Client): Promise<void> {
+  const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
+  const given = (client as unknown as { processID: number | null }).processID;
+  if (given !== null && rows[0]?.pid !== given) {
+    throw new ListenThroughPoolerError(
+      `the connection reaches Postgres through a pooler (the key it was given names backend ${given}, the backend is ${rows[0]?.pid}): LISTEN needs a session on Postgres itself, so point listen.connectionString there (docs/pgbouncer.md)`,
+    );
+  }
+}
+
 /** Holds one connection in `LISTEN channel`, calls `onNotify` on each notification, and reconnects with backoff. */
 export class NotificationListener {
   private client: pg.Client | undefined;
@@ -89,6 +109,7 @@ export class NotificationListener {
         await client.end().catch(() => undefined);
         return;
       }
+      await refusePooler(client);
       await client.query(`listen "${this.options.channel}"`);
       listening = true;
       this.client = client;
@@ -97,7 +118,7 @@ export class NotificationListener {
       this.options.onNotify();
     } catch (error) {
       await client.end().catch(() => undefined);
-      if (first && misconfigured(error)) {
+      if (first && (misconfigured(error) || error instanceof ListenThroughPoolerError)) {
         this.stopped = true;
         throw new ListenConnectionError(this.options.channel, error);
       }

@@ -40,6 +40,21 @@ describe('environment variables an operator gets wrong', () => {
     });
   });
 
+  test('LISTEN_DATABASE_URL, RUN_DRAINER and RUN_RECONCILER: read, checked, and defaulted', () => {
+    expect(serviceOptionsFromEnv(1, env)).toMatchObject({ databaseUrl: 'postgres://db/x' });
+    expect(serviceOptionsFromEnv(1, env).listenDatabaseUrl).toBeUndefined();
+    const direct = { ...env, LISTEN_DATABASE_URL: 'postgres://db:5432/x', RUN_DRAINER: 'false', RUN_RECONCILER: '0' };
+    expect(serviceOptionsFromEnv(1, direct)).toMatchObject({
+      listenDatabaseUrl: 'postgres://db:5432/x',
+      runDrainer: false,
+      runReconciler: false,
+    });
+    expect(refusal(() => serviceOptionsFromEnv(1, { ...env, LISTEN_DATABASE_URL: 'db:5432' }))).toMatch(
+      /^LISTEN_DATABASE_URL: /,
+    );
+    expect(refusal(() => serviceOptionsFromEnv(1, { ...env, RUN_DRAINER: 'no' }))).toMatch(/^RUN_DRAINER: /);
+  });
+
   test('OPENFGA_API_URL with trailing slashes is the same server', () => {
     expect(serviceOptionsFromEnv(1, { ...env, OPENFGA_API_URL: 'http://fga:8080//' }).openfga.apiUrl).toBe(
       'http://fga:8080',

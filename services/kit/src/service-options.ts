@@ -7,8 +7,14 @@ import type { ServiceLogLevel } from './service-logger.js';
 
 /** How to run one service. Only the database and OpenFGA are required. */
 export interface ServiceOptions {
-  /** Postgres URL; also used for the drainer's LISTEN connection. */
+  /** Postgres URL of the service's pool (directly, or through PgBouncer in transaction mode). */
   readonly databaseUrl: string;
+  /**
+   * The drainer's LISTEN connection, which must reach Postgres itself: a transaction pooler
+   * (PgBouncer) hands the session back after each statement, and notifications stop. Default
+   * `databaseUrl`; set it when `databaseUrl` goes through a pooler (docs/pgbouncer.md).
+   */
+  readonly listenDatabaseUrl?: string;
   readonly openfga: OpenFgaConnection;
   /** Port to listen on. Default 0: a free port (read it from the returned `url`). */
   readonly port?: number;
@@ -192,8 +198,13 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
   if (!options.openfga?.apiUrl) throw new ServiceConfigError('openfga.apiUrl', "OpenFGA's HTTP API URL is required");
   if (!options.openfga.storeId)
     throw new ServiceConfigError('openfga.storeId', 'the OpenFGA store id is required (pnpm migrate prints it)');
+  if (options.listenDatabaseUrl !== undefined) {
+    const listenProblem = databaseUrlProblem(options.listenDatabaseUrl);
+    if (listenProblem) throw new ServiceConfigError('listenDatabaseUrl', listenProblem);
+  }
   return {
     databaseUrl: options.databaseUrl,
+    listenDatabaseUrl: options.listenDatabaseUrl ?? options.databaseUrl,
     openfga: { ...options.openfga, apiUrl: withoutTrailingSlash(options.openfga.apiUrl) },
     port: integerInRange('port', options.port, { fallback: 0, min: 0, max: 65_535 }, ServiceConfigError),
     host: options.host ?? '127.0.0.1',
@@ -279,6 +290,9 @@ export function resolveServiceOptions(name: string, options: ServiceOptions): Re
 /** The environment variables a service process reads, and what they set. */
 export const SERVICE_ENV = Object.freeze({
   DATABASE_URL: 'databaseUrl (required)',
+  LISTEN_DATABASE_URL: 'listenDatabaseUrl (default DATABASE_URL; Postgres itself, never a transaction pooler)',
+  RUN_DRAINER: 'runDrainer, true|false (default true; false: a timer or another process delivers)',
+  RUN_RECONCILER: 'runReconciler, true|false (default true; false: a timer or another process redrives)',
   OPENFGA_API_URL: 'openfga.apiUrl (required)',
   OPENFGA_STORE_ID: 'openfga.storeId (required; `pnpm migrate` prints it)',
   OPENFGA_MODEL_ID: "openfga.authorizationModelId (default: the store's latest model)",
@@ -343,6 +357,7 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
   };
   const options: ServiceOptions = {
     databaseUrl,
+    ...(env.LISTEN_DATABASE_URL ? { listenDatabaseUrl: env.LISTEN_DATABASE_URL } : {}),
     openfga: openFgaConnectionFromEnv(env),
     port: number('PORT') ?? defaultPort,
     ...(env.HOST ? { host: env.HOST } : {}),
@@ -354,6 +369,8 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
     compactIntervalMs: number('COMPACT_INTERVAL_MS'),
     retentionMs: number('RETENTION_MS'),
     flushOnWrite: flag('FLUSH_ON_WRITE'),
+    runDrainer: flag('RUN_DRAINER'),
+    runReconciler: flag('RUN_RECONCILER'),
     flushTimeoutMs: number('FLUSH_TIMEOUT_MS'),
     checkCacheTtlMs: number('CHECK_CACHE_TTL_MS'),
     consistencyTimeoutMs: number('CONSISTENCY_TIMEOUT_MS'),
@@ -375,6 +392,7 @@ export function serviceOptionsFromEnv(defaultPort: number, env: NodeJS.ProcessEn
 /** The variable that sets each option (see {@link SERVICE_ENV}). */
 const ENV_OF_OPTION: Readonly<Record<string, string>> = {
   databaseUrl: 'DATABASE_URL',
+  listenDatabaseUrl: 'LISTEN_DATABASE_URL',
   'openfga.apiUrl': 'OPENFGA_API_URL',
   'openfga.storeId': 'OPENFGA_STORE_ID',
   'openfga.authorizationModelId': 'OPENFGA_MODEL_ID',

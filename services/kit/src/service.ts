@@ -151,7 +151,7 @@ export async function startService<N extends string>(
     db,
     spec: definition.outbox,
     openfga: resolved.openfga,
-    listenUrl: resolved.databaseUrl,
+    listenUrl: resolved.listenDatabaseUrl,
     drainIntervalMs: resolved.drainIntervalMs,
     redriveIntervalMs: resolved.redriveIntervalMs,
     compaction: { intervalMs: resolved.compactIntervalMs, retentionMs: resolved.retentionMs },

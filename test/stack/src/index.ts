@@ -7,6 +7,7 @@ export {
 } from './native-postgres.js';
 export { startNativeOpenFga, type OpenFgaServer, type OpenFgaServerOptions } from './native-openfga.js';
 export { ensureOpenFgaBinary, OPENFGA_VERSION } from './openfga-binary.js';
+export { pgBouncerBinary, startPgBouncer, type PgBouncer, type PgBouncerOptions } from './pgbouncer.js';
 export { StackError } from './stack-error.js';
 export { freePort } from './free-port.js';
 export { processes, processStat, type ProcessStat } from './proc.js';
