@@ -22,6 +22,7 @@ export default defineConfig({
       'test/*/src/**/*.test.ts',
       'migrations/src/**/*.test.ts',
       'scripts/**/*.test.ts',
+      'bench/*.test.ts',
     ],
     globalSetup: ['./vitest.global-setup.ts'],
     setupFiles: ['test/stack/src/setup-file.ts'],
