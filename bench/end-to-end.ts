@@ -28,12 +28,12 @@ const tuplesOf = (tag: string, i: number, partitions: number): TupleKey[] => {
   ];
 };
 /** The same, as the SQL payload of row i with key k (`fill`'s expression). */
-const payloadSql = (tag: string) => `jsonb_build_object('writes', jsonb_build_array(
+export const payloadSql = (tag: string) => `jsonb_build_object('writes', jsonb_build_array(
   jsonb_build_object('user', 'user:${tag}-' || i, 'relation', 'viewer', 'object', k),
   jsonb_build_object('user', 'user:${tag}-' || i, 'relation', 'editor', 'object', k)))`;
 
 /** The direct ceiling: the same tuples in id order, 100 a Write, `inFlight` Writes at once. */
-async function direct(
+export async function direct(
   client: OpenFgaClient,
   tag: string,
   intents: number,
@@ -63,7 +63,7 @@ async function direct(
  * order). The changes of one Write share its timestamp and land together (one transaction), and
  * the changelog lists them in an order of its own: only landings at different timestamps are ordered.
  */
-async function landedOrder(client: OpenFgaClient, tag: string): Promise<OrderCheck> {
+export async function landedOrder(client: OpenFgaClient, tag: string): Promise<OrderCheck> {
   const byKey = new Map<string, Array<{ rank: number; at: string }>>();
   let continuationToken: string | undefined;
   for (let page = 0; page < 100_000; page += 1) {

@@ -2,7 +2,7 @@ import { cpus, loadavg } from 'node:os';
 import { summaryTable, type SectionResult, type TargetRow } from './summary.js';
 
 /**
- * `pnpm bench [section]…` (drain, openfga, reconciler, latency, e2e, write-path, tokens, enqueue, memory, compaction, audit, xmin, pgbouncer): runs the benchmarks against a fresh stock (fsync on) Postgres and a real
+ * `pnpm bench [section]…` (drain, openfga, reconciler, latency, e2e, write-path, tokens, enqueue, memory, compaction, audit, xmin, pgbouncer, scaling): runs the benchmarks against a fresh stock (fsync on) Postgres and a real
  * OpenFGA, and prints markdown for docs/BENCHMARKS.md: the summary of every target the sections
  * measured first, then each section. A section returns its markdown, or that and its summary rows.
  */
@@ -20,6 +20,7 @@ const sections: Record<string, () => Promise<string | SectionResult>> = {
   audit: async () => (await import('./audit.js')).benchAudit(),
   xmin: async () => (await import('./pinned-xmin.js')).benchPinnedXmin(),
   pgbouncer: async () => (await import('./through-pgbouncer.js')).benchThroughPgBouncer(),
+  scaling: async () => (await import('./scaling.js')).benchScaling(),
 };
 
 const load = () =>
