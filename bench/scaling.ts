@@ -1,10 +1,14 @@
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { DRAINER_DEFAULTS } from '@outbox/drainer';
 import { createOutboxTable, defineOutbox } from '@outbox/outbox';
-import { createDatabase, freePort, startNativeOpenFga, startStack, type OpenFgaServer } from '@outbox/test-stack';
+import {
+  createDatabase,
+  freePort,
+  startHaproxy,
+  startNativeOpenFga,
+  startStack,
+  type Haproxy,
+  type OpenFgaServer,
+} from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { fill, kysely } from './bench-db.js';
 import { direct, landedOrder, payloadSql } from './end-to-end.js';
@@ -16,53 +20,6 @@ import type { SectionResult, TargetRow } from './summary.js';
 
 /** Writes the direct ceiling keeps in flight across the two replicas: the sink's 4 per replica. */
 const CEILING_IN_FLIGHT = 8;
-
-/** HAProxy (Debian's, extracted by scripts/bootstrap.sh) on a loopback port, round robin over `servers`. */
-async function startHaproxy(servers: readonly OpenFgaServer[]): Promise<{ apiUrl: string; stop(): Promise<void> }> {
-  const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'outbox-haproxy-'));
-  const config = join(dir, 'haproxy.cfg');
-  writeFileSync(
-    config,
-    [
-      'defaults',
-      '  mode http',
-      '  timeout connect 2s',
-      '  timeout client 60s',
-      '  timeout server 60s',
-      'frontend openfga',
-      `  bind 127.0.0.1:${port}`,
-      '  default_backend replicas',
-      'backend replicas',
-      '  balance roundrobin',
-      ...servers.map((s, i) => `  server r${i} 127.0.0.1:${s.httpPort}`),
-      '',
-    ].join('\n'),
-  );
-  const child = spawn('haproxy', ['-db', '-f', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  child.stderr?.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-4_000)));
-  const apiUrl = `http://127.0.0.1:${port}`;
-  for (const deadline = Date.now() + 10_000; ;) {
-    if (child.exitCode !== null)
-      throw new Error(`haproxy exited (${child.exitCode}): ${stderr} (bash scripts/bootstrap.sh extracts it)`);
-    const up = await fetch(`${apiUrl}/healthz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (up) break;
-    if (Date.now() > deadline) throw new Error(`haproxy did not answer on ${apiUrl}: ${stderr}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return {
-    apiUrl,
-    async stop() {
-      child.kill('SIGTERM');
-      await new Promise((resolve) => (child.exitCode !== null ? resolve(undefined) : child.once('exit', resolve)));
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
 
 /**
  * Issue 32 §4: end-to-end intents/s into two OpenFGA replicas (one postgres datastore, check cache
@@ -82,14 +39,22 @@ export async function benchScaling(): Promise<SectionResult> {
   const replicas: OpenFgaServer[] = [];
   const runs = new Map<number, number[]>([[0, []], ...counts.map((n) => [n, []] as [number, number[]])]);
   const orders: OrderCheck[] = [];
-  let balancer: { apiUrl: string; stop(): Promise<void> } | undefined;
+  let balancer: Haproxy | undefined;
   const url = await createDatabase(stack.postgresUrl, 'bench_scaling');
   const db = kysely(url);
   try {
     replicas.push(await startNativeOpenFga({ datastore: 'postgres', datastoreUri, checkCacheTtlMs: 10_000 }));
     replicas.push(await startNativeOpenFga({ datastore: 'postgres', datastoreUri, checkCacheTtlMs: 10_000 }));
-    balancer = await startHaproxy(replicas);
-    const target = { apiUrl: balancer.apiUrl, token: undefined };
+    const port = await freePort();
+    balancer = await startHaproxy([
+      {
+        name: 'openfga',
+        mode: 'http',
+        bind: { host: '127.0.0.1', port },
+        servers: replicas.map((r) => ({ host: '127.0.0.1', port: r.httpPort })),
+      },
+    ]);
+    const target = { apiUrl: `http://127.0.0.1:${port}`, token: undefined };
     for (let trial = 1; trial <= trials; trial += 1) {
       const order = trial % 2 === 1 ? [0, ...counts] : [...counts].reverse().concat(0);
       for (const workers of order) {

@@ -8,6 +8,7 @@ export {
 export { startNativeOpenFga, type OpenFgaServer, type OpenFgaServerOptions } from './native-openfga.js';
 export { ensureOpenFgaBinary, OPENFGA_VERSION } from './openfga-binary.js';
 export { pgBouncerBinary, startPgBouncer, type PgBouncer, type PgBouncerOptions } from './pgbouncer.js';
+export { haproxyBinary, startHaproxy, type Haproxy, type HaproxyFrontend } from './haproxy.js';
 export { StackError } from './stack-error.js';
 export { freePort } from './free-port.js';
 export { processes, processStat, type ProcessStat } from './proc.js';

@@ -18,8 +18,10 @@ export interface PgBouncerOptions {
   readonly poolMode?: 'transaction' | 'session';
   /** Server connections per database and user. Default 2: few enough that clients' transactions share them. */
   readonly poolSize?: number;
-  /** Loopback port; a free one by default. Pass the old one to restart "the same" pooler. */
+  /** Port; a free one by default. Pass the old one to restart "the same" pooler. */
   readonly port?: number;
+  /** Address to listen on. Default 127.0.0.1; `pnpm topology` binds its bridge's. */
+  readonly listenAddress?: string;
 }
 
 /** A running PgBouncer. */
@@ -53,6 +55,7 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
   const bin = pgBouncerBinary();
   const server = new URL(options.postgresUrl);
   const port = options.port ?? (await freePort());
+  const host = options.listenAddress ?? '127.0.0.1';
   const dir = mkdtempSync(join(tmpdir(), 'outbox-pgbouncer-'));
   chmodSync(dir, 0o755);
   const user = decodeURIComponent(server.username || userInfo().username);
@@ -69,7 +72,7 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
       '[databases]',
       `* = ${login}`,
       '[pgbouncer]',
-      'listen_addr = 127.0.0.1',
+      `listen_addr = ${host}`,
       `listen_port = ${port}`,
       'unix_socket_dir =',
       'auth_type = any',
@@ -101,12 +104,12 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
     })());
   const through = (url: string) => {
     const pooled = new URL(url);
-    pooled.hostname = '127.0.0.1';
+    pooled.hostname = host;
     pooled.port = String(port);
     return pooled.toString();
   };
   try {
-    await waitFor(`PgBouncer on 127.0.0.1:${port}`, () => accepts(port), {
+    await waitFor(`PgBouncer on ${host}:${port}`, () => accepts(host, port), {
       timeoutMs: 10_000,
       abortIf: () =>
         child.exitCode !== null || child.signalCode !== null
@@ -147,9 +150,10 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
   };
 }
 
-function accepts(port: number): Promise<boolean> {
+/** Whether something accepts TCP connections on `host:port`. */
+export function accepts(host: string, port: number): Promise<boolean> {
   return new Promise((resolve) => {
-    const socket = connect({ host: '127.0.0.1', port });
+    const socket = connect({ host, port });
     socket.once('connect', () => (socket.destroy(), resolve(true)));
     socket.once('error', () => resolve(false));
   });
