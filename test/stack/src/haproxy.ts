@@ -1,12 +1,11 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { terminate } from './native-openfga.js';
 import { accepts } from './pgbouncer.js';
 import { StackError } from './stack-error.js';
 import { waitFor } from './wait-for.js';
-import { PROCESS_WATCHDOG, startWatchdog } from './watchdog.js';
+import { superviseProcess } from './supervised.js';
 
 /** One frontend: where it listens, and the servers it balances over (round robin). */
 export interface HaproxyFrontend {
@@ -55,28 +54,13 @@ export async function startHaproxy(frontends: readonly HaproxyFrontend[]): Promi
     );
   }
   writeFileSync(config, `${lines.join('\n')}\n`);
-  const child = spawn(bin, ['-db', '-f', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  child.stderr?.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-4_000)));
-  const killOnExit = () => child.kill('SIGKILL');
-  process.once('exit', killOnExit);
-  child.once('exit', () => process.removeListener('exit', killOnExit));
-  const watchdog = startWatchdog(PROCESS_WATCHDOG, [String(child.pid), 'haproxy']);
-  let stopped: Promise<void> | undefined;
-  const stop = () =>
-    (stopped ??= (async () => {
-      await terminate(child);
-      await watchdog.disarm();
-      rmSync(dir, { recursive: true, force: true });
-    })());
+  const server = superviseProcess(bin, ['-db', '-f', config], 'haproxy', dir);
+  const stop = server.stop;
   try {
     for (const f of frontends) {
       await waitFor(`HAProxy's ${f.name} on ${f.bind.host}:${f.bind.port}`, () => accepts(f.bind.host, f.bind.port), {
         timeoutMs: 10_000,
-        abortIf: () =>
-          child.exitCode !== null || child.signalCode !== null
-            ? `haproxy exited (${child.exitCode ?? child.signalCode}): ${stderr}`
-            : undefined,
+        abortIf: () => (server.exited() ? `haproxy exited (${server.exited()}): ${server.stderr()}` : undefined),
       });
     }
   } catch (error) {

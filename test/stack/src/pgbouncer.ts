@@ -1,14 +1,13 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { freePort } from './free-port.js';
-import { terminate } from './native-openfga.js';
 import { StackError } from './stack-error.js';
 import { waitFor } from './wait-for.js';
-import { PROCESS_WATCHDOG, startWatchdog } from './watchdog.js';
+import { superviseProcess } from './supervised.js';
 
 /** How to start PgBouncer in front of a Postgres server. */
 export interface PgBouncerOptions {
@@ -88,20 +87,8 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
     ].join('\n'),
   );
   chmodSync(ini, 0o644);
-  const child = spawn(bin, [ini], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-8_000)));
-  const killOnExit = () => child.kill('SIGKILL');
-  process.once('exit', killOnExit);
-  child.once('exit', () => process.removeListener('exit', killOnExit));
-  const watchdog = startWatchdog(PROCESS_WATCHDOG, [String(child.pid), 'pgbouncer']);
-  let stopped: Promise<void> | undefined;
-  const stop = () =>
-    (stopped ??= (async () => {
-      await terminate(child);
-      await watchdog.disarm();
-      rmSync(dir, { recursive: true, force: true });
-    })());
+  const pooler = superviseProcess(bin, [ini], 'pgbouncer', dir);
+  const stop = pooler.stop;
   const through = (url: string) => {
     const pooled = new URL(url);
     pooled.hostname = host;
@@ -111,10 +98,7 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
   try {
     await waitFor(`PgBouncer on ${host}:${port}`, () => accepts(host, port), {
       timeoutMs: 10_000,
-      abortIf: () =>
-        child.exitCode !== null || child.signalCode !== null
-          ? `pgbouncer exited (${child.exitCode ?? child.signalCode}): ${stderr}`
-          : undefined,
+      abortIf: () => (pooler.exited() ? `pgbouncer exited (${pooler.exited()}): ${pooler.stderr()}` : undefined),
     });
   } catch (error) {
     await stop();
