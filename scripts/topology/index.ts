@@ -28,6 +28,7 @@ import { checkDrift } from '../chaos/drift.js';
 import { findOrderViolations } from '../chaos/order-violations.js';
 import { seededRandom, type Random } from '../chaos/seeded-random.js';
 import { createNetwork, loopbackNetwork, type TopologyNetwork } from './network.js';
+import { overlappingWrites, startWriteRecorder, type WriteRecorder } from './write-recorder.js';
 
 const HOSTS = 3;
 const say = (line: string) => console.error(`[topology] ${line}`);
@@ -131,6 +132,7 @@ async function main(): Promise<number> {
   const replicas: OpenFgaServer[] = [];
   let bouncer: PgBouncer | undefined;
   let balancer: Haproxy | undefined;
+  let recorder: WriteRecorder | undefined;
   const stack = await startStack({ openfgaDatastore: 'memory', fastPostgres: false });
   try {
     const url = await createDatabase(stack.postgresUrl, 'topology');
@@ -141,13 +143,13 @@ async function main(): Promise<number> {
     await migrateToLatest(direct);
     for (let i = 0; i < 2; i += 1)
       replicas.push(await startNativeOpenFga({ datastore: 'postgres', datastoreUri, checkCacheTtlMs: 10_000 }));
-    const [openfgaPort, listenPort] = [await freePort(), await freePort()];
+    const [openfgaPort, balancerPort, listenPort] = [await freePort(), await freePort(), await freePort()];
     const pgPort = Number(new URL(url).port);
     balancer = await startHaproxy([
       {
         name: 'openfga',
         mode: 'http',
-        bind: { host: net.openfgaAddress, port: openfgaPort },
+        bind: { host: '127.0.0.1', port: balancerPort },
         servers: replicas.map((r) => ({ host: '127.0.0.1', port: r.httpPort })),
       },
       // LISTEN's way to Postgres itself: a plain TCP proxy keeps the session.
@@ -158,8 +160,14 @@ async function main(): Promise<number> {
         servers: [{ host: '127.0.0.1', port: pgPort }],
       },
     ]);
+    // The hosts reach HAProxy through the recorder, which notes every Write's flight.
+    recorder = await startWriteRecorder(
+      { host: net.openfgaAddress, port: openfgaPort },
+      { host: '127.0.0.1', port: balancerPort },
+    );
     const openfgaUrl = `http://${net.openfgaAddress}:${openfgaPort}`;
-    const { storeId, authorizationModelId } = await createOpenFgaStore(openfgaUrl, {
+    const balancerUrl = `http://127.0.0.1:${balancerPort}`;
+    const { storeId, authorizationModelId } = await createOpenFgaStore(balancerUrl, {
       authorizationModel: authorizationModel(),
     });
     const startBouncer = async (port?: number) =>
@@ -284,7 +292,9 @@ async function main(): Promise<number> {
     }
     const lost = (await outboxStats(direct, vpcOutbox)).pending + (await outboxStats(direct, iamOutbox)).pending;
     const order = await findOrderViolations(direct);
-    const client = new OpenFgaClient({ apiUrl: openfgaUrl, storeId });
+    const client = new OpenFgaClient({ apiUrl: balancerUrl, storeId });
+    const writes = recorder.writes();
+    const overlapping = overlappingWrites(writes);
     const drift = (await checkDrift(direct, client)).drifted.filter((d) => d.object.startsWith('vpc:'));
     const corrections = hosts.reduce(
       (sum, h) => sum + (h.output.match(/late write: OpenFGA differed/g)?.length ?? 0),
@@ -297,14 +307,15 @@ async function main(): Promise<number> {
         `lost ${lost}`,
         `order violations ${violations}`,
         `drift ${drift.length}`,
-        'overlapping requests: not measured (no proxy records per-partition Writes in this run)',
+        `overlapping requests ${overlapping} (of ${writes.length} Writes)`,
         `late-write corrections ${corrections}`,
       ].join('\n'),
     );
     await direct.destroy();
-    return lost + violations + drift.length === 0 ? 0 : 1;
+    return lost + violations + drift.length + overlapping === 0 ? 0 : 1;
   } finally {
     await Promise.all(hosts.map((h) => h.stop()));
+    await recorder?.close();
     await balancer?.stop();
     await bouncer?.stop();
     for (const replica of replicas) await replica.stop();

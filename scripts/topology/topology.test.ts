@@ -6,7 +6,7 @@ import { expect, test } from 'vitest';
 // `pnpm topology --short` with a fixed seed, as a child process: its own Postgres, PgBouncer, two
 // OpenFGA replicas and HAProxy, three hosts as network namespaces (loopback addresses where the
 // machine refuses them), each running every service; faults on the seed's schedule.
-test('the short seed: three hosts under load and faults end with nothing lost, no order violation, no drift', async () => {
+test('the short seed: three hosts under load and faults end with nothing lost, no order violation, no drift, no overlapping Write', async () => {
   const env = { ...process.env };
   delete env.DATABASE_URL;
   delete env.OPENFGA_API_URL;
@@ -28,6 +28,7 @@ test('the short seed: three hosts under load and faults end with nothing lost, n
   expect(stdout, output).toMatch(/^lost 0$/m);
   expect(stdout, output).toMatch(/^order violations 0$/m);
   expect(stdout, output).toMatch(/^drift 0$/m);
+  expect(stdout, output).toMatch(/^overlapping requests 0 \(of [1-9]\d* Writes\)$/m);
   // The load ran and faults happened (the seed schedules several).
   expect(stderr, output).toMatch(/load over: \d+ × 201/);
   expect(stdout, output).toMatch(/faults [1-9]/);
