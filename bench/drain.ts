@@ -7,7 +7,7 @@ import { benchAgainstPgBoss } from './against-pg-boss.js';
 import { fill, kysely } from './bench-db.js';
 import { benchClaimCost } from './claim-cost.js';
 import { orderedDrain } from './ordered-drain.js';
-import { knob, median } from './statistics.js';
+import { knob, median, sleep } from './statistics.js';
 import type { SectionResult, TargetRow } from './summary.js';
 
 const ROWS = knob('BENCH_DRAIN_ROWS', 100_000);
@@ -63,16 +63,25 @@ const rate = (rows: number, ms: number) => Math.round(rows / (ms / 1000));
 
 /**
  * CPU time used so far, in ms: this process (both workers of every loop run in it) plus every
- * Postgres process (backends, WAL writer, checkpointer, autovacuum), read from /proc. Unlike wall
+ * Postgres process it started (backends, WAL writer, checkpointer, autovacuum), read from /proc. Unlike wall
  * time it does not move with the VM's neighbours (stolen time is not counted), so it compares the
  * loops' work when throughput is too noisy to. Undefined where /proc is not there.
  */
 function cpuMs(): number | undefined {
   if (!existsSync('/proc/self/stat')) return undefined;
   const own = process.cpuUsage();
-  // Backends that closed are gone from /proc: their time is in the postmaster's children's time.
-  const postgres = processes()
-    .filter((p) => p.name.startsWith('postgres'))
+  // Only this process's own servers: another Postgres on the machine (a test run beside the bench)
+  // would count its work as the loops'. Backends that closed are gone from /proc: their time is in
+  // the postmaster's children's time.
+  const all = processes();
+  const parentOf = new Map(all.map((p) => [p.pid, p.parent]));
+  const descends = (pid: number): boolean => {
+    for (let at = parentOf.get(pid); at !== undefined && at > 1; at = parentOf.get(at))
+      if (at === process.pid) return true;
+    return false;
+  };
+  const postgres = all
+    .filter((p) => p.name.startsWith('postgres') && descends(p.pid))
     .reduce((sum, p) => sum + p.cpuMs + p.childrenCpuMs, 0);
   return (own.user + own.system) / 1000 + postgres;
 }
@@ -82,6 +91,29 @@ interface LeftBehind {
   readonly heapMb: number;
   readonly indexMb: number;
   readonly vacuumMs: number;
+}
+
+/** What Postgres did for a loop, from the database's cumulative statistics: load-independent, unlike its CPU time. */
+interface PostgresWork {
+  readonly transactions: number;
+  /** Shared-buffer accesses (hits and reads): pages visited, the bulk of a backend's CPU here. */
+  readonly buffers: number;
+  readonly rowsUpdated: number;
+}
+
+/**
+ * The database's counters so far. A backend reports its counters when it goes idle (at most once a
+ * second) or exits; the loops close their connections, and the wait covers the rest.
+ */
+async function postgresWork(db: Db): Promise<PostgresWork> {
+  await sleep(1_200);
+  const row = (
+    await sql<{ transactions: string; buffers: string; updated: string }>`
+      select (xact_commit + xact_rollback)::text as transactions, (blks_hit + blks_read)::text as buffers,
+             tup_updated::text as updated
+      from pg_stat_database where datname = current_database()`.execute(db)
+  ).rows[0];
+  return { transactions: Number(row?.transactions), buffers: Number(row?.buffers), rowsUpdated: Number(row?.updated) };
 }
 
 const walLsn = async (db: Db): Promise<string> =>
@@ -144,6 +176,7 @@ export async function benchDrain(): Promise<SectionResult> {
       Object.fromEntries(kinds.map((k) => [k, value(k)])) as Record<(typeof kinds)[number], T>;
     const cpuLines: string[] = [];
     const afterLines: string[] = [];
+    const workLines: string[] = [];
     let filled: { heapMb: number; indexMb: number } | undefined;
     const ratio = (baseline: number, ours: number) => `${(baseline / ours).toFixed(2)}×`;
     const shapeRatios: Array<{ name: string; ratio: number }> = [];
@@ -153,6 +186,7 @@ export async function benchDrain(): Promise<SectionResult> {
       if (only && !only.includes(n)) continue;
       const times = byKind((): number[] => []);
       const cpu = byKind((): number[] => []);
+      const work = byKind((): PostgresWork[] => []);
       const after = byKind((): LeftBehind[] => []);
       for (let trial = 1; trial <= trials; trial += 1) {
         // Each trial starts with another loop, so a drift of the machine over a trial (checkpoints,
@@ -170,6 +204,7 @@ export async function benchDrain(): Promise<SectionResult> {
           const table = `"${spec.schema}"."${spec.tableName}"`;
           filled ??= await tableMb(db, table);
           const walBefore = await walLsn(db);
+          const workBefore = await postgresWork(db);
           const cpuBefore = cpuMs();
           const ms =
             kind === 'ours' || kind === 'oursSync'
@@ -189,11 +224,17 @@ export async function benchDrain(): Promise<SectionResult> {
                   kind === 'sink' ? 'id, resource_id, payload, attempt_count' : 'id',
                   kind === 'bareAsync',
                 );
+          const cpuAfter = cpuMs();
+          const workAfter = await postgresWork(db);
+          work[kind].push({
+            transactions: workAfter.transactions - workBefore.transactions,
+            buffers: workAfter.buffers - workBefore.buffers,
+            rowsUpdated: workAfter.rowsUpdated - workBefore.rowsUpdated,
+          });
           const left = await sql<{
             n: number;
           }>`select count(*)::int as n from ${sql.raw(table)} where sent_at is null`.execute(db);
           if (left.rows[0]?.n !== 0) throw new Error(`${kind} drain left ${left.rows[0]?.n} rows undelivered`);
-          const cpuAfter = cpuMs();
           times[kind].push(ms);
           if (cpuBefore !== undefined && cpuAfter !== undefined) cpu[kind].push(cpuAfter - cpuBefore);
           after[kind].push(await leftBehind(db, table, walBefore));
@@ -216,6 +257,11 @@ export async function benchDrain(): Promise<SectionResult> {
             `**${ratio(c.bare, c.ours)}** | ${ratio(c.sink, c.ours)} | ${ratio(c.bare, c.oursSync)} | ${ratio(c.bareAsync, c.ours)} |`,
         );
       }
+      const workOf = (k: (typeof kinds)[number]) => {
+        const pick = (field: keyof PostgresWork) => median(work[k].map((w) => w[field])) / (ROWS / 1000);
+        return `${pick('transactions').toFixed(0)}; ${pick('buffers').toLocaleString('en', { maximumFractionDigits: 0 })}; ${pick('rowsUpdated').toLocaleString('en', { maximumFractionDigits: 0 })}`;
+      };
+      workLines.push(`| ${shape.name} | ${kinds.map(workOf).join(' | ')} |`);
       const left = (k: (typeof kinds)[number]) => {
         const pick = (field: keyof LeftBehind) => median(after[k].map((a) => a[field]));
         return `${pick('walMb').toFixed(0)} MB; ${pick('heapMb').toFixed(0)} + ${pick('indexMb').toFixed(0)} MB; ${Math.round(pick('vacuumMs'))} ms`;
@@ -229,7 +275,7 @@ export async function benchDrain(): Promise<SectionResult> {
     if (cpuLines.length > 0) {
       lines.push(
         '',
-        'CPU time per 1,000 rows (ms; this process and every Postgres process, median of the same trials): what each',
+        'CPU time per 1,000 rows (ms; this process and the Postgres it started, median of the same trials): what each',
         'loop costs the machine, whatever it waited for. On a machine of its own a CPU-bound drain runs at about the',
         "inverse of its CPU cost. Stolen time is not counted, but a VM's CPU time still moves with its neighbours, and",
         'background Postgres work (checkpoints, the WAL writer) lands on whichever loop is running.',
@@ -240,6 +286,14 @@ export async function benchDrain(): Promise<SectionResult> {
       );
     }
     lines.push(
+      '',
+      "Postgres's work per 1,000 rows (median of the same trials, from the database's statistics): transactions;",
+      'shared-buffer accesses (pages visited: most of what a backend spends CPU on here); rows updated. Unlike CPU',
+      "time these do not move with the machine's load, so two runs on different days compare.",
+      '',
+      '| backlog shape | raw, `id` only | raw, sink columns | raw, `id` only, async commit | drainer (default) | drainer, `synchronousCommit: true` |',
+      '| --- | --- | --- | --- | --- | --- |',
+      ...workLines,
       '',
       'What each loop leaves behind (median of the same trials): WAL written during the drain; the table and its indexes',
       `after it (filled with ${ROWS / 1000}k pending rows they were ${filled?.heapMb.toFixed(0)} + ${filled?.indexMb.toFixed(0)} MB); then how long a plain VACUUM of the drained table`,
