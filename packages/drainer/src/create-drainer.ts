@@ -215,7 +215,9 @@ export function createDrainer(options: DrainerConfig): Drainer {
       if (stopping) throw new DrainerStoppedError();
       // A pass already running may have started before the caller's commit: let it finish, then run one that starts now.
       await running?.catch(() => undefined);
-      return runPass();
+      // One a kick queued behind it has started since, after this call: it is that pass (marking
+      // another due would leave a pass running after this one returns).
+      return running ?? runPass();
     },
     kick,
     flush: (request) => flushes.flush(request),

@@ -4,8 +4,10 @@ import { resolve } from 'node:path';
 import { queryObjects } from 'node:v8';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { useTestDatabase } from '@outbox/test-stack';
-import { sql } from 'kysely';
-import { describe, expect, test } from 'vitest';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import { tableNames } from '@outbox/outbox/protocol';
+import { describe, expect, onTestFinished, test } from 'vitest';
 import { enqueueRows, escaped, freshOutbox, listenConnections, quiet, waitUntil } from './testing/fixture.js';
 import { createDrainer, createRecordingSink, DrainerStoppedError } from './index.js';
 
@@ -165,5 +167,33 @@ describe('kicks during a long pass', () => {
     release();
     await pass;
     await drainer.stop();
+  });
+
+  test('drainOnce() after a kick during a pass returns the pass that follows it and leaves no other behind', async () => {
+    const spec = await freshOutbox(t.db);
+    await enqueueRows(t.db, spec, ['vpc:a']);
+    let claims = 0;
+    const counted = new Kysely<unknown>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: t.url, max: 4 }) }),
+      log: (event) => void (event.query.sql.includes(tableNames(spec).claimFunction) && (claims += 1)),
+    });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const sink = createRecordingSink({ outcome: () => held.then(() => undefined) });
+    const drainer = createDrainer({ db: counted, spec, sink, logger: quiet, intervalMs: 3_600_000 });
+    onTestFinished(async () => {
+      await drainer.stop();
+      await counted.destroy();
+    });
+    drainer.kick();
+    await waitUntil('the first pass delivers', () => sink.calls.length === 1);
+    drainer.kick(); // marks the next pass due
+    const once = drainer.drainOnce();
+    release();
+    await once;
+    const claimsByThen = claims;
+    await sleep(300);
+    // drainOnce waited for the held pass and returned the one the kick started after it: no third pass.
+    expect(claims).toBe(claimsByThen);
   });
 });
