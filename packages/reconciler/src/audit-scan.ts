@@ -1,7 +1,6 @@
-import type { TupleKey } from '@outbox/outbox';
 import { checkOwned, inSnapshot, objectType, type AuditContext } from './audit-context.js';
 import { pendingPartitions } from './audit-pending.js';
-import { sameTuples } from './audit-tuples.js';
+import { addToDigest, tupleDigest } from './audit-tuples.js';
 
 /** What the full audit's first look found. */
 export interface ScanResult {
@@ -16,12 +15,14 @@ export interface ScanResult {
 }
 
 /**
- * The full audit's first look: OpenFGA's live tuples first (held by partition), then one short
- * snapshot of the owner and the outbox, opened after the slow scan (a long one holds back vacuum).
+ * The full audit's first look: OpenFGA's live tuples first (held as one digest per partition: a
+ * store of a million objects fits in a replica's heap), then one short snapshot of the owner and the
+ * outbox, opened after the slow scan (a long one holds back vacuum). A partition that differs is
+ * confirmed on its tuples afterwards.
  */
 export async function scanPartitions(ctx: AuditContext): Promise<ScanResult> {
   const types = new Set(ctx.owner.objectTypes);
-  const live = new Map<string, TupleKey[]>();
+  const live = new Map<string, bigint>();
   let liveTuples = 0;
   let token: string | undefined;
   do {
@@ -31,9 +32,7 @@ export async function scanPartitions(ctx: AuditContext): Promise<ScanResult> {
       if (!types.has(objectType(tuple.object))) continue;
       liveTuples += 1;
       const key = ctx.owner.partitionOf(tuple);
-      const list = live.get(key);
-      if (list) list.push(tuple);
-      else live.set(key, [tuple]);
+      live.set(key, addToDigest(live.get(key) ?? 0n, tuple));
     }
     token = page.continuationToken;
   } while (token);
@@ -47,7 +46,7 @@ export async function scanPartitions(ctx: AuditContext): Promise<ScanResult> {
       for (const partition of page.partitions) {
         checkOwned(ctx, partition);
         compared += 1;
-        if (!sameTuples(partition.tuples, live.get(partition.partitionKey) ?? []))
+        if (tupleDigest(partition.tuples) !== (live.get(partition.partitionKey) ?? 0n))
           differing.add(partition.partitionKey);
         live.delete(partition.partitionKey);
       }
