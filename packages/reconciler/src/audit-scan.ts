@@ -15,10 +15,10 @@ export interface ScanResult {
 }
 
 /**
- * The full audit's first look: OpenFGA's live tuples first (held as one digest per partition: a
- * store of a million objects fits in a replica's heap), then one short snapshot of the owner and the
- * outbox, opened after the slow scan (a long one holds back vacuum). A partition that differs is
- * confirmed on its tuples afterwards.
+ * The full audit's first look: OpenFGA's live tuples first, held as one digest per partition (the
+ * heap grows with the partitions, not their tuples), then one short snapshot of the owner and the
+ * outbox, opened after the slow scan (a long one holds back vacuum). A partition whose digest
+ * differs is confirmed on its tuples afterwards.
  */
 export async function scanPartitions(ctx: AuditContext): Promise<ScanResult> {
   const types = new Set(ctx.owner.objectTypes);
