@@ -1,11 +1,35 @@
 import { outboxStatsQuery, tableNames } from '@outbox/outbox/protocol';
 import { sql } from 'kysely';
-import type { StatusOutbox } from './output-schemas.js';
-import { backingOffCountSql } from './state-filters.js';
-import type { Target } from './targets.js';
+import type { AnyKysely, OutboxSpec } from '@outbox/outbox';
+import { backingOffCountSql } from './row-states.js';
 
 /** What {@link outboxStatus} reads: an outbox by name, its spec, its database (and that database's URL, masked, to print). */
-export type StatusTarget = Pick<Target, 'name' | 'spec' | 'db' | 'database'>;
+export interface StatusTarget {
+  readonly name: string;
+  readonly spec: OutboxSpec;
+  readonly db: AnyKysely;
+  readonly database: string;
+}
+
+/** One outbox's counts, as `outbox status` prints them and the console shows them. */
+export interface OutboxStatus {
+  readonly name: string;
+  readonly table: string;
+  /** The database URL, password masked. */
+  readonly database: string;
+  readonly pending: number;
+  readonly deliverable: number;
+  readonly backingOff: number;
+  readonly poisoned: number;
+  /** `poisoned` by cause: `refused` for good by OpenFGA, `exhausted` by transient failures. */
+  readonly poisonedByCause: { readonly exhausted: number; readonly refused: number };
+  readonly superseded: number;
+  readonly retired: number;
+  readonly discarded: number;
+  readonly oldestPendingAgeSeconds: number | null;
+  /** ISO timestamp. */
+  readonly lastDeliveryAt: string | null;
+}
 
 /**
  * How many of the newest delivered rows (by id) "last delivery" looks at: a `max(sent_at)` over the
@@ -23,7 +47,7 @@ const LAST_DELIVERY_WINDOW = 1_000;
  * const row = await outboxStatus({ name: 'vpc', spec: vpcOutbox, db, database: maskUrl(url) });
  * process.stdout.write(statusTable([row], new Date()));
  */
-export async function outboxStatus(target: StatusTarget): Promise<StatusOutbox> {
+export async function outboxStatus(target: StatusTarget): Promise<OutboxStatus> {
   const names = tableNames(target.spec);
   const result = await sql<Record<string, string | number | Date | null>>`
     select stats.*,
