@@ -15,7 +15,7 @@ export const escapeHtml = (text: string): string => text.replace(/[&<>"']/g, (c)
 function part(value: unknown): string {
   if (value instanceof SafeHtml) return value.text;
   if (Array.isArray(value)) return value.map(part).join('');
-  if (value === null || value === undefined || value === false) return '';
+  if (value === null || value === undefined) return '';
   return escapeHtml(String(value));
 }
 

@@ -150,7 +150,8 @@ export async function timelinePage(ctx: PageContext, query: Query): Promise<Page
   if (ctx.fga) {
     const object = o.owner?.partitionFilter(key).object ?? key;
     const live = await tuplesOn(ctx.fga, object);
-    const expected = replayDelivered(rows);
+    // Only the tuples on this object: a row of the partition may write others (the audit reads those).
+    const expected = new Map([...replayDelivered(rows)].filter(([, t]) => t.object === object));
     const liveIds = new Set(live.map(tupleId));
     const lines = [
       ...live.map((t) => ({ t, verdict: expected.has(tupleId(t)) ? 'agrees' : 'unexpected: no delivered row wrote it' })),
