@@ -103,9 +103,10 @@ export async function poisonedPage(ctx: PageContext, query: Query): Promise<Page
   const superseded = rows.filter((r) => r.state === 'superseded');
   const poisoned = rows.filter((r) => r.state !== 'superseded');
   const form = (action: 'retire' | 'discard', list: ListedRow[], caption: string, consequence: string) => {
+    const legend = action === 'retire' ? 'Retire superseded rows' : 'Discard poisoned rows';
     const table = poisonedTable(ctx, o, list, caption, ctx.actions && list.length > 0);
     if (!ctx.actions || list.length === 0) return table;
-    return html`<form method="post" action="${ctx.base}/actions/${action}"><fieldset><legend>${caption}</legend>${csrfField(ctx)}<input type="hidden" name="outbox" value="${o.name}">
+    return html`<form method="post" action="${ctx.base}/actions/${action}"><fieldset><legend>${legend}</legend>${csrfField(ctx)}<input type="hidden" name="outbox" value="${o.name}">
 ${table}${reasonAndConfirm(action, consequence)}<div><button type="submit">${action === 'retire' ? 'Retire selected' : 'Discard selected'}</button></div></fieldset></form>`;
   };
   return {
