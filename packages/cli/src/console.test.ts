@@ -15,7 +15,19 @@ test('serves the six pages on the outbox, read-only, and stops on SIGTERM with e
   const b = await scriptedBacklog(t.db);
   const child = spawn(
     process.execPath,
-    [...CLI_NODE_ARGS, OUTBOX_BIN, 'console', '--port', '0', '--database-url', t.url, '--table', b.spec.table, '--partition-column', 'resource_id'],
+    [
+      ...CLI_NODE_ARGS,
+      OUTBOX_BIN,
+      'console',
+      '--port',
+      '0',
+      '--database-url',
+      t.url,
+      '--table',
+      b.spec.table,
+      '--partition-column',
+      'resource_id',
+    ],
     { env: { PATH: process.env.PATH ?? '', ...openFgaEnv(fga) }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let stdout = '';

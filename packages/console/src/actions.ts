@@ -23,11 +23,26 @@ const refusedPage = (status: number, title: string, text: string): Page => ({
   status,
 });
 
-const done = (ctx: PageContext, o: ConsoleOutbox, title: string, text: string, intents: readonly RedrivenIntent[] = []) => ({
+const done = (
+  ctx: PageContext,
+  o: ConsoleOutbox,
+  title: string,
+  text: string,
+  intents: readonly RedrivenIntent[] = [],
+) => ({
   title,
   body: html`<p class="notice" role="status" data-done>${text}</p>
-${intents.length > 0 ? html`<ul>${intents.map((i) => html`<li>#${i.id} ${i.partitionKey}</li>`)}</ul>` : ''}
-<p><a href="${ctx.base}/poisoned?outbox=${encodeURIComponent(o.name)}">Back to the poisoned rows of ${o.name}</a> · <a href="${ctx.base}/">Outboxes</a></p>`,
+    ${
+      intents.length > 0
+        ? html`<ul>
+            ${intents.map((i) => html`<li>#${i.id} ${i.partitionKey}</li>`)}
+          </ul>`
+        : ''
+    }
+    <p>
+      <a href="${ctx.base}/poisoned?outbox=${encodeURIComponent(o.name)}">Back to the poisoned rows of ${o.name}</a> ·
+      <a href="${ctx.base}/">Outboxes</a>
+    </p>`,
 });
 
 /**
@@ -44,7 +59,8 @@ export async function runAction(
   openfga: ConsoleOpenFga | undefined,
 ): Promise<Page> {
   const reason = (form.get('reason') ?? '').trim();
-  if (reason === '') return refusedPage(400, 'A reason is needed', `${action}: give a reason; it is kept in the actions log.`);
+  if (reason === '')
+    return refusedPage(400, 'A reason is needed', `${action}: give a reason; it is kept in the actions log.`);
   if (form.get('confirm') !== 'yes')
     return refusedPage(400, 'Not confirmed', `${action}: tick the confirmation box; nothing was changed.`);
   let record;
@@ -64,10 +80,20 @@ export async function runAction(
         action === 'retire'
           ? await reconciler.retire(ids, reason, { record })
           : await reconciler.discardPoisoned({ ids, reason, record });
-      return done(ctx, o, action === 'retire' ? 'Retired' : 'Discarded', `${o.name}: ${action === 'retire' ? 'retired' : 'discarded'} ${closed.length} row(s) ("${reason}").`, closed);
+      return done(
+        ctx,
+        o,
+        action === 'retire' ? 'Retired' : 'Discarded',
+        `${o.name}: ${action === 'retire' ? 'retired' : 'discarded'} ${closed.length} row(s) ("${reason}").`,
+        closed,
+      );
     } catch (error) {
       if (error instanceof RetireRefusedError || error instanceof DiscardRefusedError)
-        return refusedPage(409, 'Refused, nothing changed', `${error.message}: ${error.refused.map((r) => `#${r.id} ${r.refusal}`).join('; ')}`);
+        return refusedPage(
+          409,
+          'Refused, nothing changed',
+          `${error.message}: ${error.refused.map((r) => `#${r.id} ${r.refusal}`).join('; ')}`,
+        );
       throw error;
     }
   }
@@ -75,9 +101,16 @@ export async function runAction(
     const result = await reconciler.redrivePoisoned({ record });
     // A revival is an UPDATE, and no NOTIFY fires: wake the listening drainers (as `outbox redrive` does).
     if (result.revived.length > 0) await sql`select pg_notify(${o.spec.channel}, '')`.execute(o.db);
-    return done(ctx, o, 'Redriven', `${o.name}: revived ${result.revived.length} row(s); ${result.superseded.length} superseded left for retire.`, result.revived);
+    return done(
+      ctx,
+      o,
+      'Redriven',
+      `${o.name}: revived ${result.revived.length} row(s); ${result.superseded.length} superseded left for retire.`,
+      result.revived,
+    );
   }
-  if (!openfga || !o.owner) return refusedPage(400, 'Not done', `repair of ${o.name} needs OpenFGA and its owner mapping.`);
+  if (!openfga || !o.owner)
+    return refusedPage(400, 'Not done', `repair of ${o.name} needs OpenFGA and its owner mapping.`);
   try {
     const result = await repairOutbox({
       db: o.db,
@@ -88,7 +121,12 @@ export async function runAction(
       maxDeletes: ctx.maxDeletes,
       record,
     });
-    return done(ctx, o, 'Repaired', `${o.name}: enqueued ${result.intents} correcting intent(s): ${result.writes} write(s), ${result.deletes} delete(s); the drainers deliver them.`);
+    return done(
+      ctx,
+      o,
+      'Repaired',
+      `${o.name}: enqueued ${result.intents} correcting intent(s): ${result.writes} write(s), ${result.deletes} delete(s); the drainers deliver them.`,
+    );
   } catch (error) {
     if (error instanceof RepairBudgetError) return refusedPage(409, 'Over the budget, nothing enqueued', error.message);
     throw error;

@@ -42,11 +42,22 @@ export function lastHourChart(name: string, hour: LastHour): SafeHtml {
     const sent = hour.delivered[i] ?? 0;
     const bar = (n: number, x: number, cls: string) => {
       const h = Math.round((n / max) * (height - 12));
-      return `<rect class="${cls}" x="${(x).toFixed(1)}" y="${height - 10 - h}" width="${(slot / 2 - 1).toFixed(1)}" height="${h}"></rect>`;
+      return `<rect class="${cls}" x="${x.toFixed(1)}" y="${height - 10 - h}" width="${(slot / 2 - 1).toFixed(1)}" height="${h}"></rect>`;
     };
     return [bar(made, i * slot, 'made'), bar(sent, i * slot + slot / 2, 'sent')];
   });
   const total = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
   const label = `${name}, last hour in 5-minute slices: enqueued ${hour.enqueued.join(', ')} (total ${total(hour.enqueued)}); delivered ${hour.delivered.join(', ')} (total ${total(hour.delivered)})`;
-  return html`<svg role="img" aria-label="${label}" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}"><title>${label}</title>${raw(bars.join(''))}<text x="0" y="${height - 1}">-60 min</text><text x="${width - 24}" y="${height - 1}">now</text></svg>`;
+  return html`<svg
+    role="img"
+    aria-label="${label}"
+    width="${width}"
+    height="${height}"
+    viewBox="0 0 ${width} ${height}"
+  >
+    <title>${label}</title>
+    ${raw(bars.join(''))}
+    <text x="0" y="${height - 1}">-60 min</text>
+    <text x="${width - 24}" y="${height - 1}">now</text>
+  </svg>`;
 }

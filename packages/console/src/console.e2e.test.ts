@@ -34,9 +34,13 @@ beforeAll(async () => {
   await app.register(outboxConsole, { prefix: '/ro', outboxes, openfga });
   url = await app.listen({ host: '127.0.0.1', port: 0 });
   // Who asks is the x-user-id header (the default `actor`): opal is the platform's outbox admin, mallory is not.
-  admin = await browser.newContext({ extraHTTPHeaders: { 'x-user-id': 'opal' }, viewport: { width: 1400, height: 900 } });
+  admin = await browser.newContext({
+    extraHTTPHeaders: { 'x-user-id': 'opal' },
+    viewport: { width: 1400, height: 900 },
+  });
   stranger = await browser.newContext({ extraHTTPHeaders: { 'x-user-id': 'mallory' } });
-  for (const context of [admin, stranger]) context.on('page', (p) => p.on('dialog', (d) => void ((alerts += 1), d.dismiss())));
+  for (const context of [admin, stranger])
+    context.on('page', (p) => p.on('dialog', (d) => void ((alerts += 1), d.dismiss())));
   if (shots) mkdirSync(shots, { recursive: true });
 }, 120_000);
 afterAll(async () => {
@@ -67,21 +71,51 @@ describe('the console, after the incident', () => {
   test('outboxes: the counts, ages and the last hour', async () => {
     const page = await open(admin, '/console/');
     const counts = Object.fromEntries(
-      await Promise.all(['pending', 'deliverable', 'backingOff', 'poisoned', 'exhausted', 'refused', 'superseded', 'retired', 'discarded'].map(async (c) => [c, await cell(page, c)])),
+      await Promise.all(
+        [
+          'pending',
+          'deliverable',
+          'backingOff',
+          'poisoned',
+          'exhausted',
+          'refused',
+          'superseded',
+          'retired',
+          'discarded',
+        ].map(async (c) => [c, await cell(page, c)]),
+      ),
     );
-    expect(counts).toEqual({ pending: '3', deliverable: '0', backingOff: '0', poisoned: '3', exhausted: '2', refused: '1', superseded: '1', retired: '0', discarded: '0' });
+    expect(counts).toEqual({
+      pending: '3',
+      deliverable: '0',
+      backingOff: '0',
+      poisoned: '3',
+      exhausted: '2',
+      refused: '1',
+      superseded: '1',
+      retired: '0',
+      discarded: '0',
+    });
     expect(await cell(page, 'lastDelivery')).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ$/);
-    expect(await page.locator('svg[role=img]').getAttribute('aria-label')).toMatch(/enqueued (0, ){11}6 \(total 6\); delivered (0, ){11}3 \(total 3\)/);
+    expect(await page.locator('svg[role=img]').getAttribute('aria-label')).toMatch(
+      /enqueued (0, ){11}6 \(total 6\); delivered (0, ){11}3 \(total 3\)/,
+    );
     await accessible(page, 'outboxes');
   });
 
   test('poisoned rows: cause, code, error, attempts, superseded or not; the error with <script> is text', async () => {
     const page = await open(admin, '/console/poisoned?outbox=vpc');
     const row = (id: string) => page.locator(`tr[data-id="${id}"]`);
-    expect(await row(incident.superseded).innerText()).toMatch(/vpc:old\s+superseded\s+exhausted\s+-\s+1\s+OpenFGA unreachable: connect ECONNREFUSED/);
-    expect(await row(incident.poisoned).innerText()).toMatch(/vpc:db\s+poisoned\s+exhausted\s+-\s+1\s+OpenFGA unreachable/);
+    expect(await row(incident.superseded).innerText()).toMatch(
+      /vpc:old\s+superseded\s+exhausted\s+-\s+1\s+OpenFGA unreachable: connect ECONNREFUSED/,
+    );
+    expect(await row(incident.poisoned).innerText()).toMatch(
+      /vpc:db\s+poisoned\s+exhausted\s+-\s+1\s+OpenFGA unreachable/,
+    );
     expect(await row(incident.refused).innerText()).toMatch(/vpc:x\s+poisoned\s+refused\s+validation_error\s+1/);
-    expect(await row(incident.refused).locator('td[data-col="lastError"]').innerText()).toContain(`relation 'vpc#owner${SCRIPT}' not found`);
+    expect(await row(incident.refused).locator('td[data-col="lastError"]').innerText()).toContain(
+      `relation 'vpc#owner${SCRIPT}' not found`,
+    );
     await accessible(page, 'poisoned');
   });
 
@@ -89,7 +123,9 @@ describe('the console, after the incident', () => {
     const page = await open(admin, '/console/poisoned?outbox=vpc');
     await page.getByRole('link', { name: 'vpc:old' }).click();
     expect(page.url()).toContain('/console/timeline?outbox=vpc&partition=vpc%3Aold');
-    expect(await page.locator('tbody tr[data-id]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-id')))).toEqual([incident.superseded, incident.supersededBy]);
+    expect(
+      await page.locator('tbody tr[data-id]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-id'))),
+    ).toEqual([incident.superseded, incident.supersededBy]);
     expect(await page.locator('[data-agreement]').getAttribute('data-agreement')).toBe('agrees');
     await page.getByLabel('Partition key').fill('vpc:web');
     await page.getByRole('button', { name: 'Show' }).click();
@@ -112,9 +148,21 @@ describe('the console, after the incident', () => {
   test('redrive preview: what it would revive, what it refuses as superseded; nothing changes', async () => {
     const page = await open(admin, '/console/');
     await page.getByRole('link', { name: 'Redrive preview' }).click();
-    expect(await page.locator('table[data-kind="revived"] tr[data-id]').evaluateAll((r) => r.map((x) => x.getAttribute('data-id')))).toEqual([incident.poisoned]);
-    expect(await page.locator('table[data-kind="superseded"] tr[data-id]').evaluateAll((r) => r.map((x) => x.getAttribute('data-id')))).toEqual([incident.superseded]);
-    expect(await page.locator('table[data-kind="waiting"] tr[data-id]').evaluateAll((r) => r.map((x) => x.getAttribute('data-id')))).toEqual([incident.refused]);
+    expect(
+      await page
+        .locator('table[data-kind="revived"] tr[data-id]')
+        .evaluateAll((r) => r.map((x) => x.getAttribute('data-id'))),
+    ).toEqual([incident.poisoned]);
+    expect(
+      await page
+        .locator('table[data-kind="superseded"] tr[data-id]')
+        .evaluateAll((r) => r.map((x) => x.getAttribute('data-id'))),
+    ).toEqual([incident.superseded]);
+    expect(
+      await page
+        .locator('table[data-kind="waiting"] tr[data-id]')
+        .evaluateAll((r) => r.map((x) => x.getAttribute('data-id'))),
+    ).toEqual([incident.refused]);
     expect((await showRow({ spec: incident.spec, db: t.db }, incident.poisoned))?.state).toBe('poisoned');
     await accessible(page, 'redrive');
   });
@@ -136,8 +184,12 @@ describe('the console, after the incident', () => {
     await page.getByLabel('Object').fill('vpc:web');
     await page.getByRole('button', { name: 'Ask OpenFGA' }).click();
     expect(await page.locator('[data-allowed]').getAttribute('data-allowed')).toBe('true');
-    expect(await page.locator('tr[data-tuple="user:alice owner vpc:web"]').innerText()).toContain(`#${incident.delivered} writes it: delivered`);
-    expect(await page.locator('tr[data-tuple="user:mallory owner vpc:web"]').innerText()).toContain('no ledger row wrote it (written out of band)');
+    expect(await page.locator('tr[data-tuple="user:alice owner vpc:web"]').innerText()).toContain(
+      `#${incident.delivered} writes it: delivered`,
+    );
+    expect(await page.locator('tr[data-tuple="user:mallory owner vpc:web"]').innerText()).toContain(
+      'no ledger row wrote it (written out of band)',
+    );
     await accessible(page, 'provenance');
     await page.goto(`${url}/console/provenance?user=user:sam&relation=can_view&object=vpc:web`);
     expect(await page.locator('[data-allowed]').getAttribute('data-allowed')).toBe('false');
@@ -154,11 +206,19 @@ describe('actions', () => {
 
   test('a POST without the CSRF token, or from another site, is refused', async () => {
     const body = new URLSearchParams({ outbox: 'vpc', reason: 'x', confirm: 'yes', csrf: 'A'.repeat(43) });
-    const plain = await fetch(`${url}/console/actions/redrive`, { method: 'POST', body, headers: { 'x-user-id': 'opal' } });
+    const plain = await fetch(`${url}/console/actions/redrive`, {
+      method: 'POST',
+      body,
+      headers: { 'x-user-id': 'opal' },
+    });
     expect(plain.status).toBe(403);
     expect(await plain.text()).toContain('CSRF check failed');
     const cookie = `outbox_console_csrf=${'A'.repeat(43)}`;
-    const cross = await fetch(`${url}/console/actions/redrive`, { method: 'POST', body, headers: { cookie, 'x-user-id': 'opal', 'sec-fetch-site': 'cross-site' } });
+    const cross = await fetch(`${url}/console/actions/redrive`, {
+      method: 'POST',
+      body,
+      headers: { cookie, 'x-user-id': 'opal', 'sec-fetch-site': 'cross-site' },
+    });
     expect(cross.status).toBe(403);
     expect(await readOutboxActions(t.db, incident.spec)).toEqual([]);
   });
@@ -169,7 +229,10 @@ describe('actions', () => {
     const form = page.locator('form[method=post]', { has: page.getByRole('button', { name: submit }) });
     await form.getByLabel('Reason (kept in the actions log)').fill(reason);
     await form.getByRole('checkbox', { name: /I confirm/ }).check();
-    const [response] = await Promise.all([page.waitForResponse((r) => r.request().method() === 'POST'), form.getByRole('button', { name: submit }).click()]);
+    const [response] = await Promise.all([
+      page.waitForResponse((r) => r.request().method() === 'POST'),
+      form.getByRole('button', { name: submit }).click(),
+    ]);
     return { page, status: response.status(), text: await page.locator('main').innerText() };
   }
 
@@ -187,15 +250,24 @@ describe('actions', () => {
     }
     expect(await readOutboxActions(t.db, incident.spec)).toEqual([]);
 
-    const retired = await act(admin, poisoned, 'Retire selected', 'vpc:old deregistered during the outage', [incident.superseded]);
+    const retired = await act(admin, poisoned, 'Retire selected', 'vpc:old deregistered during the outage', [
+      incident.superseded,
+    ]);
     expect([retired.status, retired.text]).toEqual([200, expect.stringContaining('vpc: retired 1 row(s)')]);
     await accessible(retired.page, 'action-done');
-    const discarded = await act(admin, poisoned, 'Discard selected', `the relation ${SCRIPT} is a typo`, [incident.refused]);
+    const discarded = await act(admin, poisoned, 'Discard selected', `the relation ${SCRIPT} is a typo`, [
+      incident.refused,
+    ]);
     expect([discarded.status, discarded.text]).toEqual([200, expect.stringContaining('vpc: discarded 1 row(s)')]);
     expect(discarded.text).toContain(SCRIPT);
     const redriven = await act(admin, '/console/redrive?outbox=vpc', 'Redrive now', 'OpenFGA is back');
     expect([redriven.status, redriven.text]).toEqual([200, expect.stringContaining('vpc: revived 1 row(s)')]);
-    const repaired = await act(admin, '/console/drift?outbox=vpc&run=1', 'Repair now', 'mallory was granted out of band');
+    const repaired = await act(
+      admin,
+      '/console/drift?outbox=vpc&run=1',
+      'Repair now',
+      'mallory was granted out of band',
+    );
     expect([repaired.status, repaired.text]).toEqual([200, expect.stringContaining('2 delete(s)')]);
     expect(alerts).toBe(0);
 

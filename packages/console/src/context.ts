@@ -28,7 +28,9 @@ export const tupleId = (t: TupleKey): string => `${t.user}\u0000${t.relation}\u0
 
 /** An ISO timestamp as a <time>, or a dash. */
 export const when = (iso: string | null | undefined): SafeHtml =>
-  iso ? html`<time datetime="${iso}">${iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z')}</time>` : html`<span class="muted">-</span>`;
+  iso
+    ? html`<time datetime="${iso}">${iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z')}</time>`
+    : html`<span class="muted">-</span>`;
 
 /** A notice: information, or a problem (`role="alert"`). */
 export const notice = (text: SafeHtml | string, bad = false): SafeHtml =>
@@ -49,19 +51,32 @@ export function outboxForm(
   button = 'Show',
 ): SafeHtml {
   const options = ctx.outboxes.map(
-    (o) => html`<option value="${o.name}"${o === current ? html` selected` : ''}>${o.name} (${o.spec.table})</option>`,
+    (o) => html`<option value="${o.name}" ${o === current ? html` selected` : ''}>${o.name} (${o.spec.table})</option>`,
   );
-  return html`<form class="inline" method="get" action="${ctx.base}${path}"><div><label for="outbox">Outbox</label><select id="outbox" name="outbox">${options}</select></div>${extra}<button type="submit">${button}</button></form>`;
+  return html`<form class="inline" method="get" action="${ctx.base}${path}">
+    <div>
+      <label for="outbox">Outbox</label
+      ><select id="outbox" name="outbox">
+        ${options}
+      </select>
+    </div>
+    ${extra}<button type="submit">${button}</button>
+  </form>`;
 }
 
 /** The hidden CSRF field every POST form carries. */
-export const csrfField = (ctx: PageContext): SafeHtml => html`<input type="hidden" name="csrf" value="${ctx.csrf}">`;
+export const csrfField = (ctx: PageContext): SafeHtml => html`<input type="hidden" name="csrf" value="${ctx.csrf}" />`;
 
 /**
  * The reason and confirmation every action asks for: a required reason and a required checkbox
  * saying what will happen (the server refuses the action without either).
  */
 export function reasonAndConfirm(id: string, consequence: string): SafeHtml {
-  return html`<div><label for="${id}-reason">Reason (kept in the actions log)</label><textarea id="${id}-reason" name="reason" required rows="2"></textarea></div>
-<div><label><input type="checkbox" name="confirm" value="yes" required> ${consequence}</label></div>`;
+  return html`<div>
+      <label for="${id}-reason">Reason (kept in the actions log)</label
+      ><textarea id="${id}-reason" name="reason" required rows="2"></textarea>
+    </div>
+    <div>
+      <label><input type="checkbox" name="confirm" value="yes" required /> ${consequence}</label>
+    </div>`;
 }

@@ -44,6 +44,6 @@ export function csrfFailure(request: FastifyRequest, form: URLSearchParams): str
   const field = form.get('csrf') ?? '';
   if (!cookie) return 'no CSRF cookie (load the page first)';
   if (field.length !== cookie.length || !timingSafeEqual(Buffer.from(field), Buffer.from(cookie)))
-    return 'the form\'s CSRF token does not match';
+    return "the form's CSRF token does not match";
   return undefined;
 }

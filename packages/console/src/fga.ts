@@ -34,7 +34,10 @@ export async function tuplesOn(client: OpenFgaClient, object: string, limit = 50
   const tuples: TupleKey[] = [];
   let continuationToken: string | undefined;
   do {
-    const page = await client.read({ object }, { ...NOW, pageSize: 100, ...(continuationToken ? { continuationToken } : {}) });
+    const page = await client.read(
+      { object },
+      { ...NOW, pageSize: 100, ...(continuationToken ? { continuationToken } : {}) },
+    );
     for (const t of page.tuples) tuples.push({ user: t.key.user, relation: t.key.relation, object: t.key.object });
     continuationToken = page.continuation_token || undefined;
   } while (continuationToken && tuples.length < limit);

@@ -22,16 +22,31 @@ export function layout(
 ): SafeHtml {
   const nav = PAGES.map(
     (p) =>
-      html`<li><a href="${base}${p.path}"${current === p.path ? html` aria-current="page"` : ''}>${p.title}</a></li>`,
+      html`<li><a href="${base}${p.path}" ${current === p.path ? html` aria-current="page"` : ''}>${p.title}</a></li>`,
   );
   return html`<!doctype html>
-<html lang="en">
-<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${title} · outbox console</title><link rel="stylesheet" href="${base}/assets/console.css"></head>
-<body><a class="skip" href="#main">Skip to content</a>
-<header><strong>outbox console</strong><nav aria-label="Pages"><ul>${nav}</ul></nav><span class="muted" data-mode>${mode}</span></header>
-<main id="main" tabindex="-1"><h1>${title}</h1>
-${body}
-</main></body></html>
-`;
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <title>${title} · outbox console</title>
+        <link rel="stylesheet" href="${base}/assets/console.css" />
+      </head>
+      <body>
+        <a class="skip" href="#main">Skip to content</a>
+        <header>
+          <strong>outbox console</strong>
+          <nav aria-label="Pages">
+            <ul>
+              ${nav}
+            </ul>
+          </nav>
+          <span class="muted" data-mode>${mode}</span>
+        </header>
+        <main id="main" tabindex="-1">
+          <h1>${title}</h1>
+          ${body}
+        </main>
+      </body>
+    </html> `;
 }

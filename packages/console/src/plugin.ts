@@ -76,10 +76,15 @@ export const outboxConsole: FastifyPluginAsync<OutboxConsoleOptions> = async (ap
   );
 
   app.get('/assets/console.css', (_request, reply) =>
-    reply.headers({ 'cache-control': 'max-age=300', 'x-content-type-options': 'nosniff' }).type('text/css; charset=utf-8').send(CONSOLE_CSS),
+    reply
+      .headers({ 'cache-control': 'max-age=300', 'x-content-type-options': 'nosniff' })
+      .type('text/css; charset=utf-8')
+      .send(CONSOLE_CSS),
   );
   const page = (path: PagePath, render: (ctx: PageContext, query: Query) => Promise<Page>) =>
-    app.get(path, async (request, reply) => send(reply, path, await render(context(request, reply), request.query as Query)));
+    app.get(path, async (request, reply) =>
+      send(reply, path, await render(context(request, reply), request.query as Query)),
+    );
   page('/', (ctx) => outboxesPage(ctx));
   page('/poisoned', poisonedPage);
   page('/timeline', timelinePage);
@@ -93,7 +98,8 @@ export const outboxConsole: FastifyPluginAsync<OutboxConsoleOptions> = async (ap
     app.post(`/actions/${action}`, async (request, reply) => {
       const ctx = context(request, reply);
       const form = request.body instanceof URLSearchParams ? request.body : new URLSearchParams();
-      const refused = (status: number, title: string, text: string) => send(reply, undefined, { title, body: notice(text, true), status });
+      const refused = (status: number, title: string, text: string) =>
+        send(reply, undefined, { title, body: notice(text, true), status });
       const csrf = csrfFailure(request, form);
       if (csrf) return refused(403, 'Refused', `CSRF check failed: ${csrf}. Nothing was changed.`);
       const outbox = pickOutbox(ctx, form.get('outbox') ?? '');
@@ -101,7 +107,11 @@ export const outboxConsole: FastifyPluginAsync<OutboxConsoleOptions> = async (ap
       const actor = actorOf(request);
       const allowed = await authorize({ actor, action, outbox: outbox.name, request });
       if (!allowed || !actor)
-        return refused(403, 'Not allowed', `${actor ?? 'An unidentified user'} may not ${action} on ${outbox.name}; nothing was changed.`);
+        return refused(
+          403,
+          'Not allowed',
+          `${actor ?? 'An unidentified user'} may not ${action} on ${outbox.name}; nothing was changed.`,
+        );
       return send(reply, undefined, await runAction(ctx, action, outbox, form, actor, options.openfga));
     });
   }

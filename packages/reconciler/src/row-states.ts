@@ -7,13 +7,7 @@ import { sql, type RawBuilder } from 'kysely';
  * shown superseded, not poisoned. What `outbox list` and the console show.
  */
 export type RowState =
-  | 'deliverable'
-  | 'backing-off'
-  | 'poisoned'
-  | 'superseded'
-  | 'delivered'
-  | 'retired'
-  | 'discarded';
+  'deliverable' | 'backing-off' | 'poisoned' | 'superseded' | 'delivered' | 'retired' | 'discarded';
 
 /** What `list --state` takes: a row state, or `pending` (every row not delivered and not closed). */
 export const STATE_FILTERS = [

@@ -4,7 +4,14 @@
 // to OpenFGA out of band. Test-only.
 import { createDrainer, type Sink } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
-import { createOutboxTable, defineOutbox, enqueue, type AnyKysely, type IntentPayload, type OutboxSpec } from '@outbox/outbox';
+import {
+  createOutboxTable,
+  defineOutbox,
+  enqueue,
+  type AnyKysely,
+  type IntentPayload,
+  type OutboxSpec,
+} from '@outbox/outbox';
 import type { OutboxOwner, OwnedPartition } from '@outbox/reconciler';
 import { freePort, openFgaClientConfig, type TestStore } from '@outbox/test-stack';
 import { sql } from 'kysely';
@@ -33,8 +40,13 @@ export function thingsOwner(): OutboxOwner {
     partitionFilter: (partitionKey) => ({ object: partitionKey }),
     async expectedPage(trx, after, limit) {
       const rows = await sql<{ id: string; project_id: string }>`
-        select id, project_id from ${sql.raw(THINGS)} where ${after === undefined ? sql`true` : sql`id > ${after}`} order by id limit ${limit}`.execute(trx);
-      return { partitions: rows.rows.map(partition), next: rows.rows.length === limit ? rows.rows.at(-1)?.id : undefined };
+        select id, project_id from ${sql.raw(THINGS)} where ${after === undefined ? sql`true` : sql`id > ${after}`} order by id limit ${limit}`.execute(
+        trx,
+      );
+      return {
+        partitions: rows.rows.map(partition),
+        next: rows.rows.length === limit ? rows.rows.at(-1)?.id : undefined,
+      };
     },
     async partitions(trx, keys) {
       const ids = keys.map((key) => key.slice('vpc:'.length));
@@ -79,9 +91,22 @@ export async function scriptedIncident(db: AnyKysely, fga: TestStore): Promise<I
   await sql`create schema if not exists console`.execute(db);
   await createOutboxTable(db, spec);
   await sql.raw(`create table ${THINGS} (id text primary key, project_id text not null)`).execute(db);
-  await db.insertInto(THINGS).values([{ id: 'web', project_id: 'p1' }, { id: 'db', project_id: 'p1' }]).execute();
-  const healthy = createOpenFgaSink({ ...openFgaClientConfig(fga.storeId, fga.authorizationModelId), storeId: fga.storeId });
-  const down = createOpenFgaSink({ apiUrl: `http://127.0.0.1:${await freePort()}`, storeId: fga.storeId, timeoutMs: 1_000 });
+  await db
+    .insertInto(THINGS)
+    .values([
+      { id: 'web', project_id: 'p1' },
+      { id: 'db', project_id: 'p1' },
+    ])
+    .execute();
+  const healthy = createOpenFgaSink({
+    ...openFgaClientConfig(fga.storeId, fga.authorizationModelId),
+    storeId: fga.storeId,
+  });
+  const down = createOpenFgaSink({
+    apiUrl: `http://127.0.0.1:${await freePort()}`,
+    storeId: fga.storeId,
+    timeoutMs: 1_000,
+  });
 
   const delivered = await put(db, spec, 'vpc:web', register('web'));
   await drainOnce(db, spec, healthy);
@@ -93,7 +118,9 @@ export async function scriptedIncident(db: AnyKysely, fga: TestStore): Promise<I
   const supersededBy = await put(db, spec, 'vpc:old', deregister('old'));
   await put(db, spec, 'vpc:x', { writes: [{ user: 'user:alice', relation: 'owner', object: `vpc:${SCRIPT}` }] });
   // No such relation: OpenFGA refuses it for good, and its error quotes the relation.
-  const refused = await put(db, spec, 'vpc:x', { writes: [{ user: 'user:alice', relation: `owner${SCRIPT}`, object: 'vpc:x' }] });
+  const refused = await put(db, spec, 'vpc:x', {
+    writes: [{ user: 'user:alice', relation: `owner${SCRIPT}`, object: 'vpc:x' }],
+  });
   await drainOnce(db, spec, healthy);
   // Out of band: a tuple written straight to OpenFGA, no ledger row behind it.
   await fga.client.write({
