@@ -8,7 +8,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { outboxConsole } from './index.js';
 import { launchChromium, tabThrough, unlabelledControls } from './testing/browser.js';
-import { SCRIPT, scriptedIncident, thingsOwner, type Incident } from './testing/incident.js';
+import { SCRIPT, incidentOwner, scriptedIncident, type Incident } from './testing/incident.js';
 
 // The console in a bare fastify app, on the real stack after a scripted incident, clicked through in
 // a real browser (Debian's chromium): every page's values, its labels and keyboard path, each action
@@ -28,7 +28,7 @@ let alerts = 0;
 beforeAll(async () => {
   [incident, browser] = await Promise.all([scriptedIncident(t.db, fga), launchChromium()]);
   app = Fastify();
-  const outboxes = [{ name: 'vpc', spec: incident.spec, db: t.db, owner: thingsOwner(), database: 'test' }];
+  const outboxes = [{ name: 'vpc', spec: incident.spec, db: t.db, owner: incidentOwner(), database: 'test' }];
   const openfga = { ...openFgaClientConfig(fga.storeId, fga.authorizationModelId), storeId: fga.storeId };
   await app.register(outboxConsole, { prefix: '/console', outboxes, openfga, actions: { enabled: true } });
   await app.register(outboxConsole, { prefix: '/ro', outboxes, openfga });

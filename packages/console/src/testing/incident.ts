@@ -12,8 +12,9 @@ import {
   type IntentPayload,
   type OutboxSpec,
 } from '@outbox/outbox';
-import type { OutboxOwner, OwnedPartition } from '@outbox/reconciler';
 import { freePort, openFgaClientConfig, type TestStore } from '@outbox/test-stack';
+import { createThingsTable, thingsOwner } from '@outbox/test-stack/things-owner';
+import type { OutboxOwner } from '@outbox/reconciler';
 import { sql } from 'kysely';
 
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
@@ -28,35 +29,7 @@ const register = (id: string): IntentPayload => ({ writes: tuples(id, 'p1') });
 const deregister = (id: string): IntentPayload => ({ deletes: tuples(id, 'p1') });
 
 /** The owner of the things table: each thing expects its project and owner tuples. */
-export function thingsOwner(): OutboxOwner {
-  const partition = (row: { id: string; project_id: string }): OwnedPartition => ({
-    partitionKey: `vpc:${row.id}`,
-    objectKnown: true,
-    tuples: tuples(row.id, row.project_id),
-  });
-  return {
-    objectTypes: ['vpc'],
-    partitionOf: (tuple) => tuple.object,
-    partitionFilter: (partitionKey) => ({ object: partitionKey }),
-    async expectedPage(trx, after, limit) {
-      const rows = await sql<{ id: string; project_id: string }>`
-        select id, project_id from ${sql.raw(THINGS)} where ${after === undefined ? sql`true` : sql`id > ${after}`} order by id limit ${limit}`.execute(
-        trx,
-      );
-      return {
-        partitions: rows.rows.map(partition),
-        next: rows.rows.length === limit ? rows.rows.at(-1)?.id : undefined,
-      };
-    },
-    async partitions(trx, keys) {
-      const ids = keys.map((key) => key.slice('vpc:'.length));
-      const rows = await sql<{ id: string; project_id: string }>`
-        select id, project_id from ${sql.raw(THINGS)} where id = any(${ids}::text[])`.execute(trx);
-      const found = new Map(rows.rows.map((r) => [`vpc:${r.id}`, partition(r)]));
-      return keys.map((key) => found.get(key) ?? { partitionKey: key, objectKnown: false, tuples: [] });
-    },
-  };
-}
+export const incidentOwner = (): OutboxOwner => thingsOwner(THINGS, (thing) => tuples(thing.id, thing.project_id));
 
 /** The ids of the incident's rows. */
 export interface Incident {
@@ -90,7 +63,7 @@ export async function scriptedIncident(db: AnyKysely, fga: TestStore): Promise<I
   const spec = defineOutbox({ table: 'console.outbox_vpc', partitionColumn: 'resource_id', maxAttempts: 1 });
   await sql`create schema if not exists console`.execute(db);
   await createOutboxTable(db, spec);
-  await sql.raw(`create table ${THINGS} (id text primary key, project_id text not null)`).execute(db);
+  await createThingsTable(db, THINGS);
   await db
     .insertInto(THINGS)
     .values([
