@@ -1,6 +1,6 @@
 // A scripted incident on the real stack, for the console's tests: deliveries through the real
 // drainer and OpenFGA sink, an outage that poisons rows, a register superseded by its delivered
-// deregister, a write OpenFGA refuses (its object carries `<script>`), and a tuple written straight
+// deregister, a delivered object and a refused relation whose names carry `<script>`, and a tuple written straight
 // to OpenFGA out of band. Test-only.
 import { createDrainer, type Sink } from '@outbox/drainer';
 import { createOpenFgaSink } from '@outbox/openfga';
@@ -14,10 +14,10 @@ import {
 } from '@outbox/outbox';
 import { freePort, openFgaClientConfig, type TestStore } from '@outbox/test-stack';
 import { createThingsTable, thingsOwner } from '@outbox/test-stack/things-owner';
+import { quietLogger } from '../pages.js';
 import type { OutboxOwner } from '@outbox/reconciler';
 import { sql } from 'kysely';
 
-const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 export const THINGS = 'console_things';
 export const SCRIPT = '<script>alert("xss")</script>';
 
@@ -46,7 +46,7 @@ export interface Incident {
 }
 
 async function drainOnce(db: AnyKysely, spec: OutboxSpec, sink: Sink): Promise<void> {
-  const drainer = createDrainer({ db, spec, sink, logger: quiet });
+  const drainer = createDrainer({ db, spec, sink, logger: quietLogger });
   try {
     await drainer.drainOnce();
   } finally {
