@@ -29,7 +29,10 @@ export const thingTuple = (id: string, projectId: string): Tuple => ({
 });
 
 /** The owner of the things in `table`: partition `vpc:<id>`, the tuples `tuplesOf(thing)` expected. */
-export function thingsOwner(table: string, tuplesOf: (thing: Thing) => Tuple[] = (t) => [thingTuple(t.id, t.project_id)]) {
+export function thingsOwner(
+  table: string,
+  tuplesOf: (thing: Thing) => Tuple[] = (t) => [thingTuple(t.id, t.project_id)],
+) {
   const partition = (row: Thing) => ({ partitionKey: `vpc:${row.id}`, objectKnown: true, tuples: tuplesOf(row) });
   return {
     objectTypes: ['vpc'],
@@ -47,7 +50,8 @@ export function thingsOwner(table: string, tuplesOf: (thing: Thing) => Tuple[] =
     },
     async partitions(trx: Db, keys: readonly string[]) {
       const ids = keys.map((key) => key.slice('vpc:'.length));
-      const rows = await sql<Thing>`select id, project_id from ${sql.raw(table)} where id = any(${ids}::text[])`.execute(trx);
+      const rows =
+        await sql<Thing>`select id, project_id from ${sql.raw(table)} where id = any(${ids}::text[])`.execute(trx);
       const found = new Map(rows.rows.map((r) => [`vpc:${r.id}`, partition(r)]));
       return keys.map((key) => found.get(key) ?? { partitionKey: key, objectKnown: false, tuples: [] as Tuple[] });
     },
