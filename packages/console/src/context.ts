@@ -80,3 +80,12 @@ export function reasonAndConfirm(id: string, consequence: string): SafeHtml {
       <label><input type="checkbox" name="confirm" value="yes" required /> ${consequence}</label>
     </div>`;
 }
+
+/** A table with its caption and column headers; `attributes` (e.g. `data-kind`) go on the table. */
+export const dataTable = (
+  caption: SafeHtml | string,
+  headers: readonly string[],
+  rows: SafeHtml | readonly SafeHtml[],
+  attributes: SafeHtml | string = '',
+): SafeHtml =>
+  html`<table${attributes}><caption>${caption}</caption><thead><tr>${headers.map((h) => html`<th scope="col">${h}</th>`)}</tr></thead><tbody>${rows}</tbody></table>`;

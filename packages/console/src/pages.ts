@@ -16,6 +16,7 @@ import { createOpenFgaTupleReader } from '@outbox/openfga';
 import { lastHour, lastHourChart } from './chart.js';
 import {
   csrfField,
+  dataTable,
   notice,
   outboxForm,
   pickOutbox,
@@ -78,31 +79,25 @@ export async function outboxesPage(ctx: PageContext): Promise<Page> {
   }
   return {
     title: 'Outboxes',
-    body: html`<table>
-      <caption>
-        Every outbox's ledger now (poisoned includes superseded; closed: retired and discarded)
-      </caption>
-      <thead>
-        <tr>
-          <th scope="col">Outbox</th>
-          <th scope="col">Pending</th>
-          <th scope="col">Deliverable</th>
-          <th scope="col">Backing off</th>
-          <th scope="col">Poisoned</th>
-          <th scope="col">exhausted</th>
-          <th scope="col">refused</th>
-          <th scope="col">Superseded</th>
-          <th scope="col">Retired</th>
-          <th scope="col">Discarded</th>
-          <th scope="col">Oldest pending</th>
-          <th scope="col">Last delivery</th>
-          <th scope="col">Last hour (enqueued, delivered)</th>
-        </tr>
-      </thead>
-      <tbody>
-        ${rows}
-      </tbody>
-    </table>`,
+    body: dataTable(
+      "Every outbox's ledger now (poisoned includes superseded; closed: retired and discarded)",
+      [
+        'Outbox',
+        'Pending',
+        'Deliverable',
+        'Backing off',
+        'Poisoned',
+        'exhausted',
+        'refused',
+        'Superseded',
+        'Retired',
+        'Discarded',
+        'Oldest pending',
+        'Last delivery',
+        'Last hour (enqueued, delivered)',
+      ],
+      rows,
+    ),
   };
 }
 
@@ -143,27 +138,21 @@ function poisonedTable(
         <td>${when(r.createdAt)}</td>
       </tr>`,
   );
-  return html`<table>
-    <caption>
-      ${caption}
-    </caption>
-    <thead>
-      <tr>
-        ${select ? html`<th scope="col">Select</th>` : ''}
-        <th scope="col">Id</th>
-        <th scope="col">Partition</th>
-        <th scope="col">State</th>
-        <th scope="col">Cause</th>
-        <th scope="col">OpenFGA code</th>
-        <th scope="col">Attempts</th>
-        <th scope="col">Last error</th>
-        <th scope="col">Created</th>
-      </tr>
-    </thead>
-    <tbody>
-      ${body}
-    </tbody>
-  </table>`;
+  return dataTable(
+    caption,
+    [
+      ...(select ? ['Select'] : []),
+      'Id',
+      'Partition',
+      'State',
+      'Cause',
+      'OpenFGA code',
+      'Attempts',
+      'Last error',
+      'Created',
+    ],
+    body,
+  );
 }
 
 /** Page 2: the poisoned rows of one outbox, superseded ones apart; retire and discard forms when actions are on. */
@@ -261,26 +250,17 @@ export async function timelinePage(ctx: PageContext, query: Query): Promise<Page
       <p data-agreement="${agreed ? 'agrees' : 'drift'}">
         ${agreed ? html`<span class="good">Agreement</span>: the delivered rows, replayed in order, leave exactly the tuples OpenFGA holds.` : html`<span class="bad">Disagreement</span>: see the rows marked below.`}
       </p>
-      <table>
-        <caption>
-          Tuples on ${object}: OpenFGA's, against the delivered rows replayed
-        </caption>
-        <thead>
-          <tr>
-            <th scope="col">Tuple</th>
-            <th scope="col">Verdict</th>
-          </tr>
-        </thead>
-        <tbody>
-          ${lines.map(
-            (l) =>
-              html`<tr>
-                <td><code>${tupleText(l.t)}</code></td>
-                <td class="${l.verdict === 'agrees' ? 'good' : 'bad'}">${l.verdict}</td>
-              </tr>`,
-          )}
-        </tbody>
-      </table>`;
+      ${dataTable(
+        html`Tuples on ${object}: OpenFGA's, against the delivered rows replayed`,
+        ['Tuple', 'Verdict'],
+        html`${lines.map(
+          (l) =>
+            html`<tr>
+              <td><code>${tupleText(l.t)}</code></td>
+              <td class="${l.verdict === 'agrees' ? 'good' : 'bad'}">${l.verdict}</td>
+            </tr>`,
+        )}`,
+      )}`;
   }
   return {
     title: `Partition ${key} of ${o.name}`,
@@ -290,26 +270,11 @@ export async function timelinePage(ctx: PageContext, query: Query): Promise<Page
       ${
         rows.length === 0
           ? html`<p>No row of ${o.spec.table} has this partition key.</p>`
-          : html`<table>
-              <caption>
-                Every row of ${key}, oldest first
-              </caption>
-              <thead>
-                <tr>
-                  <th scope="col">Id</th>
-                  <th scope="col">Outcome</th>
-                  <th scope="col">Attempts</th>
-                  <th scope="col">Created</th>
-                  <th scope="col">Delivered</th>
-                  <th scope="col">Closed</th>
-                  <th scope="col">Payload</th>
-                  <th scope="col">Last error</th>
-                </tr>
-              </thead>
-              <tbody>
-                ${ledger}
-              </tbody>
-            </table>`
+          : dataTable(
+              html`Every row of ${key}, oldest first`,
+              ['Id', 'Outcome', 'Attempts', 'Created', 'Delivered', 'Closed', 'Payload', 'Last error'],
+              ledger,
+            )
       }
       ${openfga}`,
   };
@@ -324,30 +289,20 @@ const intentList = (
 ) =>
   intents.length === 0
     ? html`<p data-kind="${kind}">${caption}: none.</p>`
-    : html`<table data-kind="${kind}">
-        <caption>
-          ${caption}
-        </caption>
-        <thead>
-          <tr>
-            <th scope="col">Id</th>
-            <th scope="col">Partition</th>
-            <th scope="col">Cause</th>
-            <th scope="col">Last error</th>
-          </tr>
-        </thead>
-        <tbody>
-          ${intents.map(
-            (i) =>
-              html`<tr data-id="${i.id}">
-                <th scope="row">${i.id}</th>
-                <td>${partitionLink(ctx, o, i.partitionKey)}</td>
-                <td>${i.poisonCause ?? 'exhausted'}${i.poisonCode ? html` (${i.poisonCode})` : ''}</td>
-                <td><pre>${i.lastError ?? ''}</pre></td>
-              </tr>`,
-          )}
-        </tbody>
-      </table>`;
+    : dataTable(
+        caption,
+        ['Id', 'Partition', 'Cause', 'Last error'],
+        html`${intents.map(
+          (i) =>
+            html`<tr data-id="${i.id}">
+              <th scope="row">${i.id}</th>
+              <td>${partitionLink(ctx, o, i.partitionKey)}</td>
+              <td>${i.poisonCause ?? 'exhausted'}${i.poisonCode ? html` (${i.poisonCode})` : ''}</td>
+              <td><pre>${i.lastError ?? ''}</pre></td>
+            </tr>`,
+        )}`,
+        html` data-kind="${kind}"`,
+      );
 
 /** Page 4: what a redrive would revive and what it would refuse, from one snapshot (the reconciler's dry run). */
 export async function redrivePage(ctx: PageContext, query: Query): Promise<Page> {
@@ -423,21 +378,14 @@ export async function driftPage(ctx: PageContext, query: Query, openfga: Console
       <td class="n">${count}</td>
       <td>${sample.flatMap((s) => s.tuples.map((t) => html`<code>${tupleText(t)}</code><br />`))}</td>
     </tr>`;
+  const change = (kind: string) => (t: TupleKey) =>
+    html`<tr>
+      <td>${kind}</td>
+      <td><code>${tupleText(t)}</code></td>
+    </tr>`;
   const corrections = plan.sample.flatMap((c) => [
-    ...c.writes.map(
-      (t) =>
-        html`<tr>
-          <td>write</td>
-          <td><code>${tupleText(t)}</code></td>
-        </tr>`,
-    ),
-    ...c.deletes.map(
-      (t) =>
-        html`<tr>
-          <td>delete</td>
-          <td><code>${tupleText(t)}</code></td>
-        </tr>`,
-    ),
+    ...c.writes.map(change('write')),
+    ...c.deletes.map(change('delete')),
   ]);
   const repair =
     ctx.actions && plan.partitions > 0
@@ -460,35 +408,25 @@ export async function driftPage(ctx: PageContext, query: Query, openfga: Console
           >${audit.drifted === 0 ? 'OpenFGA agrees with the owner' : `drift in ${audit.drifted} partition(s)`}</strong
         >.
       </p>
-      <table>
-        <caption>
-          Drift by class
-        </caption>
-        <thead>
-          <tr>
-            <th scope="col">Class</th>
-            <th scope="col">Tuples</th>
-            <th scope="col">Sample</th>
-          </tr>
-        </thead>
-        <tbody>
-          ${kind(
-            'missing',
-            audit.missing.tuples,
-            audit.missing.sample.map((s) => ({ key: s.partitionKey, tuples: s.tuples })),
-          )}
-          ${kind(
-            'unexpected',
-            audit.unexpected.tuples,
-            audit.unexpected.sample.map((s) => ({ key: s.partitionKey, tuples: s.tuples })),
-          )}
-          ${kind(
-            'orphans',
-            audit.orphans.tuples,
-            audit.orphans.sample.map((s) => ({ key: s.object, tuples: s.tuples })),
-          )}
-        </tbody>
-      </table>
+      ${dataTable(
+        'Drift by class',
+        ['Class', 'Tuples', 'Sample'],
+        html`${kind(
+          'missing',
+          audit.missing.tuples,
+          audit.missing.sample.map((s) => ({ key: s.partitionKey, tuples: s.tuples })),
+        )}
+        ${kind(
+          'unexpected',
+          audit.unexpected.tuples,
+          audit.unexpected.sample.map((s) => ({ key: s.partitionKey, tuples: s.tuples })),
+        )}
+        ${kind(
+          'orphans',
+          audit.orphans.tuples,
+          audit.orphans.sample.map((s) => ({ key: s.object, tuples: s.tuples })),
+        )}`,
+      )}
       <h2>The repair it would make</h2>
       <p data-budget="${plan.withinBudget ? 'within' : 'over'}">
         ${plan.intents} intent(s) in ${plan.partitions} partition(s): ${plan.writes} write(s), ${plan.deletes}
@@ -498,20 +436,7 @@ export async function driftPage(ctx: PageContext, query: Query, openfga: Console
       </p>
       ${
         corrections.length > 0
-          ? html`<table>
-              <caption>
-                Corrections (a dry run: nothing enqueued)
-              </caption>
-              <thead>
-                <tr>
-                  <th scope="col">Change</th>
-                  <th scope="col">Tuple</th>
-                </tr>
-              </thead>
-              <tbody>
-                ${corrections}
-              </tbody>
-            </table>`
+          ? dataTable('Corrections (a dry run: nothing enqueued)', ['Change', 'Tuple'], corrections)
           : ''
       }
       ${repair}`,
@@ -597,22 +522,6 @@ export async function provenancePage(ctx: PageContext, query: Query): Promise<Pa
         OpenFGA's Check: <strong class="${allowed ? 'good' : 'bad'}">${allowed ? 'allowed' : 'not allowed'}</strong> —
         ${user} ${relation} ${object}.
       </p>
-      <table>
-        <caption>
-          The tuples behind ${relation} on ${object} (Expand, followed through
-          usersets${behind.complete ? '' : '; cut short'}), and the ledger rows that wrote each
-        </caption>
-        <thead>
-          <tr>
-            <th scope="col">Tuple</th>
-            <th scope="col">Found under</th>
-            <th scope="col">User</th>
-            <th scope="col">Ledger rows</th>
-          </tr>
-        </thead>
-        <tbody>
-          ${rows}
-        </tbody>
-      </table>`,
+      ${dataTable(html`The tuples behind ${relation} on ${object} (Expand, followed through usersets${behind.complete ? '' : '; cut short'}), and the ledger rows that wrote each`, ['Tuple', 'Found under', 'User', 'Ledger rows'], rows)}`,
   };
 }

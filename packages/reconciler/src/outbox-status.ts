@@ -1,6 +1,6 @@
 import { outboxStatsQuery, tableNames } from '@outbox/outbox/protocol';
 import { sql } from 'kysely';
-import type { AnyKysely, OutboxSpec } from '@outbox/outbox';
+import type { AnyKysely, OutboxSpec, OutboxStats } from '@outbox/outbox';
 import { backingOffCountSql } from './row-states.js';
 
 /** What {@link outboxStatus} reads: an outbox by name, its spec, its database (and that database's URL, masked, to print). */
@@ -11,22 +11,13 @@ export interface StatusTarget {
   readonly database: string;
 }
 
-/** One outbox's counts, as `outbox status` prints them and the console shows them. */
-export interface OutboxStatus {
+/** One outbox's counts, as `outbox status` prints them and the console shows them: `outboxStats`' and a few more. */
+export interface OutboxStatus extends OutboxStats {
   readonly name: string;
   readonly table: string;
   /** The database URL, password masked. */
   readonly database: string;
-  readonly pending: number;
-  readonly deliverable: number;
   readonly backingOff: number;
-  readonly poisoned: number;
-  /** `poisoned` by cause: `refused` for good by OpenFGA, `exhausted` by transient failures. */
-  readonly poisonedByCause: { readonly exhausted: number; readonly refused: number };
-  readonly superseded: number;
-  readonly retired: number;
-  readonly discarded: number;
-  readonly oldestPendingAgeSeconds: number | null;
   /** ISO timestamp. */
   readonly lastDeliveryAt: string | null;
 }
