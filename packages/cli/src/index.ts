@@ -15,6 +15,6 @@ export { processIo, type CliIo } from './cli-io.js';
 export { createCommandLine, exitWith, integerArgument, runCommandLine, type ExitBox } from './command-line.js';
 export { OUTPUT_SCHEMAS } from './output-schemas.js';
 export type { CommandName } from './program.js';
-export { outboxStatus, type StatusTarget } from './status-query.js';
+export { outboxStatus, type StatusTarget } from '@outbox/reconciler';
 export { statusTable } from './status-command.js';
 export type { StatusOutbox } from './output-schemas.js';

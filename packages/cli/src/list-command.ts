@@ -5,8 +5,7 @@ import { formatRelative } from './durations.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { idArgument } from './id-argument.js';
 import type { ListOutput, ListedRow } from './output-schemas.js';
-import { STATE_FILTERS, type StateFilter } from './state-filters.js';
-import { listRows } from './rows-query.js';
+import { STATE_FILTERS, listRows, type StateFilter } from '@outbox/reconciler';
 import { cut, textTable } from './text-table.js';
 
 interface ListOptions extends TargetOptions {

@@ -7,6 +7,7 @@ import type { CommandContext } from './command-context.js';
 import { defineDiscard, defineRetire } from './close-commands.js';
 import { createCommandLine } from './command-line.js';
 import { defineCompact } from './compact-command.js';
+import { defineConsole } from './console-command.js';
 import { defineDoctor } from './doctor-command.js';
 import { defineDrain } from './drain-command.js';
 import { defineList } from './list-command.js';
@@ -30,6 +31,7 @@ const COMMANDS = {
   audit: defineAudit,
   repair: defineRepair,
   actions: defineActions,
+  console: defineConsole,
   doctor: defineDoctor,
 } satisfies Record<string, (command: Command, ctx: CommandContext) => Command>;
 

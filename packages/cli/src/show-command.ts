@@ -5,7 +5,7 @@ import { exitWith } from './command-line.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { idArgument } from './id-argument.js';
 import type { ShowOutput } from './output-schemas.js';
-import { showRow } from './rows-query.js';
+import { showRow } from '@outbox/reconciler';
 import { onlyOutbox } from './targets.js';
 
 interface ShowOptions extends TargetOptions {

@@ -8,8 +8,7 @@ import { docsUrl } from './docs-url.js';
 import { formatDuration, formatRelative } from './durations.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import type { StatusOutbox, StatusOutput } from './output-schemas.js';
-import { stateFilterSql } from './state-filters.js';
-import { outboxStatus } from './status-query.js';
+import { outboxStatus, stateFilterSql } from '@outbox/reconciler';
 import type { Target } from './targets.js';
 import { textTable, type TextColumn } from './text-table.js';
 

@@ -32,3 +32,23 @@ export {
 } from './continuous-audit.js';
 export { repairOutbox, type PartitionCorrection, type RepairOptions, type RepairResult } from './repair.js';
 export { RepairBudgetError } from './repair-errors.js';
+export {
+  STATE_FILTERS,
+  rowStateSql,
+  stateFilterSql,
+  backingOffCountSql,
+  type RowState,
+  type StateFilter,
+} from './row-states.js';
+export { outboxStatus, type OutboxStatus, type StatusTarget } from './outbox-status.js';
+export {
+  listRows,
+  partitionTimeline,
+  rowsById,
+  rowsTouchingTuple,
+  showRow,
+  type LedgerTarget,
+  type ListedRow,
+  type RowFilter,
+  type TimelineRow,
+} from './ledger-rows.js';

@@ -1,7 +1,13 @@
 import { type OutboxSpec } from '@outbox/outbox';
 import { countedMaxAttemptsSql, coveringSuccessor as covers, rowStates, tableNames } from '@outbox/outbox/protocol';
 import { sql, type RawBuilder } from 'kysely';
-import type { RowState } from './output-schemas.js';
+
+/**
+ * The state a ledger row is shown in (docs/design.md §2; `discarded`: §10): a superseded row is
+ * shown superseded, not poisoned. What `outbox list` and the console show.
+ */
+export type RowState =
+  'deliverable' | 'backing-off' | 'poisoned' | 'superseded' | 'delivered' | 'retired' | 'discarded';
 
 /** What `list --state` takes: a row state, or `pending` (every row not delivered and not closed). */
 export const STATE_FILTERS = [

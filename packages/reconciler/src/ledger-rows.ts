@@ -1,9 +1,37 @@
-import { type OutboxSpec } from '@outbox/outbox';
+import type { AnyKysely, OutboxSpec } from '@outbox/outbox';
 import { tableNames } from '@outbox/outbox/protocol';
 import { sql, type RawBuilder } from 'kysely';
-import type { ListedRow, RowState } from './output-schemas.js';
-import { countedMax, rowStateSql, stateFilterSql, supersededBySql, type StateFilter } from './state-filters.js';
-import type { Target } from './targets.js';
+import {
+  countedMax,
+  rowStateSql,
+  stateFilterSql,
+  supersededBySql,
+  type RowState,
+  type StateFilter,
+} from './row-states.js';
+
+/** The outbox a row query reads: its spec and its database. */
+export interface LedgerTarget {
+  readonly spec: OutboxSpec;
+  readonly db: AnyKysely;
+}
+
+/** One ledger row as `outbox list` and the console list it (timestamps as ISO strings). */
+export interface ListedRow {
+  readonly id: string;
+  readonly partitionKey: string;
+  readonly state: RowState;
+  readonly attempts: number;
+  readonly createdAt: string;
+  readonly nextAttemptAt: string;
+  readonly sentAt: string | null;
+  readonly retiredAt: string | null;
+  /** Whole, never cut. */
+  readonly lastError: string | null;
+  readonly poisonCause: 'exhausted' | 'refused' | null;
+  /** The sink's code of a refusal, e.g. OpenFGA's `validation_error`. */
+  readonly poisonCode: string | null;
+}
 
 /** Which rows `list` reads. */
 export interface RowFilter {
@@ -52,7 +80,7 @@ function listed(row: RowRecord): ListedRow {
 }
 
 /** Up to `limit` rows in id order, and whether more matched. */
-export async function listRows(target: Target, filter: RowFilter): Promise<{ rows: ListedRow[]; more: boolean }> {
+export async function listRows(target: LedgerTarget, filter: RowFilter): Promise<{ rows: ListedRow[]; more: boolean }> {
   const names = tableNames(target.spec);
   const where: RawBuilder<unknown>[] = [sql`true`];
   if (filter.state) where.push(stateFilterSql(target.spec, filter.state));
@@ -67,7 +95,7 @@ export async function listRows(target: Target, filter: RowFilter): Promise<{ row
 }
 
 /** One row in full, or undefined when no row has that id. */
-export async function showRow(target: Target, id: string) {
+export async function showRow(target: LedgerTarget, id: string) {
   const names = tableNames(target.spec);
   const result = await sql<
     RowRecord & {
@@ -94,11 +122,55 @@ export async function showRow(target: Target, id: string) {
 }
 
 /** The rows with these ids (those that exist), in id order: what a confirmation shows. */
-export async function rowsById(target: Target, ids: readonly string[]): Promise<ListedRow[]> {
+export async function rowsById(target: LedgerTarget, ids: readonly string[]): Promise<ListedRow[]> {
   const names = tableNames(target.spec);
   const result = await sql<RowRecord>`
     select ${rowColumns(target.spec)} from ${sql.raw(names.table)} t where t.id = any(${[...ids]}::bigint[]) order by t.id`.execute(
     target.db,
   );
   return result.rows.map(listed);
+}
+
+/** A row of a partition's timeline: the listed row and what it asked OpenFGA to write and delete. */
+export interface TimelineRow extends ListedRow {
+  readonly payload: unknown;
+  readonly retiredReason: string | null;
+}
+
+/** Every row of one partition, in id order (at most `limit`), with payloads: its whole history in the ledger. */
+export async function partitionTimeline(
+  target: LedgerTarget,
+  partitionKey: string,
+  limit: number,
+): Promise<{ rows: TimelineRow[]; more: boolean }> {
+  const names = tableNames(target.spec);
+  const result = await sql<RowRecord & { payload: unknown; retired_reason: string | null }>`
+    select ${rowColumns(target.spec)}, t.payload, t.retired_reason from ${sql.raw(names.table)} t
+    where t.${sql.raw(names.partition)} = ${partitionKey}
+    order by t.id limit ${limit + 1}`.execute(target.db);
+  return {
+    rows: result.rows
+      .slice(0, limit)
+      .map((row) => ({ ...listed(row), payload: row.payload, retiredReason: row.retired_reason })),
+    more: result.rows.length > limit,
+  };
+}
+
+/**
+ * The rows whose payload writes `tuple` (user, relation, object), newest first (at most `limit`):
+ * the ledger's side of "who wrote this tuple". Deletes are listed too, with `wrote: false`.
+ */
+export async function rowsTouchingTuple(
+  target: LedgerTarget,
+  tuple: { readonly user: string; readonly relation: string; readonly object: string },
+  limit: number,
+): Promise<(ListedRow & { readonly wrote: boolean })[]> {
+  const names = tableNames(target.spec);
+  const key = JSON.stringify([{ user: tuple.user, relation: tuple.relation, object: tuple.object }]);
+  const result = await sql<RowRecord & { wrote: boolean }>`
+    select ${rowColumns(target.spec)}, coalesce(t.payload -> 'writes' @> ${key}::jsonb, false) as wrote
+    from ${sql.raw(names.table)} t
+    where t.payload -> 'writes' @> ${key}::jsonb or t.payload -> 'deletes' @> ${key}::jsonb
+    order by t.id desc limit ${limit}`.execute(target.db);
+  return result.rows.map((row) => ({ ...listed(row), wrote: row.wrote }));
 }

@@ -1,11 +1,26 @@
 import { outboxStatsQuery, tableNames } from '@outbox/outbox/protocol';
 import { sql } from 'kysely';
-import type { StatusOutbox } from './output-schemas.js';
-import { backingOffCountSql } from './state-filters.js';
-import type { Target } from './targets.js';
+import type { AnyKysely, OutboxSpec, OutboxStats } from '@outbox/outbox';
+import { backingOffCountSql } from './row-states.js';
 
 /** What {@link outboxStatus} reads: an outbox by name, its spec, its database (and that database's URL, masked, to print). */
-export type StatusTarget = Pick<Target, 'name' | 'spec' | 'db' | 'database'>;
+export interface StatusTarget {
+  readonly name: string;
+  readonly spec: OutboxSpec;
+  readonly db: AnyKysely;
+  readonly database: string;
+}
+
+/** One outbox's counts, as `outbox status` prints them and the console shows them: `outboxStats`' and a few more. */
+export interface OutboxStatus extends OutboxStats {
+  readonly name: string;
+  readonly table: string;
+  /** The database URL, password masked. */
+  readonly database: string;
+  readonly backingOff: number;
+  /** ISO timestamp. */
+  readonly lastDeliveryAt: string | null;
+}
 
 /**
  * How many of the newest delivered rows (by id) "last delivery" looks at: a `max(sent_at)` over the
@@ -23,7 +38,7 @@ const LAST_DELIVERY_WINDOW = 1_000;
  * const row = await outboxStatus({ name: 'vpc', spec: vpcOutbox, db, database: maskUrl(url) });
  * process.stdout.write(statusTable([row], new Date()));
  */
-export async function outboxStatus(target: StatusTarget): Promise<StatusOutbox> {
+export async function outboxStatus(target: StatusTarget): Promise<OutboxStatus> {
   const names = tableNames(target.spec);
   const result = await sql<Record<string, string | number | Date | null>>`
     select stats.*,
