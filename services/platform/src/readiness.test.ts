@@ -1,6 +1,6 @@
 import { vpcOutbox } from '@outbox/migrations';
 import { serviceClient, startService, type RunningService } from '@outbox/service-kit';
-import { serviceOptionsFor } from '@outbox/service-kit/testing';
+import { serviceOptionsFor, waitFor } from '@outbox/service-kit/testing';
 import { useOpenFgaStore, useTestDatabase } from '@outbox/test-stack';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -140,7 +140,8 @@ test("the drainer's LISTEN state is in the outbox check's detail; lost, the serv
   const service = await startService(vpcService, serviceOptionsFor(t, fga, { runReconciler: false }));
   try {
     const listen = async () => (await serviceClient(service.url).get<Readiness>('/readyz')).body.checks.outbox.listen;
-    expect(await listen()).toBe('listening');
+    // Under load the first answer may come before the LISTEN connection is up.
+    await waitFor('the drainer to listen', async () => (await listen()) === 'listening');
     const listener = sql`select pg_terminate_backend(pid) from pg_stat_activity
       where query ilike 'listen%' and datname = current_database()`;
     // Terminated until the poll sees it (the listener may come back between two polls, before the first look).
