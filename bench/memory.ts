@@ -21,7 +21,7 @@ const MB = 1024 * 1024;
 type Sample = Extract<MemoryDrainerMessage, { type: 'sample' }>;
 
 /** Least-squares slope of `y` over `x`. */
-function slope(points: ReadonlyArray<{ x: number; y: number }>): number {
+export function slope(points: ReadonlyArray<{ x: number; y: number }>): number {
   const n = points.length;
   const mx = points.reduce((s, p) => s + p.x, 0) / n;
   const my = points.reduce((s, p) => s + p.y, 0) / n;
@@ -50,6 +50,15 @@ async function next<T extends MemoryDrainerMessage['type']>(
 
 const command = (child: ChildProcess, message: MemoryDrainerCommand) => child.send(message);
 
+/** BENCH_MEMORY_NODE_FLAGS: Node/V8 flags, space-separated, each `--flag` or `--flag=value`. */
+export function memoryNodeFlags(): string[] {
+  const nodeFlags = (process.env.BENCH_MEMORY_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+  const bad = nodeFlags.find((flag) => !/^--[a-z0-9-]+(=\S+)?$/.test(flag));
+  if (bad !== undefined)
+    throw new Error(`BENCH_MEMORY_NODE_FLAGS: ${JSON.stringify(bad)} is not a --flag or --flag=value`);
+  return nodeFlags;
+}
+
 /**
  * How the drainer process runs: BENCH_MEMORY_BUILT=1 loads the built packages (dist/, as a service
  * installs them; `pnpm build` first) instead of their source through tsx; BENCH_MEMORY_NODE_FLAGS
@@ -57,10 +66,7 @@ const command = (child: ChildProcess, message: MemoryDrainerCommand) => child.se
  */
 function drainerProcess(): { built: boolean; nodeFlags: string[]; label: string } {
   const built = process.env.BENCH_MEMORY_BUILT === '1';
-  const nodeFlags = (process.env.BENCH_MEMORY_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
-  const bad = nodeFlags.find((flag) => !/^--[a-z0-9-]+(=\S+)?$/.test(flag));
-  if (bad !== undefined)
-    throw new Error(`BENCH_MEMORY_NODE_FLAGS: ${JSON.stringify(bad)} is not a --flag or --flag=value`);
+  const nodeFlags = memoryNodeFlags();
   if (built && !existsSync(resolve(import.meta.dirname, '../packages/drainer/dist/index.js'))) {
     throw new Error('BENCH_MEMORY_BUILT=1 needs the built packages: run pnpm build first');
   }
@@ -77,8 +83,13 @@ function drainerProcess(): { built: boolean; nodeFlags: string[]; label: string 
  * commit BENCH_MEMORY_RATE (1,000) intents/s, 10 a transaction, for BENCH_MEMORY_SECONDS (120; the
  * issue asks for 10 minutes). Its `process.memoryUsage()` and V8 heap spaces every second, the slope
  * of each after the first fifth (warm-up), and a heap snapshot at the end grouped by constructor.
+ * BENCH_MEMORY_TARGET=replica measures a whole service replica instead (memory-replica.ts).
  */
 export async function benchMemory(): Promise<SectionResult> {
+  const target = process.env.BENCH_MEMORY_TARGET ?? 'drainer';
+  if (target === 'replica') return (await import('./memory-replica.js')).benchReplicaMemory();
+  if (target !== 'drainer')
+    throw new Error(`BENCH_MEMORY_TARGET must be drainer or replica, got ${JSON.stringify(target)}`);
   const seconds = knob('BENCH_MEMORY_SECONDS', 120);
   const rate = knob('BENCH_MEMORY_RATE', 1_000);
   const drainerRun = drainerProcess();
