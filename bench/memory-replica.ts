@@ -1,6 +1,7 @@
 import { migrateToLatest, vpcOutbox } from '@outbox/migrations';
 import { enqueueMany, type AnyKysely } from '@outbox/outbox';
 import { registrationTuples, serviceClient } from '@outbox/service-kit';
+import { readyUrl } from '@outbox/service-kit/testing';
 import { createDatabase, processStat, startStack } from '@outbox/test-stack';
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -68,27 +69,12 @@ function spawnReplica(app: string | undefined, env: Record<string, string>): Rep
 }
 
 /** The URL of the replica's `ready at` line; the tail of its output (kept for errors) as `tail()`. */
-async function readyUrl(replica: Replica): Promise<{ url: string; tail(): string }> {
+async function replicaReady(replica: Replica): Promise<{ url: string; tail(): string }> {
   let output = '';
   const keep = (chunk: Buffer) => (output = (output + chunk.toString()).slice(-20_000));
   replica.stdout.on('data', keep);
   replica.stderr.on('data', keep);
-  const url = await new Promise<string>((resolvePromise, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the replica was not ready after 60 s:\n${output}`)), 60_000);
-    const onData = () => {
-      const match = /ready at (http:\/\/[^\s"]+)/.exec(output);
-      if (!match?.[1]) return;
-      clearTimeout(timer);
-      replica.stdout.off('data', onData);
-      resolvePromise(match[1]);
-    };
-    replica.stdout.on('data', onData);
-    replica.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`the replica exited with ${code}:\n${output}`));
-    });
-  });
-  return { url, tail: () => output };
+  return { url: await readyUrl(replica, 'the replica', 60_000, () => output), tail: () => output };
 }
 
 /**
@@ -137,7 +123,7 @@ export async function benchReplicaMemory(): Promise<SectionResult> {
     });
     const running = replica;
     const exited = once(running, 'close') as Promise<[number | null, NodeJS.Signals | null]>;
-    const { url: serviceUrl, tail } = await readyUrl(running);
+    const { url: serviceUrl, tail } = await replicaReady(running);
     const pid = running.pid as number;
     const cpuAtStart = processStat(pid)?.cpuMs ?? NaN;
     const started = performance.now();

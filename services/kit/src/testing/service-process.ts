@@ -55,6 +55,37 @@ export async function startPackageScript(
   );
 }
 
+/**
+ * The URL of `child`'s `ready at <url>` line. Rejects, with `output()` in the message, when it
+ * exits first or is not ready after `timeoutMs` (then it is killed).
+ */
+export function readyUrl(
+  child: ChildProcessByStdio<null, Readable, Readable>,
+  what: string,
+  timeoutMs: number,
+  output: () => string,
+): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${what} did not get ready within ${timeoutMs} ms:\n${output()}`));
+    }, timeoutMs);
+    const onData = () => {
+      const match = /ready at (http:\/\/[^\s"]+)/.exec(output());
+      if (match?.[1]) {
+        clearTimeout(timer);
+        child.stdout.off('data', onData);
+        resolve(match[1]);
+      }
+    };
+    child.stdout.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} exited with ${code} before it was ready:\n${output()}`));
+    });
+  });
+}
+
 async function watchUntilReady(
   child: ChildProcessByStdio<null, Readable, Readable>,
   what: string,
@@ -64,24 +95,7 @@ async function watchUntilReady(
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = once(child, 'exit').then(([code]) => code as number | null);
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${what} did not get ready within ${readyTimeoutMs} ms:\n${output}`));
-    }, readyTimeoutMs);
-    const onData = () => {
-      const match = /ready at (http:\/\/[^\s"]+)/.exec(output);
-      if (match?.[1]) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
-    };
-    child.stdout.on('data', onData);
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`${what} exited with ${code} before it was ready:\n${output}`));
-    });
-  });
+  const url = await readyUrl(child, what, readyTimeoutMs, () => output);
   return {
     url,
     pid: child.pid as number,
