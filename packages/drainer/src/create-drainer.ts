@@ -131,6 +131,25 @@ export function createDrainer(options: DrainerConfig): Drainer {
     else runPass().catch(() => undefined); // failures are logged and emitted inside the pass
   }
 
+  /**
+   * One try of a write-through; its settle is tracked for `stop()` and for the write-throughs
+   * after it. What it defers is left to a started drainer's passes unless `retrying`.
+   */
+  async function throughOnce(ids: readonly string[], retrying: boolean): Promise<WriteThroughResult> {
+    const through = pass.writeThrough(ids);
+    const settled = through.then((result) => result.settled);
+    throughs.add(settled);
+    void settled.finally(() => throughs.delete(settled)).catch(() => undefined);
+    try {
+      const result = await through;
+      if (result.deferred.length > 0 && !retrying && starting) kick();
+      return result;
+    } catch (error) {
+      if (starting) kick();
+      throw error;
+    }
+  }
+
   let lastThroughAt = -Infinity;
   let notifyTimer: NodeJS.Timeout | undefined;
   /**
@@ -231,21 +250,23 @@ export function createDrainer(options: DrainerConfig): Drainer {
         return { delivered: [], deferred: checked, settled: Promise.resolve(true) };
       }
       lastThroughAt = performance.now();
-      // The write-throughs before this one commit their settles first: an intent of theirs may be
-      // this one's predecessor, which only their commit makes this one the head after.
-      if (throughs.size > 0) await Promise.all([...throughs]);
-      const through = pass.writeThrough(checked);
-      const settled = through.then((result) => result.settled);
-      throughs.add(settled);
-      void settled.finally(() => throughs.delete(settled)).catch(() => undefined);
-      try {
-        const result = await through;
-        if (result.deferred.length > 0 && starting) kick();
-        return result;
-      } catch (error) {
+      // Write-throughs run side by side. One in flight may hold a predecessor of these: its
+      // settle's commit makes them heads, so what this try defers is tried once more after it.
+      const before = [...throughs];
+      const first = await throughOnce(checked, before.length > 0);
+      if (first.deferred.length === 0 || before.length === 0) return first;
+      await Promise.all(before.map((through) => through.catch(() => undefined)));
+      if (stopping || running) {
         if (starting) kick();
-        throw error;
+        return first;
       }
+      const second = await throughOnce(first.deferred, false);
+      const delivered = new Set([...first.delivered, ...second.delivered]);
+      return {
+        delivered: checked.filter((id) => delivered.has(id)),
+        deferred: second.deferred,
+        settled: Promise.all([first.settled, second.settled]).then((all) => all.every(Boolean)),
+      };
     },
   };
 }

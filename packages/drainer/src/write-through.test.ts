@@ -197,6 +197,40 @@ describe('writeThrough', () => {
     await drainer.stop();
   });
 
+  test("write-throughs run side by side: one held at its sink holds back no other partition's; one behind it is tried again after its settle", async () => {
+    const spec = await freshOutbox(t.db);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const { sink: store, written } = storeSink();
+    let heldAtSink = false;
+    const sink: Sink = {
+      async deliver(intents, context) {
+        if (intents.some((i) => i.partitionKey === 'vpc:slow') && !heldAtSink) {
+          heldAtSink = true;
+          await gate;
+        }
+        return store.deliver(intents, context);
+      },
+    };
+    const drainer = createDrainer({ db: t.db, spec, sink, ...idle });
+    const [slow] = await write(spec, ['vpc:slow']);
+    const held = drainer.writeThrough([slow as string]);
+    await waitUntil('the first write-through at its sink', () => heldAtSink);
+    const [fast] = await write(spec, ['vpc:fast']);
+    expect(await drainer.writeThrough([fast as string])).toMatchObject({ delivered: [fast], deferred: [] });
+    // Not a head while its predecessor is in flight: deferred by the first try, claimed by the second.
+    const [behind] = await write(spec, ['vpc:slow']);
+    const follower = drainer.writeThrough([behind as string]);
+    release();
+    expect(await held).toMatchObject({ delivered: [slow], deferred: [] });
+    const followed = await follower;
+    expect(followed).toMatchObject({ delivered: [behind], deferred: [] });
+    expect(await followed.settled).toBe(true);
+    expect(written.map((i) => i.id)).toEqual([fast, slow, behind]);
+    expect((await outboxRows(t.db, spec)).every((r) => r.sent && r.attempt_count === 0)).toBe(true);
+    await drainer.stop();
+  });
+
   test('while a pass of its own drainer runs, it defers to it: the pass batches many callers', async () => {
     const spec = await freshOutbox(t.db);
     let release!: () => void;
