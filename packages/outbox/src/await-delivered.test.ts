@@ -1,7 +1,7 @@
 import { useTestDatabase } from '@outbox/test-stack';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
-import { beforeAll, describe, expect, test } from 'vitest';
+import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { awaitDelivered, outboxToken } from './await-delivered.js';
 import { decodeOutboxToken, encodeOutboxToken, mergeOutboxTokens } from './consistency-token.js';
 import { defineOutbox } from './define-outbox.js';
@@ -112,6 +112,52 @@ describe('awaitDelivered', () => {
     setTimeout(() => void setRows(ids, 'sent_at = now()'), 200);
     const result = await waiting;
     expect(result).toMatchObject({ settled: true, delivered: true });
+  });
+
+  test('waits side by side share their reads: one query in flight per outbox, each wait told its own intents', async () => {
+    const writes = await Promise.all(Array.from({ length: 20 }, (_, i) => write([`vpc:side-${i}`])));
+    const reads: string[] = [];
+    const db = new Kysely<unknown>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: t.url, max: 20 }) }),
+      log: (event) => {
+        if (event.level === 'query' && event.query.sql.includes('as blocked_by')) reads.push(event.query.sql);
+      },
+    });
+    onTestFinished(() => db.destroy());
+    const waits = writes.map(({ token }) => awaitDelivered(db, token, { timeoutMs: 20_000 }));
+    setTimeout(
+      () =>
+        void setRows(
+          writes.slice(0, 10).flatMap((w) => w.ids),
+          'sent_at = now()',
+        ),
+      150,
+    );
+    setTimeout(
+      () =>
+        void setRows(
+          writes.slice(10).flatMap((w) => w.ids),
+          'sent_at = now()',
+        ),
+      300,
+    );
+    const results = await Promise.all(waits);
+    results.forEach((result, i) => {
+      expect(result.delivered).toBe(true);
+      expect(result.intents.map((o) => o.id)).toEqual(writes[i]?.ids);
+    });
+    // Alone, each wait reads about 20 times in 300 ms (its pauses: 1, 2, 2, 3 … 25 ms): 400 reads.
+    // Shared, one is in flight at a time: back to back, about 60.
+    expect(reads.length).toBeLessThan(150);
+    // A wait left with nothing to read rejects nothing of the others: a compacted intent is its own error.
+    const gone = await write(['vpc:side-gone']);
+    await sql.raw(`delete from tokens.outbox where id = ${gone.ids[0]}`).execute(t.db);
+    const [kept, compacted] = await Promise.allSettled([
+      awaitDelivered(db, writes[0]!.token, { timeoutMs: 0 }),
+      awaitDelivered(db, gone.token, { timeoutMs: 0 }),
+    ]);
+    expect(kept).toMatchObject({ status: 'fulfilled', value: { delivered: true } });
+    expect(compacted).toMatchObject({ status: 'rejected', reason: { kind: 'compacted' } });
   });
 
   test('a token of two outboxes waits on both', async () => {

@@ -152,6 +152,53 @@ async function readOutcomes(db: AnyKysely, spec: OutboxSpec, ids: readonly strin
   return result.rows;
 }
 
+/** Reads waiting for their turn on one outbox: every caller's ids, read together once the read in flight ends. */
+interface SharedRead {
+  next: { ids: Set<string>; rows: Promise<Map<string, OutcomeRow>> } | undefined;
+  inFlight: Promise<unknown> | undefined;
+}
+
+/** Per connection (or transaction) and outbox: the waits of a process read side by side as one query. */
+const sharedReads = new WeakMap<AnyKysely, Map<string, SharedRead>>();
+
+/**
+ * `ids`' rows, read together with the other waits of this process on the same outbox: one read in
+ * flight per outbox, the ids asked meanwhile read by the next one. Many waits polling side by side
+ * would otherwise each send their own query every few milliseconds.
+ */
+async function readOutcomesShared(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<OutcomeRow[]> {
+  let perDb = sharedReads.get(db);
+  if (!perDb) sharedReads.set(db, (perDb = new Map()));
+  const key = [spec.table, spec.partitionColumn, spec.maxAttempts, spec.supersededCoverageSql ?? ''].join('\0');
+  let shared = perDb.get(key);
+  if (!shared) perDb.set(key, (shared = { next: undefined, inFlight: undefined }));
+  const state = shared;
+  if (!state.next) {
+    const wanted = new Set<string>();
+    const after = state.inFlight ?? Promise.resolve();
+    const rows = after
+      .catch(() => undefined)
+      .then(async () => {
+        // From here on, ids asked go to the read after this one.
+        if (state.next?.ids === wanted) state.next = undefined;
+        const read = readOutcomes(db, spec, [...wanted]);
+        state.inFlight = read;
+        try {
+          return new Map((await read).map((row) => [row.id, row]));
+        } finally {
+          if (state.inFlight === read) state.inFlight = undefined;
+        }
+      });
+    state.next = { ids: wanted, rows };
+  }
+  for (const id of ids) state.next.ids.add(id);
+  const found = await state.next.rows;
+  return ids.flatMap((id) => {
+    const row = found.get(id);
+    return row ? [row] : [];
+  });
+}
+
 function outcomeOf(table: string, row: OutcomeRow): IntentOutcome {
   const { id } = row;
   if (row.sent_at) return { table, id, status: 'delivered', deliveredAt: row.sent_at };
@@ -229,7 +276,7 @@ function compacted(table: string, open: readonly string[], rows: readonly Outcom
  * not change, and says what each one is (delivered with when, superseded, poisoned with its cause,
  * blocked behind a poisoned one, retired, or still pending at the timeout). Runs in any process
  * with a connection to the outbox's database: no drainer is needed there. Reads by primary key
- * every few milliseconds. An {@link OutboxTokenError} says why a token cannot be waited on.
+ * every few milliseconds, in one query with the other waits of this process on the same outbox. An {@link OutboxTokenError} says why a token cannot be waited on.
  * @example
  * const { delivered } = await awaitDelivered(db, request.headers['outbox-token'], { timeoutMs: 2_000 });
  */
@@ -250,7 +297,7 @@ export async function awaitDelivered(
       contents.outboxes.map(async (outbox, i) => {
         const open = outbox.ids.filter((id) => outcomes.get(`${outbox.table}#${id}`)?.status !== 'delivered');
         if (open.length === 0) return;
-        const rows = await readOutcomes(db, specs[i] as OutboxSpec, open);
+        const rows = await readOutcomesShared(db, specs[i] as OutboxSpec, open);
         if (first && rows.length < open.length) throw compacted(outbox.table, open, rows);
         for (const row of rows) {
           outcomes.set(`${outbox.table}#${row.id}`, outcomeOf(outbox.table, row));
