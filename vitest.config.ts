@@ -24,6 +24,13 @@ export default defineConfig({
       'scripts/**/*.test.ts',
       'bench/*.test.ts',
     ],
+    // The PostgreSQL 15 column of the matrix runs with --tagsFilter '!once' (scripts/test-postgres15.sh).
+    tags: [
+      {
+        name: 'once',
+        description: 'long, and what it adds does not depend on the Postgres version: run in one column of the matrix',
+      },
+    ],
     globalSetup: ['./vitest.global-setup.ts'],
     setupFiles: ['test/stack/src/setup-file.ts'],
     pool: 'forks',

@@ -247,40 +247,41 @@ describe('a late write released past the late-write check (it looked once, saw a
     if (service) await stopped(service);
   });
 
-  test.concurrent.each(cases)(
-    "released $releaseAfterMs ms after delivery (the issue's $standsFor): the resurrected grant is revoked within T, by a repair the outbox delivered",
-    async ({ standsFor, releaseAfterMs }) => {
-      const { object, proxy, pass } = late.get(standsFor)!;
-      await sleep(Math.max(0, deliveredAt + releaseAfterMs - Date.now()));
-      proxy.resume();
-      // A's Write lands: the revoked grant is back (or already repaired away, on a quick audit).
-      const landed = await eventually(
-        async () => (await stored(object)).length > 0 || (await ledger(object)).some((r) => r.source === 'repair'),
-        (yes) => yes,
-        10_000,
-      );
-      expect(landed, "A's held Write reached OpenFGA").toBe(true);
-      const landedAt = Date.now();
-      // A, its session ended, recorded nothing: its pass failed.
-      expect(String(await pass)).toMatch(/terminat|connection/i);
-      const tookMs = await correctedWithinT(object, []);
-      expect(tookMs).toBeLessThan(T_MS);
-      const rows = await delivered(object);
-      // register, deregister (both delivered before the late Write landed), and the repair's delete.
-      expect(rows.map((row) => [row.source, row.delivered])).toEqual([
-        [null, true],
-        [null, true],
-        ['repair', true],
-      ]);
-      expect(rows[2]?.payload.deletes).toEqual(expect.arrayContaining(expectedOf(object).map(tuple)));
-      const warned = log.entries.filter(
-        (e) => e.level === 'warn' && e.message.startsWith('repair of') && e.message.includes(object),
-      );
-      expect(warned).toHaveLength(1);
-      expect(Date.now() - landedAt).toBeLessThan(T_MS + 5_000);
-    },
-    420_000,
-  );
+  const RELEASED =
+    "released $releaseAfterMs ms after delivery (the issue's $standsFor): the resurrected grant is revoked within T, by a repair the outbox delivered";
+  const lateWriteRepaired = async ({ standsFor, releaseAfterMs }: (typeof cases)[number]) => {
+    const { object, proxy, pass } = late.get(standsFor)!;
+    await sleep(Math.max(0, deliveredAt + releaseAfterMs - Date.now()));
+    proxy.resume();
+    // A's Write lands: the revoked grant is back (or already repaired away, on a quick audit).
+    const landed = await eventually(
+      async () => (await stored(object)).length > 0 || (await ledger(object)).some((r) => r.source === 'repair'),
+      (yes) => yes,
+      10_000,
+    );
+    expect(landed, "A's held Write reached OpenFGA").toBe(true);
+    const landedAt = Date.now();
+    // A, its session ended, recorded nothing: its pass failed.
+    expect(String(await pass)).toMatch(/terminat|connection/i);
+    const tookMs = await correctedWithinT(object, []);
+    expect(tookMs).toBeLessThan(T_MS);
+    const rows = await delivered(object);
+    // register, deregister (both delivered before the late Write landed), and the repair's delete.
+    expect(rows.map((row) => [row.source, row.delivered])).toEqual([
+      [null, true],
+      [null, true],
+      ['repair', true],
+    ]);
+    expect(rows[2]?.payload.deletes).toEqual(expect.arrayContaining(expectedOf(object).map(tuple)));
+    const warned = log.entries.filter(
+      (e) => e.level === 'warn' && e.message.startsWith('repair of') && e.message.includes(object),
+    );
+    expect(warned).toHaveLength(1);
+    expect(Date.now() - landedAt).toBeLessThan(T_MS + 5_000);
+  };
+  test.concurrent.each(cases.slice(0, 2))(RELEASED, lateWriteRepaired, 420_000);
+  // The same path as the 60 s case, 86 s later: the PostgreSQL 15 column leaves it out (tag "once").
+  test.concurrent.each(cases.slice(2))(RELEASED, { tags: ['once'], timeout: 420_000 }, lateWriteRepaired);
 });
 
 describe('drift made around the outbox', () => {
