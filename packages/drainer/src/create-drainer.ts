@@ -133,16 +133,16 @@ export function createDrainer(options: DrainerConfig): Drainer {
 
   /**
    * One try of a write-through; its settle is tracked for `stop()` and for the write-throughs
-   * after it. What it defers is left to a started drainer's passes unless `retrying`.
+   * after it. What it defers is left to a started drainer's passes unless `retryFollows`.
    */
-  async function throughOnce(ids: readonly string[], retrying: boolean): Promise<WriteThroughResult> {
+  async function throughOnce(ids: readonly string[], retryFollows: boolean): Promise<WriteThroughResult> {
     const through = pass.writeThrough(ids);
     const settled = through.then((result) => result.settled);
     throughs.add(settled);
     void settled.finally(() => throughs.delete(settled)).catch(() => undefined);
     try {
       const result = await through;
-      if (result.deferred.length > 0 && !retrying && starting) kick();
+      if (result.deferred.length > 0 && !retryFollows && starting) kick();
       return result;
     } catch (error) {
       if (starting) kick();

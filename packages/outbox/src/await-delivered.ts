@@ -152,10 +152,10 @@ async function readOutcomes(db: AnyKysely, spec: OutboxSpec, ids: readonly strin
   return result.rows;
 }
 
-/** Reads waiting for their turn on one outbox: every caller's ids, read together once the read in flight ends. */
+/** One outbox's reads: the next one (every caller's ids, gathered until it starts), and the last one begun. */
 interface SharedRead {
   next: { ids: Set<string>; rows: Promise<Map<string, OutcomeRow>> } | undefined;
-  inFlight: Promise<unknown> | undefined;
+  last: Promise<unknown> | undefined;
 }
 
 /** Per connection (or transaction) and outbox: the waits of a process read side by side as one query. */
@@ -170,29 +170,23 @@ async function readOutcomesShared(db: AnyKysely, spec: OutboxSpec, ids: readonly
   let perDb = sharedReads.get(db);
   if (!perDb) sharedReads.set(db, (perDb = new Map()));
   const key = [spec.table, spec.partitionColumn, spec.maxAttempts, spec.supersededCoverageSql ?? ''].join('\0');
-  let shared = perDb.get(key);
-  if (!shared) perDb.set(key, (shared = { next: undefined, inFlight: undefined }));
-  const state = shared;
-  if (!state.next) {
+  let state = perDb.get(key);
+  if (!state) perDb.set(key, (state = { next: undefined, last: undefined }));
+  let next = state.next;
+  if (!next) {
+    const shared = state;
     const wanted = new Set<string>();
-    const after = state.inFlight ?? Promise.resolve();
-    const rows = after
+    const rows = (shared.last ?? Promise.resolve())
       .catch(() => undefined)
       .then(async () => {
-        // From here on, ids asked go to the read after this one.
-        if (state.next?.ids === wanted) state.next = undefined;
-        const read = readOutcomes(db, spec, [...wanted]);
-        state.inFlight = read;
-        try {
-          return new Map((await read).map((row) => [row.id, row]));
-        } finally {
-          if (state.inFlight === read) state.inFlight = undefined;
-        }
+        shared.next = undefined; // ids asked from here on go to the read after this one
+        return new Map((await readOutcomes(db, spec, [...wanted])).map((row) => [row.id, row]));
       });
-    state.next = { ids: wanted, rows };
+    next = shared.next = { ids: wanted, rows };
+    shared.last = rows;
   }
-  for (const id of ids) state.next.ids.add(id);
-  const found = await state.next.rows;
+  for (const id of ids) next.ids.add(id);
+  const found = await next.rows;
   return ids.flatMap((id) => {
     const row = found.get(id);
     return row ? [row] : [];
@@ -276,7 +270,8 @@ function compacted(table: string, open: readonly string[], rows: readonly Outcom
  * not change, and says what each one is (delivered with when, superseded, poisoned with its cause,
  * blocked behind a poisoned one, retired, or still pending at the timeout). Runs in any process
  * with a connection to the outbox's database: no drainer is needed there. Reads by primary key
- * every few milliseconds, in one query with the other waits of this process on the same outbox. An {@link OutboxTokenError} says why a token cannot be waited on.
+ * every few milliseconds, in one query with the other waits of this process on the same outbox.
+ * An {@link OutboxTokenError} says why a token cannot be waited on.
  * @example
  * const { delivered } = await awaitDelivered(db, request.headers['outbox-token'], { timeoutMs: 2_000 });
  */
