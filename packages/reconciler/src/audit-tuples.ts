@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import type { TupleKey } from '@outbox/outbox';
+import { hash64, hash64ToBigInt } from './partition-digests.js';
 
 /** JSON with object keys sorted, so two equal contexts compare equal whatever their key order. */
 function canonical(value: unknown): string {
@@ -65,21 +65,16 @@ const DIGEST_MASK = (1n << 64n) - 1n;
 
 /** A tuple identity's 64-bit hash, for {@link tupleDigest}. */
 export function tupleHash(id: string): bigint {
-  return createHash('sha1').update(id).digest().readBigUInt64BE(0);
+  return hash64ToBigInt(hash64(id));
 }
 
 /**
  * A partition's tuples as one number: the sum (mod 2^64) of their identities' hashes, duplicates
  * collapsed. Two sets digest alike in any order; two different sets collide with a chance of 2^-64.
- * The full audit holds this per partition instead of the tuples (memory grows with partitions only).
+ * The full audit holds this per partition instead of the tuples (`PartitionDigests`).
  */
 export function tupleDigest(tuples: Iterable<TupleKey>): bigint {
   let digest = 0n;
   for (const id of tupleSet(tuples).keys()) digest = (digest + tupleHash(id)) & DIGEST_MASK;
   return digest;
-}
-
-/** `digest` with one more tuple (one OpenFGA holds once: its identity is unique there). */
-export function addToDigest(digest: bigint, tuple: TupleKey): bigint {
-  return (digest + tupleHash(tupleId(tuple))) & DIGEST_MASK;
 }
