@@ -71,7 +71,12 @@ function spawnReplica(app: string | undefined, env: Record<string, string>): Rep
 /** The URL of the replica's `ready at` line; the tail of its output (kept for errors) as `tail()`. */
 async function replicaReady(replica: Replica): Promise<{ url: string; tail(): string }> {
   let output = '';
-  const keep = (chunk: Buffer) => (output = (output + chunk.toString()).slice(-20_000));
+  const keep = (chunk: Buffer) => {
+    const text = chunk.toString();
+    output = (output + text).slice(-20_000);
+    // The audits' outcomes on stderr: what each one read and took, beside the RSS they explain.
+    for (const line of text.split('\n')) if (line.includes('audit of ')) console.error(`[replica] ${line.slice(0, 600)}`);
+  };
   replica.stdout.on('data', keep);
   replica.stderr.on('data', keep);
   return { url: await readyUrl(replica, 'the replica', 60_000, () => output), tail: () => output };

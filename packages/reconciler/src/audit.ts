@@ -108,19 +108,23 @@ export async function auditOutbox(options: AuditOptions): Promise<AuditReport> {
   return report;
 }
 
-/** The changed partitions of one object type since `cursor`, and the cursor to store after. */
+/**
+ * The changed partitions of one object type since `cursor`, into `into` while it holds at most
+ * `keep` (past that the run scans the store, so more are not held), and the cursor to store after.
+ */
 async function changedPartitions(
   ctx: AuditContext,
   type: string,
   cursor: AuditCursor,
   into: Set<string>,
+  keep: number,
 ): Promise<AuditCursor> {
   let from: AuditCursor = cursor;
   for (;;) {
     const page = await ctx.reader.readChanges(type, from);
     ctx.reads.changePages += 1;
     for (const change of page.changes) {
-      if (objectType(change.tuple.object) === type) into.add(ctx.owner.partitionOf(change.tuple));
+      if (into.size <= keep && objectType(change.tuple.object) === type) into.add(ctx.owner.partitionOf(change.tuple));
     }
     const token = page.continuationToken;
     // No token: nothing changed after the start time yet; start from it again next time.
@@ -155,10 +159,12 @@ export async function incrementalAudit(
   const scanAbove = integerOption('scanAbove', options.scanAbove, 2_000, 0, 100_000_000);
 
   // The changelog first, to its end: a change after that is read by the next run, even one made during the scan.
+  // One key past scanAbove decides the scan: the rest are not held (a busy changelog names ~100k a minute).
   const changed = new Set<string>(run.recheck ?? []);
+  const keep = first ? -1 : scanAbove;
   const next = new Map<string, AuditCursor>();
   for (const type of ctx.owner.objectTypes) {
-    next.set(type, await changedPartitions(ctx, type, stored.get(type) ?? { startTime }, changed));
+    next.set(type, await changedPartitions(ctx, type, stored.get(type) ?? { startTime }, changed, keep));
   }
   // A first run, or many changes (the scan then costs fewer Reads than re-reading each changed partition):
   // the scan sees every change read above.
