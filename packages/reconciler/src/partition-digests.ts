@@ -24,7 +24,7 @@ const TWO_32 = 2 ** 32;
 
 /**
  * One digest per partition for the full audit's scan, keyed by the partition key's 64-bit hash in
- * an open-addressed table of typed arrays: 16–32 bytes a partition outside V8's heap, where a
+ * an open-addressed table of typed arrays: 23–45 bytes a partition outside V8's heap, where a
  * `Map<string, bigint>` took ~108 on it (docs/agreement.md, "What the full audit holds"). Keys are
  * not kept: those never taken are named by a second scan ({@link PartitionDigests.untaken}).
  */
@@ -40,7 +40,7 @@ export class PartitionDigests {
 
   /** Adds a tuple's hash to its partition's digest (the sum mod 2^64, as `tupleDigest` makes it). */
   add(keyHash: Hash64, tupleHash: Hash64): void {
-    if ((this.#size + 1) * 2 > this.#state.length) this.#grow();
+    if ((this.#size + 1) * 4 > this.#state.length * 3) this.#grow();
     const slot = this.#find(keyHash);
     const at = slot * WORDS;
     if (this.#state[slot] === EMPTY) {
@@ -72,7 +72,7 @@ export class PartitionDigests {
     return left;
   }
 
-  /** The slot holding `keyHash`, or the empty one where it goes (linear probing; the table is at most half full). */
+  /** The slot holding `keyHash`, or the empty one where it goes (linear probing; the table is at most 3/4 full). */
   #find([hi, lo]: Hash64): number {
     const mask = this.#state.length - 1;
     for (let slot = lo & mask; ; slot = (slot + 1) & mask) {
