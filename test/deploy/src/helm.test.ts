@@ -57,7 +57,7 @@ function expectCommon(container: Container, pullPolicy = 'IfNotPresent'): void {
   expect(secretEnv(container).DATABASE_URL).toBe('outbox/DATABASE_URL');
   for (const name of DIRECT_ENV) expect(plainEnv(container)).not.toHaveProperty(name);
   expect(plainEnv(container).NODE_OPTIONS).toBe('--max-semi-space-size=4 --max-old-space-size=64');
-  expect(container.resources.requests).toMatchObject({ cpu: expect.any(String), memory: '128Mi' });
+  expect(container.resources.requests).toMatchObject({ cpu: expect.any(String), memory: '144Mi' });
   expect(container.resources.limits).toMatchObject({ memory: '192Mi' });
   expect(container.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
 }
