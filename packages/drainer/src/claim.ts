@@ -4,7 +4,6 @@ import {
   claimStatement,
   compareIds,
   maxAttemptsChangedError,
-  recordedMaxAttemptsSql,
   tableNames,
   type ClaimedRow,
   type ClaimOptions as ProtocolClaimOptions,
@@ -46,18 +45,21 @@ export async function claimBatch(
  * Claims those of `ids` that are due partition heads, and nothing else: the write-through's claim
  * (docs/drainer.md, "Write-through"). A head has no deliverable predecessor (the head invariant),
  * so the claim rule holds; a row that is not a head, backs off, or is held elsewhere is left to the
- * drainer's passes. Locked `SKIP LOCKED`: it never waits on a drainer.
+ * drainer's passes. Locked `SKIP LOCKED`: it never waits on a drainer. It does not read the
+ * table's `maxAttempts` (a third of its time): only a failure counts with it, so the batch checks
+ * it before recording one (`runBatch`). The ids as literals: one simple-protocol message.
  */
 export async function claimHeadsById(trx: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<ClaimedBatch> {
+  for (const id of ids) if (!/^[0-9]{1,19}$/.test(id)) throw new TypeError(`not an intent id: ${JSON.stringify(id)}`);
   const names = tableNames(spec);
-  const result = await sql<ClaimedRow>`
-    select t.id::text as id, t.${sql.raw(names.partition)} as partition_key, t.payload, t.attempt_count, true as head,
-           (extract(epoch from clock_timestamp() - t.created_at) * 1000)::float8 as age_ms,
-           ${recordedMaxAttemptsSql(spec)} as recorded
-    from ${sql.raw(names.table)} t
-    where t.id = any(${ids}::bigint[]) and t.is_head and t.next_attempt_at <= now()
+  const statement = `
+    select t.id::text as id, t.${names.partition} as partition_key, t.payload, t.attempt_count, true as head,
+           (extract(epoch from clock_timestamp() - t.created_at) * 1000)::float8 as age_ms, null as recorded
+    from ${names.table} t
+    where t.id = any('{${ids.join(',')}}'::bigint[]) and t.is_head and t.next_attempt_at <= now()
       and t.sent_at is null and t.retired_at is null and t.attempt_count < ${spec.maxAttempts}
-    for update skip locked`.execute(trx);
+    for update skip locked`;
+  const result = await sql.raw<ClaimedRow>(statement).execute(trx);
   return claimedBatch(spec, result.rows);
 }
 

@@ -270,4 +270,25 @@ describe('a drainer left running across setMaxAttempts', () => {
     const restarted = createDrainer({ db: t.db, spec: raised, sink, logger: quiet });
     expect((await restarted.drainOnce()).delivered).toBe(3);
   });
+
+  test('its write-through records a delivery (one counts alike under any maxAttempts) and refuses to count a failure, rolled back', async () => {
+    const spec = await freshOutbox(t.db, { maxAttempts: 3 });
+    let failing = false;
+    const sink = createRecordingSink({ outcome: () => (failing ? { kind: 'transient', error: 'down' } : undefined) });
+    const old = createDrainer({ db: t.db, spec, sink, logger: quiet });
+    await old.drainOnce();
+    await setMaxAttempts(t.db, defineOutbox({ table: spec.table, partitionColumn: 'resource_id', maxAttempts: 5 }));
+    const [delivered, failed] = (await enqueueRows(t.db, spec, ['vpc:w1', 'vpc:w2'])) as [string, string];
+
+    const first = await old.writeThrough([delivered]);
+    expect(first.delivered).toEqual([delivered]);
+    expect(await first.settled).toBe(true);
+
+    failing = true;
+    const before = await outboxRows(t.db, spec);
+    const second = await old.writeThrough([failed]);
+    expect(second.delivered).toEqual([]);
+    expect(await second.settled).toBe(false);
+    expect(await outboxRows(t.db, spec)).toEqual(before); // no attempt counted with the old maxAttempts
+  });
 });

@@ -6,6 +6,7 @@ import type { PartitionFence } from './partition-fence.js';
 import { recordOutcomes, type SettledPartitions } from './record-outcomes.js';
 import type { ResolvedDrainerConfig } from './resolve-drainer-config.js';
 import type { AnyKysely } from '@outbox/outbox';
+import { assertRecordedMaxAttempts } from '@outbox/outbox/protocol';
 
 /** Whatever the pool's default isolation: the claim, the settle and the reconciler rely on READ COMMITTED. */
 export const BEGIN = 'begin isolation level read committed';
@@ -97,6 +98,10 @@ export async function runBatch(conn: AnyKysely, options: BatchOptions): Promise<
   const deliverMs = performance.now() - deliverStarted;
   const ordered = applyOrdering(batch.intents, outcomes);
   options.onDelivered?.(ordered.delivered.map((i) => i.id));
+  // The write-through's claim skips the table's maxAttempts; a failure counts with it (a delivery
+  // does not), so a spec changed under this drainer refuses the batch here, rolled back.
+  if (options.headIds && ordered.delivered.length < batch.intents.length)
+    await assertRecordedMaxAttempts(conn, spec, 'drainer');
   const fullRun = batch.heads === 1 && batch.intents.length === batchSize && options.mayChain();
   const sendWith = options.commitWithSettle ? 'commit' : fullRun ? COMMIT_AND_BEGIN : undefined;
   const recorded = await recordOutcomes(conn, spec, ordered, {
