@@ -75,7 +75,8 @@ async function replicaReady(replica: Replica): Promise<{ url: string; tail(): st
     const text = chunk.toString();
     output = (output + text).slice(-20_000);
     // The audits' outcomes on stderr: what each one read and took, beside the RSS they explain.
-    for (const line of text.split('\n')) if (line.includes('audit of ')) console.error(`[replica] ${line.slice(0, 600)}`);
+    for (const line of text.split('\n'))
+      if (line.includes('audit of ')) console.error(`[replica] ${line.slice(0, 600)}`);
   };
   replica.stdout.on('data', keep);
   replica.stderr.on('data', keep);
