@@ -4,6 +4,7 @@ import {
   claimStatement,
   compareIds,
   maxAttemptsChangedError,
+  sqlLiteral,
   tableNames,
   type ClaimedRow,
   type ClaimOptions as ProtocolClaimOptions,
@@ -50,14 +51,13 @@ export async function claimBatch(
  * it before recording one (`runBatch`). The ids as literals: one simple-protocol message.
  */
 export async function claimHeadsById(trx: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<ClaimedBatch> {
-  for (const id of ids) if (!/^[0-9]{1,19}$/.test(id)) throw new TypeError(`not an intent id: ${JSON.stringify(id)}`);
   const names = tableNames(spec);
   const statement = `
     select t.id::text as id, t.${names.partition} as partition_key, t.payload, t.attempt_count, true as head,
            (extract(epoch from clock_timestamp() - t.created_at) * 1000)::float8 as age_ms, null as recorded
     from ${names.table} t
-    where t.id = any('{${ids.join(',')}}'::bigint[]) and t.is_head and t.next_attempt_at <= now()
-      and t.sent_at is null and t.retired_at is null and t.attempt_count < ${spec.maxAttempts}
+    where t.id = any(${sqlLiteral.bigintArray(ids)}) and t.is_head and t.next_attempt_at <= now()
+      and t.sent_at is null and t.retired_at is null and t.attempt_count < ${sqlLiteral.integer(spec.maxAttempts)}
     for update skip locked`;
   const result = await sql.raw<ClaimedRow>(statement).execute(trx);
   return claimedBatch(spec, result.rows);

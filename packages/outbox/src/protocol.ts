@@ -36,6 +36,7 @@ export { lockPartitions, partitionLockKey } from './protocol/partition-lock.js';
 export { partitionRangeSql } from './protocol/partition-range.js';
 export { RepeatedLines } from './protocol/repeated-lines.js';
 export { coveringSuccessor, rowStates } from './protocol/row-states.js';
+export { sqlLiteral } from './protocol/sql-literal.js';
 export { SQLSTATE, sqlState } from './protocol/sqlstate.js';
 export { outboxStatsQuery } from './stats.js';
 export { tableNames } from './table-names.js';

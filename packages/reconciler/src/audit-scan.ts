@@ -2,7 +2,7 @@ import type { TupleKey } from '@outbox/outbox';
 import { checkOwned, inSnapshot, objectType, type AuditContext } from './audit-context.js';
 import { pendingPartitions } from './audit-pending.js';
 import { tupleDigest, tupleId } from './audit-tuples.js';
-import { hash64, PartitionDigests } from './partition-digests.js';
+import { hash64, hash64Text, PartitionDigests } from './partition-digests.js';
 
 /** What the full audit's first look found. */
 export interface ScanResult {
@@ -29,8 +29,6 @@ async function scanLive(ctx: AuditContext, each: (partitionKey: string, tuple: T
     token = page.continuationToken;
   } while (token);
 }
-
-const hashKey = (key: string) => hash64(key).join(':');
 
 /**
  * The full audit's first look: OpenFGA's live tuples first, held as one digest per partition key's
@@ -71,7 +69,7 @@ export async function scanPartitions(ctx: AuditContext): Promise<ScanResult> {
   const unexpected = new Set<string>();
   if (untaken.size > 0) {
     await scanLive(ctx, (key) => {
-      if (untaken.has(hashKey(key))) unexpected.add(key);
+      if (untaken.has(hash64Text(hash64(key)))) unexpected.add(key);
     });
   }
   const pendingUnexpected =

@@ -12,6 +12,11 @@ export function hash64(text: string): Hash64 {
   return [Number.parseInt(hex.slice(0, 8), 16), Number.parseInt(hex.slice(8, 16), 16)];
 }
 
+/** A hash as the `hi:lo` text {@link PartitionDigests.untaken} names it by. */
+export function hash64Text([hi, lo]: Hash64): string {
+  return `${hi}:${lo}`;
+}
+
 export function hash64ToBigInt([hi, lo]: Hash64): bigint {
   return (BigInt(hi) << 32n) | BigInt(lo);
 }
@@ -63,11 +68,12 @@ export class PartitionDigests {
     return hash64ToBigInt([this.#slots[at + 2] as number, this.#slots[at + 3] as number]);
   }
 
-  /** The hashes of the partitions never taken, as `hi:lo` strings: what a second scan names. */
+  /** The hashes of the partitions never taken, as {@link hash64Text}: what a second scan names. */
   untaken(): Set<string> {
     const left = new Set<string>();
     for (let slot = 0; slot < this.#state.length; slot += 1) {
-      if (this.#state[slot] === HELD) left.add(`${this.#slots[slot * WORDS]}:${this.#slots[slot * WORDS + 1]}`);
+      if (this.#state[slot] === HELD)
+        left.add(hash64Text([this.#slots[slot * WORDS] as number, this.#slots[slot * WORDS + 1] as number]));
     }
     return left;
   }
