@@ -160,6 +160,22 @@ describe('awaitDelivered', () => {
     expect(compacted).toMatchObject({ status: 'rejected', reason: { kind: 'compacted' } });
   });
 
+  test('a first look is one statement: the rows and the identity check read together', async () => {
+    const { ids, token } = await write(['vpc:one-look']);
+    await setRows(ids, 'sent_at = now()');
+    const statements: string[] = [];
+    const db = new Kysely<unknown>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: t.url, max: 2 }) }),
+      log: (event) => {
+        if (event.level === 'query') statements.push(event.query.sql);
+      },
+    });
+    onTestFinished(() => db.destroy());
+    expect((await awaitDelivered(db, token, { timeoutMs: 0 })).delivered).toBe(true);
+    expect(statements).toHaveLength(1);
+    expect(statements[0]).toMatch(/pg_control_system/);
+  });
+
   test('a token of two outboxes waits on both', async () => {
     const a = await write(['vpc:a']);
     const b = await write(['vpc:b'], other);

@@ -13,6 +13,7 @@ import { OutboxConfigError, OutboxTokenError } from './errors.js';
 import { integerInRange, MAX_TIMER_MS } from './integer-in-range.js';
 import { countedMaxAttemptsSql } from './max-attempts.js';
 import { coveringSuccessor, rowStates } from './protocol/row-states.js';
+import { SQLSTATE, sqlState } from './protocol/sqlstate.js';
 import { tableNames } from './table-names.js';
 
 /** What became of one intent of a token. */
@@ -71,11 +72,16 @@ interface Identity {
   readonly oids: readonly (number | null)[];
 }
 
+/** The database's identity as a token names it: the cluster's system identifier and the database's name. */
+const DATABASE_IDENTITY = sql.raw<string>(
+  "(select system_identifier from pg_catalog.pg_control_system())::text || '/' || current_database()",
+);
+
 /** The database's identity and the oids of `specs`' tables: one round trip, in `db`'s transaction if it is one. */
 async function identity(db: AnyKysely, specs: readonly OutboxSpec[]): Promise<Identity> {
   const quoted = specs.map((spec) => tableNames(spec).table);
   const result = await sql<{ database: string; oids: (string | null)[] }>`
-    select (select system_identifier from pg_catalog.pg_control_system())::text || '/' || current_database() as database,
+    select ${DATABASE_IDENTITY} as database,
            array(select to_regclass(name)::oid from unnest(${quoted}::text[]) with ordinality as u(name, n) order by n)::text[] as oids`.execute(
     db,
   );
@@ -129,8 +135,18 @@ interface OutcomeRow {
   age_ms: number | null;
 }
 
-/** Each of `ids`' rows as an outcome, with its delivery's age by the database's clock. */
-async function readOutcomes(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<OutcomeRow[]> {
+/** One outbox's rows of a read, and what it found the database and the table to be (the token's identity check). */
+interface OutboxRead {
+  readonly database: string;
+  readonly tableOid: number;
+  readonly rows: readonly OutcomeRow[];
+}
+
+/**
+ * Each of `ids`' rows as an outcome, with its delivery's age by the database's clock, and the
+ * database's identity and the table's oid, in the same statement: a first look costs one round trip.
+ */
+async function readOutcomes(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<OutboxRead> {
   const names = tableNames(spec);
   const table = sql.raw(names.table);
   const key = sql.raw(names.partition);
@@ -138,23 +154,33 @@ async function readOutcomes(db: AnyKysely, spec: OutboxSpec, ids: readonly strin
   const p = rowStates('p');
   const max = countedMaxAttemptsSql(spec);
   // The poisoned test runs only on pending rows; the blocked probe walks the partition-head index.
-  const result = await sql<OutcomeRow>`
-    select t.id::text as id, t.sent_at, t.retired_at, t.retired_reason, t.closed_as,
-           t.poison_cause, t.poison_code, t.last_error,
-           (${t.pending} and ${t.exhausted(max)}) as exhausted,
-           (${t.pending} and ${t.exhausted(max)} and exists (select from ${table} s where ${coveringSuccessor(spec)})) as superseded,
-           case when ${t.pending} and not ${t.exhausted(max)} then
-             (select min(p.id)::text from ${table} p
-               where p.${key} = t.${key} and p.id < t.id and ${p.pending} and ${p.exhausted(max)})
-           end as blocked_by,
-           (extract(epoch from (clock_timestamp() - t.sent_at)) * 1000)::float8 as age_ms
-    from ${table} t where t.id = any(${ids}::bigint[])`.execute(db);
-  return result.rows;
+  // The lateral join keeps the identity's row when no id is found.
+  const result = await sql<{ database: string; table_oid: string } & (OutcomeRow | { [K in keyof OutcomeRow]: null })>`
+    select i.database, i.table_oid, r.* from (
+      select ${DATABASE_IDENTITY} as database, to_regclass(${names.table})::oid::text as table_oid
+    ) i left join lateral (
+      select t.id::text as id, t.sent_at, t.retired_at, t.retired_reason, t.closed_as,
+             t.poison_cause, t.poison_code, t.last_error,
+             (${t.pending} and ${t.exhausted(max)}) as exhausted,
+             (${t.pending} and ${t.exhausted(max)} and exists (select from ${table} s where ${coveringSuccessor(spec)})) as superseded,
+             case when ${t.pending} and not ${t.exhausted(max)} then
+               (select min(p.id)::text from ${table} p
+                 where p.${key} = t.${key} and p.id < t.id and ${p.pending} and ${p.exhausted(max)})
+             end as blocked_by,
+             (extract(epoch from (clock_timestamp() - t.sent_at)) * 1000)::float8 as age_ms
+      from ${table} t where t.id = any(${ids}::bigint[])
+    ) r on true`.execute(db);
+  const first = result.rows[0] as { database: string; table_oid: string };
+  return {
+    database: first.database,
+    tableOid: Number(first.table_oid),
+    rows: result.rows.filter((row): row is typeof row & OutcomeRow => row.id !== null),
+  };
 }
 
 /** One outbox's reads: the next one (every caller's ids, gathered until it starts), and the last one begun. */
 interface SharedRead {
-  next: { ids: Set<string>; rows: Promise<Map<string, OutcomeRow>> } | undefined;
+  next: { ids: Set<string>; read: Promise<OutboxRead & { byId: Map<string, OutcomeRow> }> } | undefined;
   last: Promise<unknown> | undefined;
 }
 
@@ -166,7 +192,7 @@ const sharedReads = new WeakMap<AnyKysely, Map<string, SharedRead>>();
  * flight per outbox, the ids asked meanwhile read by the next one. Many waits polling side by side
  * would otherwise each send their own query every few milliseconds.
  */
-async function readOutcomesShared(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<OutcomeRow[]> {
+async function readOutcomesShared(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<OutboxRead> {
   let perDb = sharedReads.get(db);
   if (!perDb) sharedReads.set(db, (perDb = new Map()));
   const key = [spec.table, spec.partitionColumn, spec.maxAttempts, spec.supersededCoverageSql ?? ''].join('\0');
@@ -176,21 +202,23 @@ async function readOutcomesShared(db: AnyKysely, spec: OutboxSpec, ids: readonly
   if (!next) {
     const shared = state;
     const wanted = new Set<string>();
-    const rows = (shared.last ?? Promise.resolve())
+    const read = (shared.last ?? Promise.resolve())
       .catch(() => undefined)
       .then(async () => {
         shared.next = undefined; // ids asked from here on go to the read after this one
-        return new Map((await readOutcomes(db, spec, [...wanted])).map((row) => [row.id, row]));
+        const found = await readOutcomes(db, spec, [...wanted]);
+        return { ...found, byId: new Map(found.rows.map((row) => [row.id, row])) };
       });
-    next = shared.next = { ids: wanted, rows };
-    shared.last = rows;
+    next = shared.next = { ids: wanted, read };
+    shared.last = read;
   }
   for (const id of ids) next.ids.add(id);
-  const found = await next.rows;
-  return ids.flatMap((id) => {
-    const row = found.get(id);
+  const { database, tableOid, byId } = await next.read;
+  const rows = ids.flatMap((id) => {
+    const row = byId.get(id);
     return row ? [row] : [];
   });
+  return { database, tableOid, rows };
 }
 
 function outcomeOf(table: string, row: OutcomeRow): IntentOutcome {
@@ -220,31 +248,27 @@ function specFor(outbox: TokenOutbox, given: readonly OutboxSpec[]): OutboxSpec 
   return spec;
 }
 
-/** Checks `contents` names this database and tables it has, as they were when the token was minted. */
-async function checkIdentity(
-  db: AnyKysely,
-  contents: OutboxTokenContents,
-  specs: readonly OutboxSpec[],
-): Promise<void> {
-  const found = await identity(db, specs);
+/** Why `contents` cannot be read in the database `found` describes, if it cannot: another database, or a table it no longer has as it was. */
+function identityError(contents: OutboxTokenContents, found: Identity): OutboxTokenError | undefined {
   if (found.database !== contents.database) {
-    throw new OutboxTokenError(
+    return new OutboxTokenError(
       'other-database',
       `the token was minted in database ${contents.database}, this is ${found.database}: ask the service that wrote it, or point at its database`,
     );
   }
-  contents.outboxes.forEach((outbox, i) => {
+  for (const [i, outbox] of contents.outboxes.entries()) {
     const oid = found.oids[i];
     if (oid === null) {
-      throw new OutboxTokenError('other-outbox', `the token names ${outbox.table}, which this database does not have`);
+      return new OutboxTokenError('other-outbox', `the token names ${outbox.table}, which this database does not have`);
     }
     if (oid !== outbox.tableOid) {
-      throw new OutboxTokenError(
+      return new OutboxTokenError(
         'other-outbox',
         `the token names ${outbox.table} as table ${outbox.tableOid}; it is now table ${oid} (dropped and created again since)`,
       );
     }
-  });
+  }
+  return undefined;
 }
 
 /**
@@ -270,7 +294,8 @@ function compacted(table: string, open: readonly string[], rows: readonly Outcom
  * not change, and says what each one is (delivered with when, superseded, poisoned with its cause,
  * blocked behind a poisoned one, retired, or still pending at the timeout). Runs in any process
  * with a connection to the outbox's database: no drainer is needed there. Reads by primary key
- * every few milliseconds, in one query with the other waits of this process on the same outbox.
+ * every few milliseconds, in one query with the other waits of this process on the same outbox;
+ * the first read checks the token's database and tables in the same statement.
  * An {@link OutboxTokenError} says why a token cannot be waited on.
  * @example
  * const { delivered } = await awaitDelivered(db, request.headers['outbox-token'], { timeoutMs: 2_000 });
@@ -286,24 +311,42 @@ export async function awaitDelivered(
   const deadline = Date.now() + timeoutMs;
   const outcomes = new Map<string, IntentOutcome>();
   const ages: number[] = [];
-  /** Reads every outbox's intents not yet delivered, the outboxes side by side. */
-  const readOpen = (first: boolean) =>
-    Promise.all(
+  /** Reads every outbox's intents not yet delivered, the outboxes side by side; the first read checks the token's identity too. */
+  const readOpen = async (first: boolean) => {
+    const reads = await Promise.allSettled(
       contents.outboxes.map(async (outbox, i) => {
         const open = outbox.ids.filter((id) => outcomes.get(`${outbox.table}#${id}`)?.status !== 'delivered');
-        if (open.length === 0) return;
-        const rows = await readOutcomesShared(db, specs[i] as OutboxSpec, open);
-        if (first && rows.length < open.length) throw compacted(outbox.table, open, rows);
-        for (const row of rows) {
-          outcomes.set(`${outbox.table}#${row.id}`, outcomeOf(outbox.table, row));
-          if (row.sent_at && row.age_ms !== null) ages.push(row.age_ms);
-        }
+        return open.length === 0
+          ? undefined
+          : { outbox, open, ...(await readOutcomesShared(db, specs[i] as OutboxSpec, open)) };
       }),
     );
-  // The first read beside the identity check (one round trip's wait); the check's error wins.
-  const [checked, firstRead] = await Promise.allSettled([checkIdentity(db, contents, specs), readOpen(true)]);
-  if (checked.status === 'rejected') throw checked.reason;
-  if (firstRead.status === 'rejected') throw firstRead.reason;
+    if (first) {
+      // A table the token names and this database lacks fails its read: the identity's own query says
+      // which error it is. Identity errors win over the others, as they say why nothing else applies.
+      if (reads.some((read) => read.status === 'rejected' && sqlState(read.reason) === SQLSTATE.UNDEFINED_TABLE)) {
+        const error = identityError(contents, await identity(db, specs));
+        if (error) throw error;
+      }
+      const fulfilled = reads.flatMap((read) => (read.status === 'fulfilled' && read.value ? [read.value] : []));
+      if (fulfilled.length === reads.length) {
+        const found = { database: fulfilled[0]?.database ?? '', oids: fulfilled.map((read) => read.tableOid) };
+        const error = identityError(contents, found);
+        if (error) throw error;
+      }
+    }
+    for (const read of reads) {
+      if (read.status === 'rejected') throw read.reason;
+      if (!read.value) continue;
+      const { outbox, open, rows } = read.value;
+      if (first && rows.length < open.length) throw compacted(outbox.table, open, rows);
+      for (const row of rows) {
+        outcomes.set(`${outbox.table}#${row.id}`, outcomeOf(outbox.table, row));
+        if (row.sent_at && row.age_ms !== null) ages.push(row.age_ms);
+      }
+    }
+  };
+  await readOpen(true);
   for (let poll = 0; ; poll += 1) {
     if (poll > 0) await readOpen(false);
     const all = contents.outboxes.flatMap((o) => o.ids.map((id) => outcomes.get(`${o.table}#${id}`) as IntentOutcome));
