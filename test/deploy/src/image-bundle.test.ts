@@ -161,6 +161,9 @@ describe('the services image’s bundle', () => {
       // The image runs node itself (exec): its pid is the service's. Idle after a write, it keeps
       // well inside the chart's memory request (sized from the drainer measured under load).
       const resident = rss(child.pid as number);
+      // Two malloc arenas unless the environment says otherwise: the entry script's default.
+      const environ = readFileSync(`/proc/${child.pid}/environ`, 'utf8').split('\0');
+      expect(environ).toContain('MALLOC_ARENA_MAX=2');
       const requestMi = Number(/^(\d+)Mi$/.exec(values.serviceDefaults.resources.requests.memory)?.[1]);
       expect(resident / MEBI).toBeLessThan(requestMi);
 
