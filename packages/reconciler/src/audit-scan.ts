@@ -66,6 +66,7 @@ export async function scanPartitions(ctx: AuditContext): Promise<ScanResult> {
   // by the second scan has nothing left to report; its pending intents are read in a snapshot of
   // their own, and every candidate is confirmed in fresh ones anyway.
   const untaken = live.untaken();
+  live.release();
   const unexpected = new Set<string>();
   if (untaken.size > 0) {
     await scanLive(ctx, (key) => {

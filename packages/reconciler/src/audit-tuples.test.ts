@@ -49,6 +49,8 @@ test("the scan's table holds each partition's digest as tupleDigest makes it, th
         expect(table.take(hash64('vpc:absent'))).toBe(0n);
         const left = byPartition.has(skipped) ? [hash64(skipped).join(':')] : [];
         expect([...table.untaken()]).toEqual(left);
+        table.release();
+        expect(() => table.take(hash64(skipped))).toThrow(/after release/);
       },
     ),
     { numRuns: 30 },

@@ -26,17 +26,31 @@ const EMPTY = 0;
 const HELD = 1;
 const TAKEN = 2;
 const TWO_32 = 2 ** 32;
+const SHARD_BITS = 8; // 256 shards, by the key hash's top byte
+const SHARD_SLOTS = 8; // a shard's first size; it doubles at 3/4 full
+
+/** One open-addressed table (linear probing, at most 3/4 full) of a share of the partitions. */
+interface Shard {
+  slots: Uint32Array;
+  state: Uint8Array;
+  size: number;
+}
 
 /**
  * One digest per partition for the full audit's scan, keyed by the partition key's 64-bit hash in
- * an open-addressed table of typed arrays: 23–45 bytes a partition outside V8's heap, where a
- * `Map<string, bigint>` took ~108 on it (docs/agreement.md, "What the full audit holds"). Keys are
- * not kept: those never taken are named by a second scan ({@link PartitionDigests.untaken}).
+ * open-addressed tables of typed arrays: 23–45 bytes a partition outside V8's heap, where a
+ * `Map<string, bigint>` took ~108 on it (docs/agreement.md, "What the full audit holds"). 256
+ * shards, each growing on its own: a growth copies 1/256 of the table, not all of it beside its
+ * double. Keys are not kept: those never taken are named by a second scan ({@link PartitionDigests.untaken}).
  */
 export class PartitionDigests {
-  #slots = new Uint32Array(1024 * WORDS);
-  #state = new Uint8Array(1024);
+  readonly #shards: Shard[] = Array.from({ length: 2 ** SHARD_BITS }, () => ({
+    slots: new Uint32Array(SHARD_SLOTS * WORDS),
+    state: new Uint8Array(SHARD_SLOTS),
+    size: 0,
+  }));
   #size = 0;
+  #released = false;
 
   /** Partitions held. */
   get size(): number {
@@ -45,59 +59,87 @@ export class PartitionDigests {
 
   /** Adds a tuple's hash to its partition's digest (the sum mod 2^64, as `tupleDigest` makes it). */
   add(keyHash: Hash64, tupleHash: Hash64): void {
-    if ((this.#size + 1) * 4 > this.#state.length * 3) this.#grow();
-    const slot = this.#find(keyHash);
+    const shard = this.#shardOf(keyHash);
+    if ((shard.size + 1) * 4 > shard.state.length * 3) grow(shard);
+    const slot = find(shard, keyHash);
+    const { slots, state } = shard;
     const at = slot * WORDS;
-    if (this.#state[slot] === EMPTY) {
-      this.#state[slot] = HELD;
-      this.#slots[at] = keyHash[0];
-      this.#slots[at + 1] = keyHash[1];
+    if (state[slot] === EMPTY) {
+      state[slot] = HELD;
+      slots[at] = keyHash[0];
+      slots[at + 1] = keyHash[1];
+      shard.size += 1;
       this.#size += 1;
     }
-    const lo = (this.#slots[at + 3] as number) + tupleHash[1];
-    this.#slots[at + 3] = lo; // a Uint32Array keeps the low 32 bits
-    this.#slots[at + 2] = (this.#slots[at + 2] as number) + tupleHash[0] + (lo >= TWO_32 ? 1 : 0);
+    const lo = (slots[at + 3] as number) + tupleHash[1];
+    slots[at + 3] = lo; // a Uint32Array keeps the low 32 bits
+    slots[at + 2] = (slots[at + 2] as number) + tupleHash[0] + (lo >= TWO_32 ? 1 : 0);
   }
 
   /** The digest of the partition (0 if it holds none), marking it taken; taken again, it reads 0. */
   take(keyHash: Hash64): bigint {
-    const slot = this.#find(keyHash);
-    if (this.#state[slot] !== HELD) return 0n;
-    this.#state[slot] = TAKEN;
+    const shard = this.#shardOf(keyHash);
+    const slot = find(shard, keyHash);
+    if (shard.state[slot] !== HELD) return 0n;
+    shard.state[slot] = TAKEN;
     const at = slot * WORDS;
-    return hash64ToBigInt([this.#slots[at + 2] as number, this.#slots[at + 3] as number]);
+    return hash64ToBigInt([shard.slots[at + 2] as number, shard.slots[at + 3] as number]);
   }
 
   /** The hashes of the partitions never taken, as {@link hash64Text}: what a second scan names. */
   untaken(): Set<string> {
+    if (this.#released) throw new Error('PartitionDigests: used after release()');
     const left = new Set<string>();
-    for (let slot = 0; slot < this.#state.length; slot += 1) {
-      if (this.#state[slot] === HELD)
-        left.add(hash64Text([this.#slots[slot * WORDS] as number, this.#slots[slot * WORDS + 1] as number]));
+    for (const { slots, state } of this.#shards) {
+      for (let slot = 0; slot < state.length; slot += 1) {
+        if (state[slot] === HELD)
+          left.add(hash64Text([slots[slot * WORDS] as number, slots[slot * WORDS + 1] as number]));
+      }
     }
     return left;
   }
 
-  /** The slot holding `keyHash`, or the empty one where it goes (linear probing; the table is at most 3/4 full). */
-  #find([hi, lo]: Hash64): number {
-    const mask = this.#state.length - 1;
-    for (let slot = lo & mask; ; slot = (slot + 1) & mask) {
-      if (this.#state[slot] === EMPTY) return slot;
-      if (this.#slots[slot * WORDS] === hi && this.#slots[slot * WORDS + 1] === lo) return slot;
+  /** Frees the table's memory now (the scan is done with it); it holds nothing after. */
+  release(): void {
+    this.#released = true;
+    for (const { slots, state } of this.#shards) {
+      release(slots.buffer);
+      release(state.buffer);
     }
   }
 
-  #grow(): void {
-    const slots = this.#slots;
-    const state = this.#state;
-    this.#slots = new Uint32Array(slots.length * 2);
-    this.#state = new Uint8Array(state.length * 2);
-    for (let slot = 0; slot < state.length; slot += 1) {
-      if (state[slot] === EMPTY) continue;
-      const at = slot * WORDS;
-      const to = this.#find([slots[at] as number, slots[at + 1] as number]);
-      this.#state[to] = state[slot] as number;
-      this.#slots.set(slots.subarray(at, at + WORDS), to * WORDS);
-    }
+  #shardOf([hi]: Hash64): Shard {
+    if (this.#released) throw new Error('PartitionDigests: used after release()');
+    return this.#shards[hi >>> (32 - SHARD_BITS)] as Shard;
   }
+}
+
+/** The slot of `shard` holding `keyHash`, or the empty one where it goes. */
+function find(shard: Shard, [hi, lo]: Hash64): number {
+  const { slots, state } = shard;
+  const mask = state.length - 1;
+  for (let slot = lo & mask; ; slot = (slot + 1) & mask) {
+    if (state[slot] === EMPTY) return slot;
+    if (slots[slot * WORDS] === hi && slots[slot * WORDS + 1] === lo) return slot;
+  }
+}
+
+function grow(shard: Shard): void {
+  const { slots, state } = shard;
+  shard.slots = new Uint32Array(slots.length * 2);
+  shard.state = new Uint8Array(state.length * 2);
+  for (let slot = 0; slot < state.length; slot += 1) {
+    if (state[slot] === EMPTY) continue;
+    const at = slot * WORDS;
+    const to = find(shard, [slots[at] as number, slots[at + 1] as number]);
+    shard.state[to] = state[slot] as number;
+    shard.slots.set(slots.subarray(at, at + WORDS), to * WORDS);
+  }
+  release(slots.buffer);
+  release(state.buffer);
+}
+
+/** Detaches `buffer`: its memory is freed now, not at the next full GC (ES2024's `transfer`, Node ≥ 21; the lib here is ES2023). */
+function release(buffer: ArrayBufferLike): void {
+  (buffer as ArrayBuffer & { transfer(length: number): ArrayBuffer }).transfer(0);
 }
