@@ -138,13 +138,14 @@ interface OutcomeRow {
 /** One outbox's rows of a read, and what it found the database and the table to be (the token's identity check). */
 interface OutboxRead {
   readonly database: string;
-  readonly tableOid: number;
+  readonly tableOid: number | null;
   readonly rows: readonly OutcomeRow[];
 }
 
 /**
  * Each of `ids`' rows as an outcome, with its delivery's age by the database's clock, and the
- * database's identity and the table's oid, in the same statement: a first look costs one round trip.
+ * database's identity and the table's oid in the same statement: a first look that finds its rows
+ * costs one round trip.
  */
 async function readOutcomes(db: AnyKysely, spec: OutboxSpec, ids: readonly string[]): Promise<OutboxRead> {
   const names = tableNames(spec);
@@ -154,28 +155,22 @@ async function readOutcomes(db: AnyKysely, spec: OutboxSpec, ids: readonly strin
   const p = rowStates('p');
   const max = countedMaxAttemptsSql(spec);
   // The poisoned test runs only on pending rows; the blocked probe walks the partition-head index.
-  // The lateral join keeps the identity's row when no id is found.
-  const result = await sql<{ database: string; table_oid: string } & (OutcomeRow | { [K in keyof OutcomeRow]: null })>`
-    select i.database, i.table_oid, r.* from (
-      select ${DATABASE_IDENTITY} as database, to_regclass(${names.table})::oid::text as table_oid
-    ) i left join lateral (
-      select t.id::text as id, t.sent_at, t.retired_at, t.retired_reason, t.closed_as,
-             t.poison_cause, t.poison_code, t.last_error,
-             (${t.pending} and ${t.exhausted(max)}) as exhausted,
-             (${t.pending} and ${t.exhausted(max)} and exists (select from ${table} s where ${coveringSuccessor(spec)})) as superseded,
-             case when ${t.pending} and not ${t.exhausted(max)} then
-               (select min(p.id)::text from ${table} p
-                 where p.${key} = t.${key} and p.id < t.id and ${p.pending} and ${p.exhausted(max)})
-             end as blocked_by,
-             (extract(epoch from (clock_timestamp() - t.sent_at)) * 1000)::float8 as age_ms
-      from ${table} t where t.id = any(${ids}::bigint[])
-    ) r on true`.execute(db);
-  const first = result.rows[0] as { database: string; table_oid: string };
-  return {
-    database: first.database,
-    tableOid: Number(first.table_oid),
-    rows: result.rows.filter((row): row is typeof row & OutcomeRow => row.id !== null),
-  };
+  const result = await sql<OutcomeRow & { database: string; table_oid: string }>`
+    select t.id::text as id, t.sent_at, t.retired_at, t.retired_reason, t.closed_as,
+           t.poison_cause, t.poison_code, t.last_error,
+           (${t.pending} and ${t.exhausted(max)}) as exhausted,
+           (${t.pending} and ${t.exhausted(max)} and exists (select from ${table} s where ${coveringSuccessor(spec)})) as superseded,
+           case when ${t.pending} and not ${t.exhausted(max)} then
+             (select min(p.id)::text from ${table} p
+               where p.${key} = t.${key} and p.id < t.id and ${p.pending} and ${p.exhausted(max)})
+           end as blocked_by,
+           (extract(epoch from (clock_timestamp() - t.sent_at)) * 1000)::float8 as age_ms,
+           ${DATABASE_IDENTITY} as database, ${names.table}::regclass::oid::text as table_oid
+    from ${table} t where t.id = any(${ids}::bigint[])`.execute(db);
+  const first = result.rows[0];
+  // No row found (compacted, or another database's ids): the identity on its own, to say which.
+  const found = first ? { database: first.database, oids: [Number(first.table_oid)] } : await identity(db, [spec]);
+  return { database: found.database, tableOid: found.oids[0] ?? null, rows: result.rows };
 }
 
 /** One outbox's reads: the next one (every caller's ids, gathered until it starts), and the last one begun. */
