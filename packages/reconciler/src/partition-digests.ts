@@ -49,12 +49,11 @@ export class PartitionDigests {
     state: new Uint8Array(SHARD_SLOTS),
     size: 0,
   }));
-  #size = 0;
   #released = false;
 
   /** Partitions held. */
   get size(): number {
-    return this.#size;
+    return this.#live().reduce((sum, shard) => sum + shard.size, 0);
   }
 
   /** Adds a tuple's hash to its partition's digest (the sum mod 2^64, as `tupleDigest` makes it). */
@@ -69,7 +68,6 @@ export class PartitionDigests {
       slots[at] = keyHash[0];
       slots[at + 1] = keyHash[1];
       shard.size += 1;
-      this.#size += 1;
     }
     const lo = (slots[at + 3] as number) + tupleHash[1];
     slots[at + 3] = lo; // a Uint32Array keeps the low 32 bits
@@ -88,9 +86,8 @@ export class PartitionDigests {
 
   /** The hashes of the partitions never taken, as {@link hash64Text}: what a second scan names. */
   untaken(): Set<string> {
-    if (this.#released) throw new Error('PartitionDigests: used after release()');
     const left = new Set<string>();
-    for (const { slots, state } of this.#shards) {
+    for (const { slots, state } of this.#live()) {
       for (let slot = 0; slot < state.length; slot += 1) {
         if (state[slot] === HELD)
           left.add(hash64Text([slots[slot * WORDS] as number, slots[slot * WORDS + 1] as number]));
@@ -109,8 +106,12 @@ export class PartitionDigests {
   }
 
   #shardOf([hi]: Hash64): Shard {
+    return this.#live()[hi >>> (32 - SHARD_BITS)] as Shard;
+  }
+
+  #live(): readonly Shard[] {
     if (this.#released) throw new Error('PartitionDigests: used after release()');
-    return this.#shards[hi >>> (32 - SHARD_BITS)] as Shard;
+    return this.#shards;
   }
 }
 
